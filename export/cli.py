@@ -1,0 +1,137 @@
+"""The `mha` command: thin click wrappers over plain functions. Torch is imported only where needed."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runtime.config import PRESETS
+from runtime.errors import MHAError
+from runtime.providers import CHOICES
+
+DEFAULT_OUT = Path("artifacts")
+
+
+class _Group(click.Group):
+    """Turns every MHAError into one line on stderr and exit status 1, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MHAError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Group)
+def cli() -> None:
+    """Export, validate, run and inspect the chapter 3 causal multi-head attention."""
+
+
+@cli.command("export")
+@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)), help="Preset(s) to export (default: all).")
+@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True, help="Folder for <preset>/ folders.")
+@click.option("--weights", type=click.Path(path_type=Path), default=None, help=".safetensors or torch state_dict (one preset only).")
+@click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset (18..25).")
+def export_cmd(presets: tuple[str, ...], out: Path, weights: Path | None, opset: int) -> None:
+    """Export, validate and place the artifacts of each preset."""
+    from export.onnx_export import check_opset
+    from export.pipeline import export_preset
+    from export.report import ARTIFACT_HEADERS, artifact_rows, table
+
+    names = list(presets) or list(PRESETS)
+    if weights is not None and len(names) != 1:
+        raise click.UsageError(f"--weights fits one preset; got {len(names)} ({', '.join(names)}): add --preset NAME")
+    check_opset(opset)  # refuse before any work starts
+    rows = []
+    for name in names:
+        click.echo(f"exporting {name} ...", err=True)
+        result = export_preset(name, out, weights=weights, opset=opset, progress=True)
+        rows += artifact_rows(name, result.manifest)
+        click.echo(f"  {name}: done in {result.seconds:.1f} s", err=True)
+    click.echo(table(ARTIFACT_HEADERS, rows))
+    click.echo("artifacts in " + ", ".join(str(Path(out) / n) for n in names))
+
+
+@cli.command("validate")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+def validate_cmd(artifact_dir: Path) -> None:
+    """Rerun the full sweep of every artifact against the eager wrapper rebuilt from the folder."""
+    from export.check import revalidate
+    from export.report import table
+
+    reports = revalidate(artifact_dir, progress=True)
+    rows = [[f, r.cases, f"{r.max_abs:.2e}", f"{r.rel_l2:.2e}", f"atol {r.spec.tolerance.atol:g}"] for f, r in reports.items()]
+    click.echo(table(["artifact", "cases", "max abs err", "rel L2 err", "tolerance"], rows))
+    click.echo(f"{sum(r.cases for r in reports.values())} passed, 0 failed")
+
+
+@cli.command("run")
+@click.argument("artifact", type=click.Path(path_type=Path))
+@click.option("--input", "input_path", type=click.Path(path_type=Path), required=True, help="x: .npy, [batch, tokens, d_in].")
+@click.option("--output", "output_path", type=click.Path(path_type=Path), required=True, help="Where to write context (.npy).")
+@click.option("--model", default="mha.onnx", show_default=True, help="Which ONNX file, when ARTIFACT is a folder.")
+@click.option("--provider", type=click.Choice(CHOICES), default="auto", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Intra-op threads (default: ONNX Runtime's).")
+def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, provider: str, threads: int | None) -> None:
+    """Run one input through an ONNX artifact (folder or .onnx file) with ONNX Runtime."""
+    from export.atomic import write_file_atomic
+    from runtime.arrays import load_npy, npy_bytes
+    from runtime.errors import ContractError
+    from runtime.runner import OnnxRunner
+
+    x = load_npy(input_path)
+    runner = OnnxRunner(artifact, model=model, provider=provider, threads=threads)
+    y = runner.run(x)
+    if not output_path.parent.is_dir():
+        raise ContractError(f"--output {output_path}: expected an existing folder {output_path.parent}, found none")
+    write_file_atomic(output_path, npy_bytes(y))
+    click.echo(f"wrote {output_path} {list(y.shape)} float32 ({runner.provider})")
+
+
+@cli.command("check")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("--provider", type=click.Choice(CHOICES), default="cpu", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=None)
+def check_cmd(artifact_dir: Path, provider: str, threads: int | None) -> None:
+    """Run every golden case on every artifact; the last line is `N passed, N failed`."""
+    from export.check import check_golden
+    from runtime.golden import summary_line
+
+    results = check_golden(artifact_dir, provider=provider, threads=threads)
+    for result in results:
+        click.echo(result.line())
+    click.echo(summary_line(results))
+    if not results or not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@cli.command("inspect")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
+    """Show the contract, files, sizes and validation results of an artifact folder."""
+    from export.report import ARTIFACT_HEADERS, artifact_rows, human_size, table
+    from runtime.manifest import load_manifest
+
+    manifest = load_manifest(artifact_dir)
+    if as_json:
+        click.echo(json.dumps(manifest, indent=2))
+        return
+    contract = manifest["contract"]
+    click.echo(f"preset {manifest['preset']}  opset {manifest['opset']}  created {manifest['created']}")
+    click.echo(f"config   {json.dumps(manifest['config'])}")
+    click.echo(f"input    {contract['input']['name']} {contract['input']['dtype']} {contract['input']['shape']}")
+    click.echo(f"output   {contract['output']['name']} {contract['output']['dtype']} {contract['output']['shape']}")
+    click.echo(f"limits   1 <= tokens <= {contract['limits']['tokens_max']}, batch >= 1")
+    click.echo(f"versions {json.dumps(manifest['versions'])}")
+    click.echo(f"weights  {manifest['weights']['source']}\n")
+    click.echo(table(ARTIFACT_HEADERS, artifact_rows(manifest["preset"], manifest)) + "\n")
+    files = manifest["files"]
+    click.echo(table(["file", "size", "sha256"], [[f, human_size(i["size"]), i["sha256"][:16]] for f, i in files.items()]))
+
+
+def main() -> None:
+    cli(prog_name="mha")

@@ -1,0 +1,52 @@
+"""Golden fixtures: inputs and eager outputs as raw little-endian float32 and .npy, plus cases.json."""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from export.artifacts import ArtifactSpec
+from export.example import example_tokens
+from runtime.config import MHAConfig
+from runtime.contract import INPUT_NAME, OUTPUT_NAME
+from runtime.golden import CASES_FORMAT, CASES_NAME, GOLDEN_DIR
+
+FIXTURE_SEED = 2024
+
+
+def golden_shapes(config: MHAConfig) -> list[tuple[str, int, int]]:
+    """(name, batch, tokens): one token, a middle length with batch 2, the full context."""
+    mid = example_tokens(config)
+    shapes = [("b1_t1", 1, 1), (f"b2_t{mid}", 2, mid), (f"b1_t{config.context_length}", 1, config.context_length)]
+    return list(dict.fromkeys(shapes))
+
+
+def _write_array(root: Path, stem: str, array: np.ndarray) -> tuple[str, str]:
+    bin_name, npy_name = f"{stem}.bin", f"{stem}.npy"
+    (root / bin_name).write_bytes(array.astype("<f4").tobytes())
+    np.save(root / npy_name, array.astype(np.float32))
+    return bin_name, npy_name
+
+
+def write_golden(model: torch.nn.Module, config: MHAConfig, folder: Path, artifacts: Sequence[ArtifactSpec]) -> Path:
+    """Write `folder/golden/` with every case and a cases.json naming each artifact's tolerance."""
+    root = Path(folder) / GOLDEN_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(FIXTURE_SEED)
+    cases = []
+    for name, batch, tokens in golden_shapes(config):
+        x = torch.randn(batch, tokens, config.d_in, generator=gen)  # (B, T, d_in)
+        with torch.no_grad():
+            y = model(x)  # (B, T, num_heads * d_out)
+        x_bin, x_npy = _write_array(root, f"{name}.{INPUT_NAME}", x.numpy())
+        y_bin, y_npy = _write_array(root, f"{name}.{OUTPUT_NAME}", y.numpy())
+        cases.append({"name": name, "input_shape": list(x.shape), "output_shape": list(y.shape),
+                      "input_bin": x_bin, "output_bin": y_bin, "input_npy": x_npy, "output_npy": y_npy})
+    doc = {"format": CASES_FORMAT, "input": INPUT_NAME, "output": OUTPUT_NAME, "dtype": "float32",
+           "byte_order": "little", "config": config.to_dict(), "cases": cases,
+           "artifacts": [spec.to_dict() for spec in artifacts]}
+    (root / CASES_NAME).write_text(json.dumps(doc, indent=2) + "\n")
+    return root

@@ -1,0 +1,112 @@
+"""Every artifact against the eager wrapper over a sweep of shapes and seeds; failures collected, then raised."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import torch
+
+from export.artifacts import ONNX_RUNTIME, ArtifactSpec
+from export.example import example_tokens
+from export.torchscript import load_torchscript
+from runtime.config import MHAConfig
+from runtime.errors import MHAError
+from runtime.runner import OnnxRunner
+from runtime.tolerance import Tolerance, compare
+
+SWEEP_BATCHES = (1, 3)
+SWEEP_SEEDS = (0, 1)
+
+
+def sweep_tokens(config: MHAConfig) -> list[int]:
+    """1, 2, the example length and its neighbours, an odd length, and context_length."""
+    ex, cl = example_tokens(config), config.context_length
+    odd = max(1, (cl // 3) | 1)
+    return sorted({t for t in (1, 2, ex - 1, ex, ex + 1, odd, cl) if 1 <= t <= cl})
+
+
+def sweep_shapes(config: MHAConfig) -> list[tuple[int, int]]:
+    return [(b, t) for b in SWEEP_BATCHES for t in sweep_tokens(config)]
+
+
+@dataclass(frozen=True)
+class Failure:
+    artifact: str
+    shape: tuple[int, ...]
+    seed: int
+    max_abs: float
+    tolerance: Tolerance
+
+    def line(self) -> str:
+        return (f"{self.artifact} shape={list(self.shape)} seed={self.seed}: max abs diff {self.max_abs:.3g} "
+                f"> atol {self.tolerance.atol:g} (rtol {self.tolerance.rtol:g}, rel_l2 {self.tolerance.rel_l2})")
+
+
+@dataclass
+class ArtifactReport:
+    """Worst-case figures of one artifact over the sweep."""
+
+    spec: ArtifactSpec
+    cases: int = 0
+    max_abs: float = 0.0
+    rel_l2: float = 0.0
+    failures: list[Failure] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.spec.kind, "runtime": self.spec.runtime, "tolerance": self.spec.tolerance.to_dict(),
+                "cases": self.cases, "max_abs_error": self.max_abs, "rel_l2_error": self.rel_l2,
+                "passed": not self.failures}
+
+
+class ValidationError(MHAError):
+    """One or more artifacts differ from eager PyTorch beyond tolerance; every failing case is listed."""
+
+    def __init__(self, failures: list[Failure]) -> None:
+        self.failures = failures
+        lines = "\n".join("  " + f.line() for f in failures)
+        super().__init__(f"validation failed: {len(failures)} case(s) beyond tolerance\n{lines}")
+
+
+def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], np.ndarray]:
+    """The same runner users use: OnnxRunner for ONNX files, torch.jit.load for TorchScript."""
+    if spec.runtime == ONNX_RUNTIME:
+        return OnnxRunner(Path(folder) / spec.file, provider="cpu").run  # verified if a manifest is beside it
+    module, _ = load_torchscript(Path(folder) / spec.file)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return module(torch.from_numpy(x)).numpy()
+
+    return run
+
+
+def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts: Sequence[ArtifactSpec], *,
+             progress: bool = False, label: str = "validating") -> dict[str, ArtifactReport]:
+    """Run every artifact at every sweep shape and seed; raise ValidationError listing all failures."""
+    runners = {spec.file: artifact_runner(folder, spec) for spec in artifacts}
+    reports = {spec.file: ArtifactReport(spec) for spec in artifacts}
+    jobs = [(shape, seed) for shape in sweep_shapes(config) for seed in SWEEP_SEEDS]
+    bar = click.progressbar(jobs, label=label, file=click.get_text_stream("stderr")) if progress else None
+    with bar if bar is not None else contextlib.nullcontext(jobs) as items:
+        for (batch, tokens), seed in items:
+            gen = torch.Generator().manual_seed(seed)
+            x = torch.randn(batch, tokens, config.d_in, generator=gen)  # (B, T, d_in)
+            with torch.no_grad():
+                expected = model(x).numpy()  # (B, T, num_heads * d_out)
+            for spec in artifacts:
+                report = reports[spec.file]
+                cmp = compare(runners[spec.file](x.numpy()), expected, spec.tolerance)
+                report.cases += 1
+                report.max_abs = max(report.max_abs, cmp.max_abs)
+                report.rel_l2 = max(report.rel_l2, cmp.rel_l2)
+                if not cmp.ok:
+                    report.failures.append(Failure(spec.file, (batch, tokens, config.d_in), seed, cmp.max_abs, spec.tolerance))
+    failures = [f for r in reports.values() for f in r.failures]
+    if failures:
+        raise ValidationError(failures)
+    return reports

@@ -1,0 +1,85 @@
+"""The I/O contract, defined once: names, symbolic axes, dtype and limits, and its input check."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from runtime.config import MHAConfig
+from runtime.errors import ContractError
+
+INPUT_NAME = "x"
+OUTPUT_NAME = "context"
+BATCH_AXIS = "batch"
+TOKENS_AXIS = "tokens"
+DTYPE = "float32"
+# Keys under which the ONNX file's metadata_props carry the config and the contract.
+META_CONFIG = "mha.config"
+META_CONTRACT = "mha.contract"
+# Floating dtypes the Python runner casts to float32; anything else is refused.
+CASTABLE = ("float16", "float64")
+
+
+@dataclass(frozen=True)
+class IOContract:
+    """What goes in and what comes out of every artifact built from one config."""
+
+    config: MHAConfig
+
+    @property
+    def input_shape(self) -> list[str | int]:
+        return [BATCH_AXIS, TOKENS_AXIS, self.config.d_in]
+
+    @property
+    def output_shape(self) -> list[str | int]:
+        return [BATCH_AXIS, TOKENS_AXIS, self.config.d_model]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "input": {"name": INPUT_NAME, "dtype": DTYPE, "shape": self.input_shape},
+            "output": {"name": OUTPUT_NAME, "dtype": DTYPE, "shape": self.output_shape},
+            "limits": {"batch_min": 1, "tokens_min": 1, "tokens_max": self.config.context_length},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def output_shape_for(self, batch: int, tokens: int) -> tuple[int, int, int]:
+        return (batch, tokens, self.config.d_model)
+
+
+def check_input(x: Any, config: MHAConfig) -> np.ndarray:
+    """Return `x` as a C-contiguous float32 array (B, T, d_in), or raise ContractError saying why not.
+
+    float16 and float64 are cast to float32 (numpy's default float64 would otherwise be refused
+    for nothing); integer, bool and complex inputs are refused.
+    """
+    if not isinstance(x, np.ndarray):
+        raise ContractError(f"input {INPUT_NAME!r}: expected a numpy array, got {type(x).__name__}")
+    if x.ndim != 3:
+        raise ContractError(
+            f"input {INPUT_NAME!r}: expected rank 3 [batch, tokens, {config.d_in}], "
+            f"got rank {x.ndim} with shape {list(x.shape)}"
+        )
+    batch, tokens, width = x.shape
+    if width != config.d_in:
+        raise ContractError(
+            f"input {INPUT_NAME!r}: expected last axis d_in={config.d_in}, got {width} (shape {list(x.shape)})"
+        )
+    if batch < 1:
+        raise ContractError(f"input {INPUT_NAME!r}: expected batch >= 1, got {batch}")
+    if not 1 <= tokens <= config.context_length:
+        raise ContractError(
+            f"input {INPUT_NAME!r}: expected 1 <= tokens <= context_length={config.context_length}, got {tokens}"
+        )
+    if x.dtype != np.float32:
+        if x.dtype.name not in CASTABLE:
+            raise ContractError(f"input {INPUT_NAME!r}: expected dtype float32 (or float16/float64, cast), got {x.dtype}")
+        with np.errstate(over="ignore"):  # overflow becomes inf, refused just below
+            x = x.astype(np.float32)
+    if not np.isfinite(x).all():
+        bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+        raise ContractError(f"input {INPUT_NAME!r}: expected finite float32 values, got {bad} NaN/inf value(s)")
+    return np.ascontiguousarray(x)

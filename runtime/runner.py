@@ -1,0 +1,84 @@
+"""The torch-free runner: one ONNX Runtime session per artifact, the contract checked before every run."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from runtime.config import MHAConfig
+from runtime.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input
+from runtime.errors import ArtifactError, ConfigError
+from runtime.manifest import MANIFEST_NAME, load_manifest, read_verified
+from runtime.providers import resolve_provider, session_providers
+
+DEFAULT_MODEL = "mha.onnx"
+
+
+class OnnxRunner:
+    """Run one ONNX artifact. Build it from an artifact folder (files checked against the manifest)
+    or from a single `.onnx` file (checked against a manifest beside it, if there is one)."""
+
+    def __init__(self, artifact: str | Path, *, model: str = DEFAULT_MODEL, provider: str = "auto",
+                 threads: int | None = None) -> None:
+        path = Path(artifact)
+        data, self.path = _read_model(path, model)
+        self.provider = resolve_provider(provider)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only; ORT's warnings are not the user's business
+        if threads is not None:
+            if threads < 1:
+                raise ConfigError(f"threads: expected a positive integer, got {threads}")
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        try:
+            self.session = ort.InferenceSession(data, sess_options=options, providers=session_providers(self.provider))
+        except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types; reduce them to one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ArtifactError(f"{self.path}: ONNX Runtime cannot load it ({first})") from None
+        self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
+        self.config = _config_from_metadata(self.metadata, self.path)
+        self.contract = IOContract(self.config)
+
+    def run(self, x: Any) -> np.ndarray:
+        """x: (B, T, d_in) float32 -> context: (B, T, num_heads * d_out) float32."""
+        x = check_input(x, self.config)
+        (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: x})
+        return out
+
+    __call__ = run
+
+
+def _read_model(path: Path, model: str) -> tuple[bytes, Path]:
+    """Read the model bytes once, verified against the manifest where one applies."""
+    if path.is_dir():
+        return read_verified(path, model, load_manifest(path)), path / model
+    if not path.exists():
+        raise ArtifactError(f"{path}: expected an artifact folder or an .onnx/.ort file, found nothing there")
+    if path.suffix not in (".onnx", ".ort"):
+        raise ArtifactError(f"{path}: expected an artifact folder or an .onnx/.ort file, got {path.suffix or 'no suffix'}")
+    if (path.parent / MANIFEST_NAME).exists():
+        manifest = load_manifest(path.parent)
+        if path.name in manifest["files"]:
+            return read_verified(path.parent, path.name, manifest), path
+    return path.read_bytes(), path
+
+
+def _config_from_metadata(metadata: dict[str, str], path: Path) -> MHAConfig:
+    text = metadata.get(META_CONFIG)
+    if text is None:
+        raise ArtifactError(f"{path}: expected '{META_CONFIG}' in the model's metadata (export it with `mha export`)")
+    try:
+        return MHAConfig.from_json(text)
+    except ConfigError as exc:
+        raise ArtifactError(f"{path}: metadata '{META_CONFIG}' is invalid: {exc}") from None
+
+
+def describe(runner: OnnxRunner) -> dict[str, Any]:
+    """A JSON-able summary of what the runner loaded."""
+    return {"path": str(runner.path), "provider": runner.provider, "config": runner.config.to_dict(),
+            "contract": runner.contract.to_dict(), "metadata_keys": sorted(runner.metadata)}
+
+
+__all__ = ["OnnxRunner", "describe", "DEFAULT_MODEL"]

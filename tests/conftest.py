@@ -1,0 +1,34 @@
+"""Shared fixtures: each preset is exported once per test session into a temporary folder."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from export.pipeline import export_preset
+from runtime.config import MHAConfig
+
+# A mid-size config (with qkv_bias) between the toy seed preset and gpt2-small.
+MID = MHAConfig(d_in=64, d_out=16, num_heads=4, context_length=48, qkv_bias=True)
+
+
+@pytest.fixture(scope="session")
+def seed_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_preset("seed", tmp_path_factory.mktemp("artifacts")).folder
+
+
+@pytest.fixture(scope="session")
+def mid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_preset("mid", tmp_path_factory.mktemp("artifacts"), config=MID).folder
+
+
+@pytest.fixture(scope="session")
+def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_preset("gpt2-small", tmp_path_factory.mktemp("artifacts")).folder
+
+
+@pytest.fixture
+def seed_copy(seed_dir: Path, tmp_path: Path) -> Path:
+    """A private copy of the seed artifacts that a test may damage."""
+    return Path(shutil.copytree(seed_dir, tmp_path / "seed"))

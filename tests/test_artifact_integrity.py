@@ -1,0 +1,72 @@
+"""A missing, truncated or altered artifact is refused with a clear error, by the API and the CLI."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from export.cli import cli
+from runtime.errors import ArtifactError, ProviderError
+from runtime.providers import resolve_provider
+from runtime.runner import OnnxRunner
+
+
+def _alter(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-100])
+
+
+def _remove(path: Path) -> None:
+    path.unlink()
+
+
+@pytest.mark.parametrize("damage,message", [(_alter, "sha256 differs"), (_truncate, "truncated"), (_remove, "missing")])
+def test_damaged_model_is_refused(seed_copy: Path, damage, message: str) -> None:
+    damage(seed_copy / "mha.onnx")
+    with pytest.raises(ArtifactError, match=message):
+        OnnxRunner(seed_copy)
+
+
+@pytest.mark.parametrize("damage,message", [(_alter, "sha256 differs"), (_truncate, "truncated")])
+def test_onnx_path_is_checked_against_the_manifest_beside_it(seed_copy: Path, damage, message: str) -> None:
+    damage(seed_copy / "mha.onnx")
+    with pytest.raises(ArtifactError, match=message):
+        OnnxRunner(seed_copy / "mha.onnx")
+
+
+@pytest.mark.parametrize("target", ["mha.pt", "golden/b1_t1.context.bin", "golden/cases.json"])
+def test_check_refuses_any_altered_file(seed_copy: Path, target: str) -> None:
+    _alter(seed_copy / target)
+    result = CliRunner().invoke(cli, ["check", str(seed_copy)])
+    assert result.exit_code == 1
+    assert "sha256 differs from the manifest" in result.stderr and target in result.stderr
+
+
+def test_missing_manifest(seed_copy: Path) -> None:
+    (seed_copy / "manifest.json").unlink()
+    with pytest.raises(ArtifactError, match="expected a manifest"):
+        OnnxRunner(seed_copy)
+
+
+def test_unlisted_corrupt_onnx_file_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"\x08\x07garbage" * 10)
+    with pytest.raises(ArtifactError, match="ONNX Runtime cannot load it"):
+        OnnxRunner(bad)
+
+
+def test_cuda_unavailable_names_onnxruntime_gpu() -> None:
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        assert resolve_provider("cuda") == "cuda"
+        return
+    assert resolve_provider("auto") == "cpu"
+    with pytest.raises(ProviderError, match="install onnxruntime-gpu"):
+        resolve_provider("cuda")

@@ -1,0 +1,50 @@
+"""The tutorial's model: golden output, names, and the seed initialisation."""
+import torch
+
+from export.weights import seeded_model
+from runtime.config import preset
+
+# The book's six tokens "Your journey starts with one step", 3-dim embeddings.
+INPUTS = torch.tensor([
+    [0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
+    [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55],
+])
+# Printed by the tutorial for torch.manual_seed(123), d_out=2, num_heads=2, batch = stack((inputs, inputs)).
+EXPECTED = torch.tensor([
+    [-0.4519, 0.2216, 0.4772, 0.1063],
+    [-0.5874, 0.0058, 0.5891, 0.3257],
+    [-0.6300, -0.0632, 0.6202, 0.3860],
+    [-0.5675, -0.0843, 0.5478, 0.3589],
+    [-0.5526, -0.0981, 0.5321, 0.3428],
+    [-0.5299, -0.1081, 0.5077, 0.3493],
+])
+
+
+def test_golden_seed_output() -> None:
+    model = seeded_model(preset("seed"))
+    with torch.no_grad():
+        out = model(torch.stack((INPUTS, INPUTS)))
+    assert out.shape == (2, 6, 4)
+    # the tutorial prints 4 decimals: equal after rounding to 4 places, for both batch rows
+    assert torch.equal(torch.round(out * 1e4) / 1e4, torch.round(torch.stack((EXPECTED, EXPECTED)) * 1e4) / 1e4)
+
+
+def test_parameter_and_buffer_names_match_the_tutorial() -> None:
+    names = set(seeded_model(preset("seed")).state_dict())
+    expected = {f"heads.{h}.{w}" for h in range(2) for w in ("W_query.weight", "W_key.weight", "W_value.weight", "mask")}
+    assert names == expected
+
+
+def test_mask_is_upper_triangular_ones() -> None:
+    mask = seeded_model(preset("seed")).heads[1].mask
+    assert torch.equal(mask, torch.triu(torch.ones(6, 6), diagonal=1))
+
+
+def test_causality_future_tokens_do_not_change_the_past() -> None:
+    model = seeded_model(preset("seed"))
+    x = torch.randn(1, 6, 3)
+    y = x.clone()
+    y[:, 4:] += 1.0
+    with torch.no_grad():
+        assert torch.equal(model(x)[:, :4], model(y)[:, :4])
+        assert not torch.allclose(model(x)[:, 4:], model(y)[:, 4:])

@@ -1,0 +1,81 @@
+"""ONNX (through the runner users use) and TorchScript equal eager PyTorch at every token count."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from export.torchscript import load_torchscript
+from export.weights import load_model
+from runtime.config import MHAConfig
+from runtime.manifest import load_manifest
+from runtime.runner import OnnxRunner
+from runtime.tolerance import compare, tolerance_for
+
+
+def _eager(folder: Path) -> tuple[torch.nn.Module, MHAConfig]:
+    config = MHAConfig.from_dict(load_manifest(folder)["config"])
+    return load_model(config, folder / "weights.safetensors"), config
+
+
+def _parity_every_length(folder: Path) -> int:
+    """Compare both artifacts with eager at every (batch 1..3, tokens 1..context_length); return cases run."""
+    model, config = _eager(folder)
+    onnx_runner = OnnxRunner(folder, provider="cpu")
+    script, script_config = load_torchscript(folder / "mha.pt")
+    assert script_config == config
+    cases = 0
+    for batch in (1, 2, 3):
+        for tokens in range(1, config.context_length + 1):
+            x = torch.randn(batch, tokens, config.d_in, generator=torch.Generator().manual_seed(tokens))
+            with torch.no_grad():
+                expected = model(x).numpy()  # (B, T, H * d_out)
+                scripted = script(x).numpy()
+            onnx_cmp = compare(onnx_runner.run(x.numpy()), expected, tolerance_for("onnx"))
+            ts_cmp = compare(scripted, expected, tolerance_for("torchscript"))
+            assert onnx_cmp.ok, f"onnx batch={batch} tokens={tokens} max_abs={onnx_cmp.max_abs}"
+            assert ts_cmp.ok, f"torchscript batch={batch} tokens={tokens} max_abs={ts_cmp.max_abs}"
+            cases += 1
+    return cases
+
+
+def test_seed_parity_every_length(seed_dir: Path) -> None:
+    assert _parity_every_length(seed_dir) == 3 * 6
+
+
+def test_mid_config_parity_every_length(mid_dir: Path) -> None:
+    assert _parity_every_length(mid_dir) == 3 * 48
+
+
+def test_manifest_records_measured_errors(seed_dir: Path) -> None:
+    artifacts = load_manifest(seed_dir)["artifacts"]
+    assert set(artifacts) == {"mha.onnx", "mha.pt"}
+    for info in artifacts.values():
+        assert info["passed"] and info["cases"] >= 20
+        assert 0.0 <= info["max_abs_error"] <= info["tolerance"]["atol"]
+
+
+@pytest.mark.slow
+def test_gpt2_small_export_size_and_parity(gpt2_dir: Path) -> None:
+    size = (gpt2_dir / "mha.onnx").stat().st_size
+    assert size <= 12 * 2**20, f"mha.onnx is {size / 2**20:.1f} MiB; the per-head masks were not shared"
+    model, config = _eager(gpt2_dir)
+    runner = OnnxRunner(gpt2_dir, provider="cpu")
+    script, _ = load_torchscript(gpt2_dir / "mha.pt")
+    for batch, tokens in [(1, 1), (2, 2), (1, 511), (1, 512), (3, 513), (1, 1023), (1, 1024)]:
+        x = torch.randn(batch, tokens, config.d_in, generator=torch.Generator().manual_seed(7))
+        with torch.no_grad():
+            expected = model(x).numpy()
+            scripted = script(x).numpy()
+        assert compare(runner.run(x.numpy()), expected, tolerance_for("onnx")).ok, (batch, tokens)
+        assert compare(scripted, expected, tolerance_for("torchscript")).ok, (batch, tokens)
+    assert np.isfinite(expected).all()
+
+
+def test_torchscript_stores_one_mask(mid_dir: Path) -> None:
+    script, _ = load_torchscript(mid_dir / "mha.pt")
+    masks = [t for name, t in script.state_dict().items() if name.endswith(".mask")]
+    assert len(masks) == 4
+    assert len({m.data_ptr() for m in masks}) == 1 and torch.equal(masks[0], torch.triu(torch.ones(48, 48), 1))

@@ -1,0 +1,19 @@
+"""runtime/ must work on an edge box with onnxruntime and numpy only."""
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_runtime_imports_and_runs_without_torch(seed_dir: Path) -> None:
+    code = (
+        "import sys, numpy as np\n"
+        "import runtime, runtime.golden, runtime.arrays\n"
+        "from runtime.runner import OnnxRunner\n"
+        f"r = OnnxRunner({str(seed_dir)!r}, provider='cpu')\n"
+        "y = r.run(np.ones((1, 2, 3), np.float32))\n"
+        f"res = runtime.golden.check_onnx_artifacts({str(seed_dir)!r})\n"
+        "assert y.shape == (1, 2, 4) and res and all(x.ok for x in res)\n"
+        "print('torch' in sys.modules, len(res))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "3"], out.stdout + out.stderr
