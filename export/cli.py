@@ -34,21 +34,25 @@ def cli() -> None:
 @click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)), help="Preset(s) to export (default: all).")
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True, help="Folder for <preset>/ folders.")
 @click.option("--weights", type=click.Path(path_type=Path), default=None, help=".safetensors or torch state_dict (one preset only).")
-@click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset (18..25).")
-def export_cmd(presets: tuple[str, ...], out: Path, weights: Path | None, opset: int) -> None:
+@click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset of mha.onnx (18..25).")
+@click.option("--variants", default="all", show_default=True,
+              help="Comma-separated edge variants: fused, attention, fp16, int8, ort; or 'all' / 'none'.")
+def export_cmd(presets: tuple[str, ...], out: Path, weights: Path | None, opset: int, variants: str) -> None:
     """Export, validate and place the artifacts of each preset."""
     from export.onnx_export import check_opset
     from export.pipeline import export_preset
     from export.report import ARTIFACT_HEADERS, artifact_rows, table
+    from export.variants import parse_variants
 
     names = list(presets) or list(PRESETS)
     if weights is not None and len(names) != 1:
         raise click.UsageError(f"--weights fits one preset; got {len(names)} ({', '.join(names)}): add --preset NAME")
     check_opset(opset)  # refuse before any work starts
+    chosen = parse_variants(variants)
     rows = []
     for name in names:
         click.echo(f"exporting {name} ...", err=True)
-        result = export_preset(name, out, weights=weights, opset=opset, progress=True)
+        result = export_preset(name, out, weights=weights, opset=opset, progress=True, variants=chosen)
         rows += artifact_rows(name, result.manifest)
         click.echo(f"  {name}: done in {result.seconds:.1f} s", err=True)
     click.echo(table(ARTIFACT_HEADERS, rows))

@@ -25,6 +25,17 @@ def file_table(folder: Path) -> dict[str, dict[str, Any]]:
     return table
 
 
+def artifact_facts(path: Path) -> dict[str, Any]:
+    """Opset and node count of an .onnx file; an .ort file reports its source's opset; TorchScript neither."""
+    if path.suffix == ".onnx":
+        model = onnx.load(str(path), load_external_data=False)
+        version = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        return {"opset": version, "nodes": len(model.graph.node)}
+    if path.suffix == ".ort":
+        return artifact_facts(path.with_suffix(".onnx")) | {"nodes": None}
+    return {"opset": None, "nodes": None}
+
+
 def versions() -> dict[str, str]:
     return {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
 

@@ -12,9 +12,10 @@ from safetensors.torch import save_file
 from export.artifacts import FAITHFUL, WEIGHTS_FILE, ArtifactSpec
 from export.atomic import staged_folder
 from export.fixtures import write_golden
-from export.manifest import write_manifest
+from export.manifest import artifact_facts, write_manifest
 from export.onnx_export import DEFAULT_OPSET, check_opset, export_onnx
 from export.torchscript import export_torchscript
+from export.variants import ALL_VARIANTS, build_variants, variant_specs
 from export.validate import SWEEP_SEEDS, ArtifactReport, sweep_shapes, validate
 from export.weights import SEED, load_model
 from runtime.config import MHAConfig, preset
@@ -41,7 +42,7 @@ class ExportResult:
 
 def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None, weights: Path | None = None,
                   opset: int = DEFAULT_OPSET, progress: bool = False,
-                  artifacts: tuple[ArtifactSpec, ...] = FAITHFUL) -> ExportResult:
+                  variants: tuple[str, ...] = ALL_VARIANTS) -> ExportResult:
     """Export preset `name` (or `config` under that folder name) into `out_root/name`.
 
     Nothing under `out_root/name` changes unless every artifact was written and validated.
@@ -51,17 +52,19 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
     config = config or preset(name)
     check_opset(opset)
     model = load_model(config, weights)
+    artifacts: tuple[ArtifactSpec, ...] = FAITHFUL + variant_specs(variants)
     with staged_folder(Path(out_root) / name) as stage:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(stage / WEIGHTS_FILE))
         export_onnx(model, config, stage / "mha.onnx", opset=opset)
         export_torchscript(model, config, stage / "mha.pt")
+        build_variants(model, config, stage, variants)
         write_golden(model, config, stage, artifacts)
         reports = validate(stage, model, config, artifacts, progress=progress, label=f"validating {name}")
         weights_info = ({"source": f"torch.manual_seed({SEED})"} if weights is None
                         else {"source": str(weights), "sha256": sha256_file(Path(weights))})
         manifest = write_manifest(
             stage, preset=name, config=config, opset=opset, weights=weights_info,
-            artifacts={file: report.to_dict() for file, report in reports.items()},
+            artifacts={file: report.to_dict() | artifact_facts(stage / file) for file, report in reports.items()},
             sweep={"shapes": [list(s) for s in sweep_shapes(config)], "seeds": list(SWEEP_SEEDS)},
         )
     return ExportResult(name, Path(out_root) / name, manifest, reports, time.perf_counter() - start)

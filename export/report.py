@@ -24,10 +24,14 @@ def artifact_rows(preset: str, manifest: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for file, info in manifest["artifacts"].items():
         tol = info["tolerance"]
-        rows.append([preset, file, human_size(manifest["files"][file]["size"]), f"{info['max_abs_error']:.2e}",
-                     f"{info['rel_l2_error']:.2e}", f"atol {tol['atol']:g}", info["cases"],
+        limit = f"atol {tol['atol']:g}" + (f", rel_l2 {tol['rel_l2']:g}" if tol.get("rel_l2") is not None else "")
+        nodes = info.get("nodes")
+        opset = info.get("opset")
+        rows.append([preset, file, human_size(manifest["files"][file]["size"]), "-" if opset is None else opset,
+                     f"{info['max_abs_error']:.2e}",
+                     f"{info['rel_l2_error']:.2e}", limit, "-" if nodes is None else nodes, info["cases"],
                      "ok" if info["passed"] else "FAIL"])
     return rows
 
 
-ARTIFACT_HEADERS = ["preset", "artifact", "size", "max abs err", "rel L2 err", "tolerance", "cases", "result"]
+ARTIFACT_HEADERS = ["preset", "artifact", "size", "opset", "max abs err", "rel L2 err", "tolerance", "nodes", "cases", "result"]

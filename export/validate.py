@@ -40,11 +40,14 @@ class Failure:
     shape: tuple[int, ...]
     seed: int
     max_abs: float
+    rel_l2: float
     tolerance: Tolerance
 
     def line(self) -> str:
-        return (f"{self.artifact} shape={list(self.shape)} seed={self.seed}: max abs diff {self.max_abs:.3g} "
-                f"> atol {self.tolerance.atol:g} (rtol {self.tolerance.rtol:g}, rel_l2 {self.tolerance.rel_l2})")
+        tol = self.tolerance
+        limit = f"atol {tol.atol:g}, rtol {tol.rtol:g}" + (f", rel_l2 {tol.rel_l2:g}" if tol.rel_l2 is not None else "")
+        return (f"{self.artifact} shape={list(self.shape)} seed={self.seed}: max abs diff {self.max_abs:.3g}, "
+                f"rel L2 {self.rel_l2:.3g}; tolerance {limit}")
 
 
 @dataclass
@@ -105,7 +108,8 @@ def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts:
                 report.max_abs = max(report.max_abs, cmp.max_abs)
                 report.rel_l2 = max(report.rel_l2, cmp.rel_l2)
                 if not cmp.ok:
-                    report.failures.append(Failure(spec.file, (batch, tokens, config.d_in), seed, cmp.max_abs, spec.tolerance))
+                    report.failures.append(Failure(spec.file, (batch, tokens, config.d_in), seed, cmp.max_abs, cmp.rel_l2,
+                                                       spec.tolerance))
     failures = [f for r in reports.values() for f in r.failures]
     if failures:
         raise ValidationError(failures)

@@ -31,6 +31,16 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
     ("onnx", "cuda"): Tolerance(atol=1e-5, rtol=1e-5),
     # Measured: 0.0 to 5e-7 (the traced graph runs the same kernels as eager).
     ("torchscript", "cpu"): Tolerance(atol=1e-5, rtol=1e-5),
+    # Fused Q/K/V projection; SDPA's op order differs from the wrapper's by about 2e-7.
+    ("fused", "cpu"): Tolerance(atol=1e-5, rtol=1e-5),
+    ("attention", "cpu"): Tolerance(atol=1e-5, rtol=1e-5),
+    # float16 weights and compute (fp32 I/O). Measured over the gpt2-small sweep: max abs 9.5e-4,
+    # relative L2 3.9e-4; DESIGN's starting point 5e-3 leaves 5x headroom.
+    ("fp16", "cpu"): Tolerance(atol=5e-3, rtol=0.0),
+    # int8 dynamic quantization, judged mainly by relative L2 error <= 3e-2 (measured 1.3e-2 over the
+    # gpt2-small sweep). Max abs measured 2.7e-2 (outputs reach about 2.0); the 0.1 bound is about 4x that
+    # and still catches a broken quantization (signed weights on AVX2 gave 0.28 max abs, 0.28 rel L2).
+    ("int8", "cpu"): Tolerance(atol=0.1, rtol=0.0, rel_l2=3e-2),
 }
 
 

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from export.cli import cli
 from runtime.config import preset
 from runtime.errors import ContractError
+from runtime.manifest import load_manifest
 
 
 def test_export_writes_a_validated_folder_and_table(tmp_path: Path) -> None:
@@ -34,7 +35,8 @@ def test_export_refusals_before_any_work(tmp_path: Path) -> None:
 def test_validate(seed_dir: Path) -> None:
     result = CliRunner().invoke(cli, ["validate", str(seed_dir)])
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip().splitlines()[-1] == "40 passed, 0 failed"
+    artifacts = len(load_manifest(seed_dir)["artifacts"])
+    assert result.stdout.strip().splitlines()[-1] == f"{artifacts * 20} passed, 0 failed"  # 10 shapes x 2 seeds
 
 
 def test_run_writes_the_output(seed_dir: Path, tmp_path: Path) -> None:
@@ -63,8 +65,9 @@ def test_check_prints_summary_last(seed_dir: Path) -> None:
     result = CliRunner().invoke(cli, ["check", str(seed_dir)])
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
-    assert lines[-1] == "6 passed, 0 failed"
-    assert sum(line.startswith("ok") for line in lines) == 6
+    expected = 3 * len(load_manifest(seed_dir)["artifacts"])  # 3 golden cases per artifact
+    assert lines[-1] == f"{expected} passed, 0 failed"
+    assert sum(line.startswith("ok") for line in lines) == expected
 
 
 def test_check_fails_when_a_golden_output_is_wrong(seed_copy: Path) -> None:
@@ -80,7 +83,8 @@ def test_check_fails_when_a_golden_output_is_wrong(seed_copy: Path) -> None:
     (seed_copy / "manifest.json").write_text(json.dumps(manifest))
     result = CliRunner().invoke(cli, ["check", str(seed_copy)])
     assert result.exit_code == 1
-    assert result.stdout.strip().splitlines()[-1] == "4 passed, 2 failed"
+    artifacts = len(manifest["artifacts"])  # the case b1_t1 now fails on every artifact, the other two pass
+    assert result.stdout.strip().splitlines()[-1] == f"{2 * artifacts} passed, {artifacts} failed"
 
 
 def test_inspect(seed_dir: Path) -> None:

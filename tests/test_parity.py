@@ -51,7 +51,7 @@ def test_mid_config_parity_every_length(mid_dir: Path) -> None:
 
 def test_manifest_records_measured_errors(seed_dir: Path) -> None:
     artifacts = load_manifest(seed_dir)["artifacts"]
-    assert set(artifacts) == {"mha.onnx", "mha.pt"}
+    assert {"mha.onnx", "mha.pt"} <= set(artifacts)
     for info in artifacts.values():
         assert info["passed"] and info["cases"] >= 20
         assert 0.0 <= info["max_abs_error"] <= info["tolerance"]["atol"]

@@ -1,0 +1,132 @@
+"""Edge variants: the fused mapping, each variant's parity and finiteness, sizes, refusals, .ort files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from export.cli import cli
+from export.fused import fuse
+from export.model import build_wrapper
+from export.onnx_export import ExportError
+from export.variants import ALL_VARIANTS, parse_variants, variant_specs
+from export.weights import load_model
+from runtime.config import MHAConfig
+from runtime.manifest import load_manifest
+from runtime.runner import OnnxRunner
+from runtime.tolerance import compare, tolerance_for
+
+VARIANT_FILES = {spec.file: spec.kind for spec in variant_specs(ALL_VARIANTS)}
+
+
+@pytest.mark.parametrize("config", [
+    MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6),
+    MHAConfig(d_in=64, d_out=16, num_heads=4, context_length=48, qkv_bias=True),
+    MHAConfig(d_in=32, d_out=8, num_heads=1, context_length=20, qkv_bias=True),
+    MHAConfig(d_in=96, d_out=32, num_heads=6, context_length=64),
+], ids=["seed", "mid-bias", "one-head-bias", "six-heads"])
+@pytest.mark.parametrize("sdpa", [False, True], ids=["explicit", "sdpa"])
+def test_fused_mapping_equals_the_wrapper(config: MHAConfig, sdpa: bool) -> None:
+    torch.manual_seed(5)
+    wrapper = build_wrapper(config).eval()
+    fused = fuse(wrapper, config, sdpa=sdpa)
+    for tokens in (1, 2, config.context_length // 2, config.context_length):
+        x = torch.randn(3, tokens, config.d_in)
+        with torch.no_grad():
+            diff = (fused(x) - wrapper(x)).abs().max().item()
+        assert diff <= 1e-6, (tokens, diff)
+
+
+def _parity(folder: Path, tokens_list: list[int]) -> None:
+    config = MHAConfig.from_dict(load_manifest(folder)["config"])
+    model = load_model(config, folder / "weights.safetensors")
+    runners = {file: OnnxRunner(folder, model=file, provider="cpu") for file in VARIANT_FILES}
+    for batch in (1, 2):
+        for tokens in tokens_list:
+            x = torch.randn(batch, tokens, config.d_in, generator=torch.Generator().manual_seed(tokens))
+            with torch.no_grad():
+                expected = model(x).numpy()
+            for file, runner in runners.items():
+                got = runner.run(x.numpy())
+                assert np.isfinite(got).all(), f"{file} gave NaN/inf at batch={batch} tokens={tokens}"
+                cmp = compare(got, expected, tolerance_for(VARIANT_FILES[file]))
+                assert cmp.ok, f"{file} batch={batch} tokens={tokens}: {cmp}"
+
+
+def test_every_variant_every_length_seed(seed_dir: Path) -> None:
+    _parity(seed_dir, list(range(1, 7)))
+
+
+def test_every_variant_every_length_mid(mid_dir: Path) -> None:
+    _parity(mid_dir, list(range(1, 49)))
+
+
+@pytest.mark.slow
+def test_gpt2_small_variants_sizes_and_parity(gpt2_dir: Path) -> None:
+    mib = {f: (gpt2_dir / f).stat().st_size / 2**20 for f in VARIANT_FILES}
+    assert mib["mha.fused.onnx"] <= 7.5 and mib["mha.fp16.onnx"] <= 4.0 and mib["mha.int8.onnx"] <= 2.5, mib
+    _parity(gpt2_dir, [1, 2, 512, 1024])
+
+
+def test_manifest_records_every_variant(seed_dir: Path) -> None:
+    manifest = load_manifest(seed_dir)
+    for file, kind in VARIANT_FILES.items():
+        info = manifest["artifacts"][file]
+        assert info["kind"] == kind and info["passed"]
+        assert info["tolerance"] == tolerance_for(kind).to_dict()
+        assert manifest["files"][file]["size"] > 0 and len(manifest["files"][file]["sha256"]) == 64
+        assert info["max_abs_error"] >= 0 and info["rel_l2_error"] >= 0
+    assert manifest["artifacts"]["mha.attention.onnx"]["opset"] == 23
+    assert manifest["artifacts"]["mha.int8.onnx"]["opset"] == 18
+
+
+def test_attention_variant_is_one_attention_node(seed_dir: Path) -> None:
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(seed_dir / "mha.attention.onnx")).graph.node]
+    assert ops.count("Attention") == 1
+
+
+def test_ort_files_load_from_a_path_and_match(seed_dir: Path) -> None:
+    x = np.random.default_rng(3).standard_normal((2, 5, 3)).astype(np.float32)
+    for ort_file, source in (("mha.ort", "mha.onnx"), ("mha.fused.ort", "mha.fused.onnx")):
+        assert (seed_dir / ort_file).read_bytes()[4:8] == b"ORTM"  # flatbuffer identifier of the ORT format
+        got = OnnxRunner(seed_dir / ort_file, provider="cpu").run(x)
+        want = OnnxRunner(seed_dir, model=source, provider="cpu").run(x)
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+
+
+def test_golden_check_covers_every_variant(seed_dir: Path) -> None:
+    result = CliRunner().invoke(cli, ["check", str(seed_dir)])
+    assert result.exit_code == 0, result.output
+    checked = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("ok")}
+    assert checked == {"mha.onnx", "mha.pt"} | set(VARIANT_FILES)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("int8-attention", "cannot be built: int8 dynamic quantization of the opset-23 Attention node"),
+    ("fused,int4", "unknown variant 'int4'; choose from fused, attention, fp16, int8, ort"),
+])
+def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ExportError, match=message):
+        parse_variants(text)
+    result = CliRunner().invoke(cli, ["export", "--preset", "seed", "--variants", text, "--out", str(tmp_path)])
+    assert result.exit_code == 1 and message.split(":")[0] in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_variant_selection() -> None:
+    assert parse_variants("all") == ALL_VARIANTS and parse_variants("none") == ()
+    assert [s.file for s in variant_specs(parse_variants("int8"))] == ["mha.fused.onnx", "mha.int8.onnx"]
+
+
+def test_export_with_selected_variants(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["export", "--preset", "seed", "--variants", "fp16", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    files = set(load_manifest(tmp_path / "seed")["artifacts"])
+    assert files == {"mha.onnx", "mha.pt", "mha.fused.onnx", "mha.fp16.onnx"}
+    inspect = CliRunner().invoke(cli, ["inspect", str(tmp_path / "seed")])
+    assert "mha.fp16.onnx" in inspect.stdout and "nodes" in inspect.stdout
