@@ -35,8 +35,6 @@ ALL_VARIANTS: tuple[str, ...] = tuple(SPECS)
 UNBUILDABLE = {
     "int8-attention": "int8 dynamic quantization of the opset-23 Attention node gives an invalid graph; "
                       "int8 is built from the opset-18 fused form (variant 'int8')",
-    "fp16-attention": "ONNX Runtime's CPU provider has no float16 Attention kernel; fp16 is built from the "
-                      "opset-18 fused form (variant 'fp16')",
 }
 NEEDS_FUSED = {"fp16", "int8", "ort"}
 
