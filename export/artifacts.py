@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 from runtime.tolerance import Tolerance, tolerance_for
 
-ONNX_RUNTIME = "onnxruntime"
-TORCHSCRIPT_RUNTIME = "torchscript"
+from runtime.golden import DECODE_RUNTIME, ONNX_RUNTIME, TORCHSCRIPT_RUNTIME
+
 WEIGHTS_FILE = "weights.safetensors"
 
 
@@ -29,3 +29,7 @@ class ArtifactSpec:
 ONNX = ArtifactSpec("mha.onnx", "onnx", ONNX_RUNTIME)
 TORCHSCRIPT = ArtifactSpec("mha.pt", "torchscript", TORCHSCRIPT_RUNTIME)
 FAITHFUL: tuple[ArtifactSpec, ...] = (ONNX, TORCHSCRIPT)
+
+
+__all__ = ["ArtifactSpec", "FAITHFUL", "ONNX", "TORCHSCRIPT", "WEIGHTS_FILE", "ONNX_RUNTIME", "DECODE_RUNTIME",
+           "TORCHSCRIPT_RUNTIME"]

@@ -4,14 +4,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from export.artifacts import ArtifactSpec
+from export.artifacts import DECODE_RUNTIME, ArtifactSpec
 from export.example import example_tokens
 from runtime.config import MHAConfig
 from runtime.contract import INPUT_NAME, OUTPUT_NAME
+from runtime.decode import golden_schedule
 from runtime.golden import CASES_FORMAT, CASES_NAME, GOLDEN_DIR
 
 FIXTURE_SEED = 2024
@@ -31,6 +33,15 @@ def _write_array(root: Path, stem: str, array: np.ndarray) -> tuple[str, str]:
     return bin_name, npy_name
 
 
+def _entry(spec: ArtifactSpec, cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """cases.json's line for one artifact; the decode form also says how each case is fed."""
+    entry = spec.to_dict()
+    if spec.runtime == DECODE_RUNTIME:
+        entry["schedule"] = "from an empty cache: a prefill of ceil(tokens / 2) tokens, then one token per step"
+        entry["schedules"] = {c["name"]: golden_schedule(c["input_shape"][1]) for c in cases}
+    return entry
+
+
 def write_golden(model: torch.nn.Module, config: MHAConfig, folder: Path, artifacts: Sequence[ArtifactSpec]) -> Path:
     """Write `folder/golden/` with every case and a cases.json naming each artifact's tolerance."""
     root = Path(folder) / GOLDEN_DIR
@@ -47,6 +58,6 @@ def write_golden(model: torch.nn.Module, config: MHAConfig, folder: Path, artifa
                       "input_bin": x_bin, "output_bin": y_bin, "input_npy": x_npy, "output_npy": y_npy})
     doc = {"format": CASES_FORMAT, "input": INPUT_NAME, "output": OUTPUT_NAME, "dtype": "float32",
            "byte_order": "little", "config": config.to_dict(), "cases": cases,
-           "artifacts": [spec.to_dict() for spec in artifacts]}
+           "artifacts": [_entry(spec, cases) for spec in artifacts]}
     (root / CASES_NAME).write_text(json.dumps(doc, indent=2) + "\n")
     return root

@@ -48,18 +48,25 @@ def _quiet_torch_logs() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def trace_to_onnx(module: torch.nn.Module, config: MHAConfig, *, opset: int) -> ir.Model:
-    """torch.onnx.export (dynamo) with symbolic `batch` and `tokens`; returns the ONNX IR model."""
-    x = example_input(config)  # (2, T_example, d_in): no size-1 axis, T_example < context_length
-    dynamic_shapes = {"x": {0: Dim(BATCH_AXIS), 1: Dim(TOKENS_AXIS, max=config.context_length)}}
+def trace(module: torch.nn.Module, args: tuple[torch.Tensor, ...], *, input_names: list[str],
+          output_names: list[str], dynamic_shapes: dict[str, dict[int, Dim]], opset: int) -> ir.Model:
+    """torch.onnx.export (dynamo), quietly, into an ONNX IR model (one file, no external data)."""
     with warnings.catch_warnings(), redirect_stdout(io.StringIO()), _quiet_torch_logs():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            module.eval(), (x,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+            module.eval(), args, input_names=input_names, output_names=output_names,
             dynamic_shapes=dynamic_shapes, dynamo=True, opset_version=check_opset(opset),
             external_data=False, verbose=False, report=False,
         )
     return program.model
+
+
+def trace_to_onnx(module: torch.nn.Module, config: MHAConfig, *, opset: int) -> ir.Model:
+    """The main contract: `x` -> `context` with symbolic `batch` and `tokens`."""
+    x = example_input(config)  # (2, T_example, d_in): no size-1 axis, T_example < context_length
+    dynamic_shapes = {"x": {0: Dim(BATCH_AXIS), 1: Dim(TOKENS_AXIS, max=config.context_length)}}
+    return trace(module, (x,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                 dynamic_shapes=dynamic_shapes, opset=opset)
 
 
 def shrink(model: ir.Model) -> ir.Model:
@@ -73,35 +80,36 @@ def shrink(model: ir.Model) -> ir.Model:
     return model
 
 
-def stamp_metadata(model: ir.Model, config: MHAConfig) -> None:
+def stamp_metadata(model: ir.Model, config: MHAConfig, contract_json: str | None = None) -> None:
     """Carry the config and the I/O contract in metadata_props, so a runner needs nothing else."""
     model.metadata_props[META_CONFIG] = config.to_json()
-    model.metadata_props[META_CONTRACT] = IOContract(config).to_json()
+    model.metadata_props[META_CONTRACT] = contract_json or IOContract(config).to_json()
     model.producer_name = "mha-export"
 
 
-def check_saved(path: Path, config: MHAConfig) -> None:
-    """The saved file: checker-clean, one file, and the contract's names and symbolic axes."""
+def check_saved(path: Path, config: MHAConfig, signature: dict[str, list[str | int]] | None = None) -> None:
+    """The saved file: checker-clean, one file, and the contract's names and symbolic axes, in order."""
     proto = onnx.load(str(path), load_external_data=False)
     onnx.checker.check_model(proto, full_check=True)
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
         raise ExportError(f"{path}: expected one self-contained file, found external data references")
-    contract = IOContract(config)
-    for value, want in ((proto.graph.input, contract.input_shape), (proto.graph.output, contract.output_shape)):
-        if len(value) != 1:
-            raise ExportError(f"{path}: expected exactly one graph input and output, found {len(value)}")
-        dims = [d.dim_param or d.dim_value for d in value[0].type.tensor_type.shape.dim]
-        if dims != want:
-            raise ExportError(f"{path}: {value[0].name!r} has shape {dims}, expected {want} (an axis was frozen)")
-    names = (proto.graph.input[0].name, proto.graph.output[0].name)
-    if names != (INPUT_NAME, OUTPUT_NAME):
-        raise ExportError(f"{path}: expected input/output names {(INPUT_NAME, OUTPUT_NAME)}, got {names}")
+    if signature is None:
+        contract = IOContract(config)
+        signature = {INPUT_NAME: contract.input_shape, OUTPUT_NAME: contract.output_shape}
+    found = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+             for v in list(proto.graph.input) + list(proto.graph.output)}
+    if list(found) != list(signature):
+        raise ExportError(f"{path}: expected inputs/outputs {list(signature)}, got {list(found)}")
+    for name, want in signature.items():
+        if found[name] != want:
+            raise ExportError(f"{path}: {name!r} has shape {found[name]}, expected {want} (an axis was frozen)")
 
 
-def save_onnx(model: ir.Model, path: Path, config: MHAConfig) -> None:
-    stamp_metadata(model, config)
+def save_onnx(model: ir.Model, path: Path, config: MHAConfig, *, contract_json: str | None = None,
+              signature: dict[str, list[str | int]] | None = None) -> None:
+    stamp_metadata(model, config, contract_json)
     ir.save(model, str(path))
-    check_saved(path, config)
+    check_saved(path, config, signature)
 
 
 def export_onnx(module: torch.nn.Module, config: MHAConfig, path: Path, *, opset: int = DEFAULT_OPSET) -> None:

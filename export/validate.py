@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,11 +12,12 @@ import click
 import numpy as np
 import torch
 
-from export.artifacts import ONNX_RUNTIME, ArtifactSpec
+from export.artifacts import DECODE_RUNTIME, ONNX_RUNTIME, ArtifactSpec
 from export.example import example_tokens
 from export.torchscript import load_torchscript
 from runtime.config import MHAConfig
 from runtime.errors import MHAError
+from runtime.decode import SCHEDULES, DecodeSession, run_chunked
 from runtime.runner import OnnxRunner
 from runtime.tolerance import Tolerance, compare
 
@@ -76,9 +78,15 @@ class ValidationError(MHAError):
 
 
 def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], np.ndarray]:
-    """The same runner users use: OnnxRunner for ONNX files, torch.jit.load for TorchScript."""
+    """The same runner users use: OnnxRunner for ONNX files, DecodeSession for the decode form
+    (each call takes the next chunk schedule: one prefill, token by token, uneven, golden),
+    torch.jit.load for TorchScript."""
     if spec.runtime == ONNX_RUNTIME:
         return OnnxRunner(Path(folder) / spec.file, provider="cpu").run  # verified if a manifest is beside it
+    if spec.runtime == DECODE_RUNTIME:
+        session = DecodeSession(Path(folder) / spec.file, provider="cpu")
+        schedules = itertools.cycle(SCHEDULES.values())
+        return lambda x: run_chunked(session, x, next(schedules)(x.shape[1]))
     module, _ = load_torchscript(Path(folder) / spec.file)
 
     def run(x: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Edge variants built from the wrapper's weights: fused, attention (opset 23), fp16, int8 and ORT format."""
+"""Variants built from the wrapper's weights: fused, attention (opset 23), fp16, int8, ORT format, decode."""
 from __future__ import annotations
 
 import logging
@@ -12,7 +12,8 @@ import onnx_ir.passes.common as ir_passes
 import onnxruntime as ort
 import torch
 
-from export.artifacts import ONNX_RUNTIME, ArtifactSpec
+from export.artifacts import DECODE_RUNTIME, ONNX_RUNTIME, ArtifactSpec
+from export.decode import DECODE_FILE, export_decode
 from export.fused import fuse
 from export.onnx_export import ExportError, save_onnx, shrink, trace_to_onnx
 from runtime.config import MHAConfig
@@ -29,6 +30,8 @@ SPECS: dict[str, tuple[ArtifactSpec, ...]] = {
     "int8": (ArtifactSpec("mha.int8.onnx", "int8", ONNX_RUNTIME),),
     # The .ort files hold the same fp32 arithmetic as their sources, so they share the sources' rows.
     "ort": (ArtifactSpec("mha.ort", "onnx", ONNX_RUNTIME), ArtifactSpec("mha.fused.ort", "fused", ONNX_RUNTIME)),
+    # Key/value-cache form for token-by-token generation (its own I/O: see runtime/decode.py).
+    "decode": (ArtifactSpec(DECODE_FILE, "decode", DECODE_RUNTIME),),
 }
 ALL_VARIANTS: tuple[str, ...] = tuple(SPECS)
 # Combinations people ask for that cannot be built, with the reason.
@@ -135,6 +138,8 @@ def build_variants(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, va
         export_fp16(folder / "mha.fused.onnx", folder / "mha.fp16.onnx")
     if "mha.int8.onnx" in files:
         export_int8(folder / "mha.fused.onnx", folder / "mha.int8.onnx")
+    if DECODE_FILE in files:
+        export_decode(wrapper, config, folder / DECODE_FILE)
     if "mha.ort" in files:
         export_ort(folder / "mha.onnx", folder / "mha.ort")
         export_ort(folder / "mha.fused.onnx", folder / "mha.fused.ort")

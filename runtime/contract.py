@@ -15,6 +15,11 @@ OUTPUT_NAME = "context"
 BATCH_AXIS = "batch"
 TOKENS_AXIS = "tokens"
 DTYPE = "float32"
+# The decode form (key/value cache): extra inputs and outputs, and its axes.
+PAST_KEY, PAST_VALUE = "past_key", "past_value"
+PRESENT_KEY, PRESENT_VALUE = "present_key", "present_value"
+PAST_AXIS, NEW_AXIS = "past_tokens", "new_tokens"
+TOTAL_AXIS = f"{PAST_AXIS} + {NEW_AXIS}"
 # Keys under which the ONNX file's metadata_props carry the config and the contract.
 META_CONFIG = "mha.config"
 META_CONTRACT = "mha.contract"
@@ -50,9 +55,38 @@ class IOContract:
         return (batch, tokens, self.config.d_model)
 
 
-def check_input(x: Any, config: MHAConfig) -> np.ndarray:
+@dataclass(frozen=True)
+class DecodeContract:
+    """The decode form's I/O: x plus the cache in, context plus the grown cache out."""
+
+    config: MHAConfig
+
+    def signature(self) -> dict[str, list[str | int]]:
+        """Names and shapes, inputs first, in graph order."""
+        h, d = self.config.num_heads, self.config.d_out
+        return {
+            INPUT_NAME: [BATCH_AXIS, NEW_AXIS, self.config.d_in],
+            PAST_KEY: [BATCH_AXIS, h, PAST_AXIS, d],
+            PAST_VALUE: [BATCH_AXIS, h, PAST_AXIS, d],
+            OUTPUT_NAME: [BATCH_AXIS, NEW_AXIS, self.config.d_model],
+            PRESENT_KEY: [BATCH_AXIS, h, TOTAL_AXIS, d],
+            PRESENT_VALUE: [BATCH_AXIS, h, TOTAL_AXIS, d],
+        }
+
+    def to_json(self) -> str:
+        sig = self.signature()
+        return json.dumps({
+            "inputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in (INPUT_NAME, PAST_KEY, PAST_VALUE)],
+            "outputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)],
+            "limits": {"batch_min": 1, "new_tokens_min": 1, "past_tokens_min": 0,
+                       "past_plus_new_max": self.config.context_length},
+        }, sort_keys=True)
+
+
+def check_input(x: Any, config: MHAConfig, *, past_tokens: int = 0) -> np.ndarray:
     """Return `x` as a C-contiguous float32 array (B, T, d_in), or raise ContractError saying why not.
 
+    With `past_tokens` (decode), T may be at most context_length - past_tokens.
     float16 and float64 are cast to float32 (numpy's default float64 would otherwise be refused
     for nothing); integer, bool and complex inputs are refused.
     """
@@ -70,6 +104,11 @@ def check_input(x: Any, config: MHAConfig) -> np.ndarray:
         )
     if batch < 1:
         raise ContractError(f"input {INPUT_NAME!r}: expected batch >= 1, got {batch}")
+    if past_tokens and not 1 <= tokens <= config.context_length - past_tokens:
+        raise ContractError(
+            f"input {INPUT_NAME!r}: expected 1 <= new tokens <= context_length - past_tokens = "
+            f"{config.context_length} - {past_tokens} = {config.context_length - past_tokens}, got {tokens}"
+        )
     if not 1 <= tokens <= config.context_length:
         raise ContractError(
             f"input {INPUT_NAME!r}: expected 1 <= tokens <= context_length={config.context_length}, got {tokens}"

@@ -15,6 +15,10 @@ from runtime.tolerance import Tolerance, compare
 GOLDEN_DIR = "golden"
 CASES_NAME = "cases.json"
 CASES_FORMAT = 1
+# The `runtime` field of an artifact entry in cases.json.
+ONNX_RUNTIME = "onnxruntime"
+DECODE_RUNTIME = "onnxruntime-decode"
+TORCHSCRIPT_RUNTIME = "torchscript"
 
 
 @dataclass(frozen=True)
@@ -90,13 +94,20 @@ def check_onnx_artifacts(artifact_dir: Path, *, provider: str = "cpu", threads: 
     """Every ONNX Runtime artifact that `cases.json` lists, on every case, with its own tolerance."""
     from runtime.runner import OnnxRunner  # local: keeps `import runtime.golden` light
 
+    from runtime.decode import DecodeSession, golden_schedule, run_chunked
+
     cases = load_cases(artifact_dir)
     results: list[CaseResult] = []
     for entry in cases["artifacts"]:
-        if entry["runtime"] != "onnxruntime":
+        run: Callable[[np.ndarray], np.ndarray]
+        if entry["runtime"] == ONNX_RUNTIME:
+            run = OnnxRunner(artifact_dir, model=entry["file"], provider=provider, threads=threads).run
+        elif entry["runtime"] == DECODE_RUNTIME:  # a prefill of ceil(T/2) tokens, then one token per step
+            session = DecodeSession(artifact_dir, model=entry["file"], provider=provider, threads=threads)
+            run = lambda x, s=session: run_chunked(s, x, golden_schedule(x.shape[1]))  # noqa: E731
+        else:
             continue
-        runner = OnnxRunner(artifact_dir, model=entry["file"], provider=provider, threads=threads)
-        results += check_artifact(entry["file"], runner.run, Tolerance.from_dict(entry["tolerance"]), artifact_dir, cases)
+        results += check_artifact(entry["file"], run, Tolerance.from_dict(entry["tolerance"]), artifact_dir, cases)
     return results
 
 

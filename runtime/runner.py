@@ -9,7 +9,7 @@ import onnxruntime as ort
 
 from runtime.config import MHAConfig
 from runtime.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input
-from runtime.errors import ArtifactError, ConfigError
+from runtime.errors import ArtifactError, ConfigError, ContractError
 from runtime.manifest import MANIFEST_NAME, load_manifest, read_verified
 from runtime.providers import resolve_provider, session_providers
 
@@ -40,9 +40,13 @@ class OnnxRunner:
         self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
         self.config = _config_from_metadata(self.metadata, self.path)
         self.contract = IOContract(self.config)
+        self.input_names = [i.name for i in self.session.get_inputs()]
 
     def run(self, x: Any) -> np.ndarray:
         """x: (B, T, d_in) float32 -> context: (B, T, num_heads * d_out) float32."""
+        if self.input_names != [INPUT_NAME]:
+            raise ContractError(f"{self.path.name} takes inputs {self.input_names}, not just {INPUT_NAME!r}: "
+                                "run the decode form with runtime.decode.DecodeSession")
         x = check_input(x, self.config)
         (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: x})
         return out

@@ -19,7 +19,8 @@ from runtime.manifest import load_manifest
 from runtime.runner import OnnxRunner
 from runtime.tolerance import compare, tolerance_for
 
-VARIANT_FILES = {spec.file: spec.kind for spec in variant_specs(ALL_VARIANTS)}
+# The variants with the plain x -> context contract (the decode form is tested in test_decode.py).
+VARIANT_FILES = {spec.file: spec.kind for spec in variant_specs(ALL_VARIANTS) if spec.runtime == "onnxruntime"}
 
 
 @pytest.mark.parametrize("config", [
@@ -103,12 +104,12 @@ def test_golden_check_covers_every_variant(seed_dir: Path) -> None:
     result = CliRunner().invoke(cli, ["check", str(seed_dir)])
     assert result.exit_code == 0, result.output
     checked = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("ok")}
-    assert checked == {"mha.onnx", "mha.pt"} | set(VARIANT_FILES)
+    assert checked == {"mha.onnx", "mha.pt", "mha.decode.onnx"} | set(VARIANT_FILES)
 
 
 @pytest.mark.parametrize("text,message", [
     ("int8-attention", "cannot be built: int8 dynamic quantization of the opset-23 Attention node"),
-    ("fused,int4", "unknown variant 'int4'; choose from fused, attention, fp16, int8, ort"),
+    ("fused,int4", "unknown variant 'int4'; choose from fused, attention, fp16, int8, ort, decode"),
 ])
 def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ExportError, match=message):
@@ -120,6 +121,7 @@ def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str,
 
 def test_variant_selection() -> None:
     assert parse_variants("all") == ALL_VARIANTS and parse_variants("none") == ()
+    assert parse_variants(" decode , fused") == ("fused", "decode")
     assert [s.file for s in variant_specs(parse_variants("int8"))] == ["mha.fused.onnx", "mha.int8.onnx"]
 
 

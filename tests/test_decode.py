@@ -1,0 +1,123 @@
+"""Key/value-cache decoding equals the full-sequence output, however the sequence is chunked."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from export.decode import decode_module, empty_cache
+from export.weights import load_model, seeded_model
+from runtime.config import MHAConfig, preset
+from runtime.decode import SCHEDULES, DecodeSession, run_chunked, uneven_schedule
+from runtime.errors import ContractError
+from runtime.manifest import load_manifest
+from runtime.runner import OnnxRunner
+from runtime.tolerance import compare, tolerance_for
+
+
+def _eager_chunked(config: MHAConfig, model: torch.nn.Module, x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
+    decode = decode_module(model, config)
+    key, value = empty_cache(config, x.shape[0])
+    outs, start = [], 0
+    with torch.no_grad():
+        for size in chunks:
+            ctx, key, value = decode(x[:, start:start + size], key, value)
+            outs.append(ctx)
+            start += size
+    assert key.shape[2] == x.shape[1]
+    return torch.cat(outs, dim=1)
+
+
+def test_uneven_schedule() -> None:
+    assert uneven_schedule(30) == [5, 1, 17, 1, 3, 3]
+    assert all(sum(s(t)) == t for s in SCHEDULES.values() for t in range(1, 40))
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_eager_decode_equals_full_sequence_seed_every_length(schedule: str) -> None:
+    config = preset("seed")
+    model = seeded_model(config)
+    for tokens in range(1, config.context_length + 1):
+        for batch in (1, 3):
+            x = torch.randn(batch, tokens, config.d_in)
+            with torch.no_grad():
+                full = model(x)
+            got = _eager_chunked(config, model, x, SCHEDULES[schedule](tokens))
+            assert (got - full).abs().max().item() <= 1e-5, (schedule, tokens, batch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["prefill", "token-by-token", "uneven"])
+def test_eager_decode_equals_full_sequence_gpt2(schedule: str) -> None:
+    config = preset("gpt2-small")
+    model = seeded_model(config)
+    x = torch.randn(1, config.context_length, config.d_in, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model(x)
+    got = _eager_chunked(config, model, x, SCHEDULES[schedule](config.context_length))
+    assert (got - full).abs().max().item() <= 1e-5  # every position 1..1024 compared
+
+
+def _ort_every_schedule(folder: Path, lengths: list[int], batches: tuple[int, ...] = (1, 2)) -> None:
+    config = MHAConfig.from_dict(load_manifest(folder)["config"])
+    model = load_model(config, folder / "weights.safetensors")
+    session = DecodeSession(folder, provider="cpu")
+    for tokens in lengths:
+        for batch in batches:
+            x = torch.randn(batch, tokens, config.d_in, generator=torch.Generator().manual_seed(tokens))
+            with torch.no_grad():
+                full = model(x).numpy()
+            for name, schedule in SCHEDULES.items():
+                cmp = compare(run_chunked(session, x.numpy(), schedule(tokens)), full, tolerance_for("decode"))
+                assert cmp.ok, f"{name} tokens={tokens} batch={batch}: {cmp}"
+                assert session.past_tokens == tokens
+
+
+def test_ort_decode_seed_every_length(seed_dir: Path) -> None:
+    _ort_every_schedule(seed_dir, list(range(1, 7)))
+
+
+def test_ort_decode_mid_every_length(mid_dir: Path) -> None:
+    _ort_every_schedule(mid_dir, list(range(1, 49)))
+
+
+@pytest.mark.slow
+def test_ort_decode_gpt2_up_to_1024(gpt2_dir: Path) -> None:
+    _ort_every_schedule(gpt2_dir, [1, 2, 100, 1024], batches=(1,))
+
+
+def test_decode_file_axes_are_symbolic(seed_dir: Path) -> None:
+    model = onnx.load(str(seed_dir / "mha.decode.onnx"))
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in list(model.graph.input) + list(model.graph.output)}
+    assert dims == {
+        "x": ["batch", "new_tokens", 3], "past_key": ["batch", 2, "past_tokens", 2],
+        "past_value": ["batch", 2, "past_tokens", 2], "context": ["batch", "new_tokens", 4],
+        "present_key": ["batch", 2, "past_tokens + new_tokens", 2],
+        "present_value": ["batch", 2, "past_tokens + new_tokens", 2],
+    }
+
+
+def test_step_past_context_is_refused_and_cache_kept(seed_dir: Path) -> None:
+    session = DecodeSession(seed_dir, provider="cpu")
+    session.step(np.zeros((2, 4, 3), np.float32))
+    key_before = session.past_key.copy()
+    with pytest.raises(ContractError, match="expected 1 <= new tokens <= context_length - past_tokens = 6 - 4 = 2, got 3"):
+        session.step(np.zeros((2, 3, 3), np.float32))
+    assert session.past_tokens == 4 and np.array_equal(session.past_key, key_before)
+    with pytest.raises(ContractError, match="expected batch 2 \\(the cache's\\), got 1"):
+        session.step(np.zeros((1, 1, 3), np.float32))
+    session.step(np.zeros((2, 2, 3), np.float32))
+    assert session.past_tokens == 6
+    with pytest.raises(ContractError, match="= 0, got 1"):
+        session.step(np.zeros((2, 1, 3), np.float32))
+    session.reset()
+    assert session.past_tokens == 0
+
+
+def test_plain_runner_refuses_the_decode_file(seed_dir: Path) -> None:
+    with pytest.raises(ContractError, match="use DecodeSession|run the decode form"):
+        OnnxRunner(seed_dir, model="mha.decode.onnx", provider="cpu").run(np.zeros((1, 1, 3), np.float32))
