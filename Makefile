@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
 OTHER_ORT := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
 
-.PHONY: venv export test clean
+.PHONY: venv export test bench clean
 
 venv: $(STAMP)
 
@@ -20,8 +20,13 @@ $(STAMP): pyproject.toml
 export: $(STAMP)
 	$(VENV)/bin/mha export --out artifacts
 
+# Benchmark gpt2-small (exports it first when its artifacts are missing).
+bench: $(STAMP)
+	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
+	$(VENV)/bin/mha bench --preset gpt2-small --artifacts artifacts --out artifacts/bench
+
 test: $(STAMP)
 	$(PY) -m pytest
 
 clean:
-	rm -rf artifacts/seed artifacts/gpt2-small artifacts/.*staging* .pytest_cache
+	rm -rf artifacts/seed artifacts/gpt2-small artifacts/bench artifacts/.*staging* .pytest_cache

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ def cli() -> None:
 @click.option("--weights", type=click.Path(path_type=Path), default=None, help=".safetensors or torch state_dict (one preset only).")
 @click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset of mha.onnx (18..25).")
 @click.option("--variants", default="all", show_default=True,
-              help="Comma-separated variants: fused, attention, fp16, int8, ort, decode; or 'all' / 'none'.")
+              help="Comma-separated variants: fused, attention, contrib, fp16, int8, ort, decode; or 'all' / 'none'.")
 def export_cmd(presets: tuple[str, ...], out: Path, weights: Path | None, opset: int, variants: str) -> None:
     """Export, validate and place the artifacts of each preset."""
     from export.onnx_export import check_opset
@@ -135,6 +136,41 @@ def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
     click.echo(table(ARTIFACT_HEADERS, artifact_rows(manifest["preset"], manifest)) + "\n")
     files = manifest["files"]
     click.echo(table(["file", "size", "sha256"], [[f, human_size(i["size"]), i["sha256"][:16]] for f, i in files.items()]))
+
+
+@cli.command("bench")
+@click.option("--preset", default="gpt2-small", show_default=True, type=click.Choice(list(PRESETS)))
+@click.option("--artifacts", "root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
+              help="Folder holding <preset>/ (made by `mha export`).")
+@click.option("--tokens", default="16,64,256,1024", show_default=True, help="Comma-separated token counts (batch 1).")
+@click.option("--threads", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default=True,
+              help="Threads for torch and ONNX Runtime alike.")
+@click.option("--rounds", type=click.IntRange(min=1), default=10, show_default=True, help="Interleaved timing rounds.")
+@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT / "bench", show_default=True)
+def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, out: Path) -> None:
+    """Latency of every runner side by side, against ONNX Runtime's own MatMul peak; writes JSON and a plot."""
+    from export.bench import SUMMARY_HEADERS, run_bench, summary_rows, write_outputs
+    from export.report import human_size, table
+
+    try:
+        counts = sorted({int(t) for t in tokens.split(",") if t.strip()})
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {tokens!r}", param_hint="--tokens") from None
+    result = run_bench(root / preset, tokens=counts, threads=threads, rounds=rounds)
+    json_path, png_path = write_outputs(result, out)
+    peak = result["matmul_peak"]
+    click.echo(f"{preset}, batch 1, {threads} threads, {rounds} rounds; {result['machine']['cpu']}")
+    click.echo(f"MatMul peak (ONNX Runtime, {peak['n']}^2 fp32): {peak['gflops']:.1f} GFLOP/s\n")
+    click.echo(table(SUMMARY_HEADERS, summary_rows(result)) + "\n")
+    rows = [[f, human_size(a["size_bytes"]), "-" if a["cold_start_s"] is None else f"{1e3 * a['cold_start_s']:.1f}",
+             "-" if a["export_seconds"] is None else f"{a['export_seconds']:.2f}"] for f, a in result["artifacts"].items()]
+    click.echo(table(["artifact", "size", "cold start ms (1 token)", "export s"], rows))
+    if "decode" in result:
+        d, full = result["decode"], result["decode"]["full_recompute"]
+        click.echo(f"\ndecode step at past_tokens={d['past_tokens']}: {1e3 * d['median_s']:.3f} ms median; "
+                   f"full recompute at T={full['tokens']} with {full['runner']}: {1e3 * full['median_s']:.2f} ms "
+                   f"({d['speedup_vs_full_recompute']:.0f}x)")
+    click.echo(f"\nwrote {json_path} and {png_path}")
 
 
 def main() -> None:

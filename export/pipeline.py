@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,12 @@ def check_folder_name(name: str) -> None:
         raise ConfigError(f"preset folder name: expected letters, digits, '.', '_' or '-', got {name!r}")
 
 
+def _timed(step: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
+
+
 @dataclass(frozen=True)
 class ExportResult:
     name: str
@@ -55,16 +62,17 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
     artifacts: tuple[ArtifactSpec, ...] = FAITHFUL + variant_specs(variants)
     with staged_folder(Path(out_root) / name) as stage:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(stage / WEIGHTS_FILE))
-        export_onnx(model, config, stage / "mha.onnx", opset=opset)
-        export_torchscript(model, config, stage / "mha.pt")
-        build_variants(model, config, stage, variants)
+        seconds = {"mha.onnx": _timed(lambda: export_onnx(model, config, stage / "mha.onnx", opset=opset)),
+                   "mha.pt": _timed(lambda: export_torchscript(model, config, stage / "mha.pt"))}
+        seconds |= build_variants(model, config, stage, variants)
         write_golden(model, config, stage, artifacts)
         reports = validate(stage, model, config, artifacts, progress=progress, label=f"validating {name}")
         weights_info = ({"source": f"torch.manual_seed({SEED})"} if weights is None
                         else {"source": str(weights), "sha256": sha256_file(Path(weights))})
         manifest = write_manifest(
             stage, preset=name, config=config, opset=opset, weights=weights_info,
-            artifacts={file: report.to_dict() | artifact_facts(stage / file) for file, report in reports.items()},
+            artifacts={file: report.to_dict() | artifact_facts(stage / file) | {"export_seconds": round(seconds[file], 3)}
+                       for file, report in reports.items()},
             sweep={"shapes": [list(s) for s in sweep_shapes(config)], "seeds": list(SWEEP_SEEDS)},
         )
     return ExportResult(name, Path(out_root) / name, manifest, reports, time.perf_counter() - start)

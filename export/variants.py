@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import logging
+import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import onnx
@@ -13,6 +14,7 @@ import onnxruntime as ort
 import torch
 
 from export.artifacts import DECODE_RUNTIME, ONNX_RUNTIME, ArtifactSpec
+from export.contrib import export_contrib
 from export.decode import DECODE_FILE, export_decode
 from export.fused import fuse
 from export.onnx_export import ExportError, save_onnx, shrink, trace_to_onnx
@@ -26,6 +28,8 @@ ATTENTION_OPSET = 23  # scaled_dot_product_attention becomes one ONNX Attention 
 SPECS: dict[str, tuple[ArtifactSpec, ...]] = {
     "fused": (ArtifactSpec("mha.fused.onnx", "fused", ONNX_RUNTIME),),
     "attention": (ArtifactSpec("mha.attention.onnx", "attention", ONNX_RUNTIME),),
+    # ONNX Runtime's own fused causal Attention op (com.microsoft): the fastest fp32 form on CPU.
+    "contrib": (ArtifactSpec("mha.contrib.onnx", "contrib", ONNX_RUNTIME),),
     "fp16": (ArtifactSpec("mha.fp16.onnx", "fp16", ONNX_RUNTIME),),
     "int8": (ArtifactSpec("mha.int8.onnx", "int8", ONNX_RUNTIME),),
     # The .ort files hold the same fp32 arithmetic as their sources, so they share the sources' rows.
@@ -126,21 +130,27 @@ def export_ort(onnx_path: Path, path: Path) -> None:
         raise ExportError(f"{path}: ONNX Runtime did not write the ORT-format file")
 
 
-def build_variants(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, variants: Iterable[str]) -> None:
-    """Write every requested variant (and the fused graph they need) into `folder`."""
+def build_variants(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, variants: Iterable[str]
+                   ) -> dict[str, float]:
+    """Write every requested variant (and the fused graph they need) into `folder`; return seconds per file."""
     files = {spec.file for spec in variant_specs(variants)}
-    folder = Path(folder)
-    if "mha.fused.onnx" in files:
-        export_fused(wrapper, config, folder / "mha.fused.onnx", sdpa=FUSED_SDPA, opset=FUSED_OPSET)
-    if "mha.attention.onnx" in files:
-        export_fused(wrapper, config, folder / "mha.attention.onnx", sdpa=True, opset=ATTENTION_OPSET)
-    if "mha.fp16.onnx" in files:
-        export_fp16(folder / "mha.fused.onnx", folder / "mha.fp16.onnx")
-    if "mha.int8.onnx" in files:
-        export_int8(folder / "mha.fused.onnx", folder / "mha.int8.onnx")
-    if DECODE_FILE in files:
-        export_decode(wrapper, config, folder / DECODE_FILE)
-    if "mha.ort" in files:
-        export_ort(folder / "mha.onnx", folder / "mha.ort")
-        export_ort(folder / "mha.fused.onnx", folder / "mha.fused.ort")
+    f = Path(folder)
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("mha.fused.onnx", lambda: export_fused(wrapper, config, f / "mha.fused.onnx", sdpa=FUSED_SDPA, opset=FUSED_OPSET)),
+        ("mha.attention.onnx", lambda: export_fused(wrapper, config, f / "mha.attention.onnx", sdpa=True,
+                                                    opset=ATTENTION_OPSET)),
+        ("mha.contrib.onnx", lambda: export_contrib(wrapper, config, f / "mha.contrib.onnx")),
+        ("mha.fp16.onnx", lambda: export_fp16(f / "mha.fused.onnx", f / "mha.fp16.onnx")),
+        ("mha.int8.onnx", lambda: export_int8(f / "mha.fused.onnx", f / "mha.int8.onnx")),
+        (DECODE_FILE, lambda: export_decode(wrapper, config, f / DECODE_FILE)),
+        ("mha.ort", lambda: export_ort(f / "mha.onnx", f / "mha.ort")),
+        ("mha.fused.ort", lambda: export_ort(f / "mha.fused.onnx", f / "mha.fused.ort")),
+    ]
+    seconds = {}
+    for file, build in steps:
+        if file in files:
+            start = time.perf_counter()
+            build()
+            seconds[file] = time.perf_counter() - start
+    return seconds
 

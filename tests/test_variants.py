@@ -109,7 +109,7 @@ def test_golden_check_covers_every_variant(seed_dir: Path) -> None:
 
 @pytest.mark.parametrize("text,message", [
     ("int8-attention", "cannot be built: int8 dynamic quantization of the opset-23 Attention node"),
-    ("fused,int4", "unknown variant 'int4'; choose from fused, attention, fp16, int8, ort, decode"),
+    ("fused,int4", "unknown variant 'int4'; choose from fused, attention, contrib, fp16, int8, ort, decode"),
 ])
 def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ExportError, match=message):

@@ -1,0 +1,259 @@
+"""`mha bench`: every runner timed side by side in one process, interleaved, against the machine's MatMul peak."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import onnx.helper as oh
+import onnxruntime as ort
+import torch
+from onnx import TensorProto
+
+from export.artifacts import ONNX_RUNTIME, TORCHSCRIPT_RUNTIME, WEIGHTS_FILE
+from export.atomic import write_file_atomic
+from export.fused import fuse
+from export.manifest import versions
+from export.torchscript import load_torchscript
+from export.weights import load_model
+from runtime.config import MHAConfig
+from runtime.decode import DECODE_MODEL, DecodeSession
+from runtime.manifest import load_manifest
+from runtime.runner import OnnxRunner
+
+PEAK_N = 2048  # the reference MatMul is (PEAK_N x PEAK_N) @ (PEAK_N x PEAK_N), fp32, in ONNX Runtime
+
+
+def dense_flops(config: MHAConfig, *, batch: int, tokens: int) -> int:
+    """Dense FLOPs of one forward pass (a multiply-add counts 2):
+    Q/K/V projections 2*B*T*d_in*(3*H*d_out) + scores Q K^T 2*B*H*T*T*d_out + weights @ V 2*B*H*T*T*d_out.
+    Softmax, scaling and masking are not counted; nor is the masked half skipped (a causal kernel may beat 100%)."""
+    h, d = config.num_heads, config.d_out
+    return 2 * batch * tokens * config.d_in * 3 * h * d + 4 * batch * h * tokens * tokens * d
+
+
+def decode_step_flops(config: MHAConfig, *, past: int) -> int:
+    """One new token at `past` cached tokens: its projections plus 1 x (past + 1) scores and context."""
+    h, d = config.num_heads, config.d_out
+    return 2 * config.d_in * 3 * h * d + 4 * h * (past + 1) * d
+
+
+def _matmul_session(threads: int) -> Callable[[], Any]:
+    graph = oh.make_graph([oh.make_node("MatMul", ["a", "b"], ["c"])], "peak",
+                          [oh.make_tensor_value_info(n, TensorProto.FLOAT, [PEAK_N, PEAK_N]) for n in ("a", "b")],
+                          [oh.make_tensor_value_info("c", TensorProto.FLOAT, [PEAK_N, PEAK_N])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    a = np.random.default_rng(0).standard_normal((PEAK_N, PEAK_N)).astype(np.float32)
+    return lambda: session.run(None, {"a": a, "b": a})
+
+
+@dataclass
+class Runner:
+    name: str
+    kind: str  # eager | torchscript | onnxruntime
+    fn: Callable[[np.ndarray], Any]
+    file: str | None = None
+
+
+def build_runners(folder: Path, config: MHAConfig, threads: int) -> list[Runner]:
+    """Eager wrapper, eager fused module, TorchScript, and every ONNX artifact through OnnxRunner."""
+    manifest = load_manifest(folder)
+    model = load_model(config, Path(folder) / WEIGHTS_FILE)
+    fused = fuse(model, config, sdpa=True)
+
+    def torch_fn(module: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[np.ndarray], Any]:
+        def run(x: np.ndarray) -> Any:
+            with torch.inference_mode():
+                return module(torch.from_numpy(x))
+        return run
+
+    runners = [Runner("eager wrapper", "eager", torch_fn(model)), Runner("eager fused", "eager", torch_fn(fused))]
+    for file, info in manifest["artifacts"].items():
+        if info["runtime"] == TORCHSCRIPT_RUNTIME:
+            script, _ = load_torchscript(Path(folder) / file)
+            runners.append(Runner(file, "torchscript", torch_fn(script), file))
+        elif info["runtime"] == ONNX_RUNTIME:
+            runner = OnnxRunner(folder, model=file, provider="cpu", threads=threads)
+            runners.append(Runner(file, "onnxruntime", runner.run, file))
+    return runners
+
+
+def cold_start(folder: Path, file: str, config: MHAConfig, threads: int, repeats: int = 3) -> float:
+    """Median seconds for session creation (manifest check included) plus a first run on one token."""
+    x = np.zeros((1, 1, config.d_in), np.float32)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        OnnxRunner(folder, model=file, provider="cpu", threads=threads).run(x)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _stats(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"median_s": statistics.median(ordered), "p90_s": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]}
+
+
+def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, warmup: int = 1,
+              progress: bool = True) -> dict[str, Any]:
+    """Time every runner at every token count, interleaved round by round, plus the MatMul peak and decode."""
+    torch.set_num_threads(threads)
+    manifest = load_manifest(folder)
+    config = MHAConfig.from_dict(manifest["config"])
+    tokens = sorted({min(max(t, 1), config.context_length) for t in tokens})  # clipped to the contract
+    runners = build_runners(folder, config, threads)
+    peak = _matmul_session(threads)
+    inputs = {t: np.random.default_rng(t).standard_normal((1, t, config.d_in)).astype(np.float32) for t in tokens}
+    decode = None
+    if DECODE_MODEL in manifest["artifacts"]:
+        decode = DecodeSession(folder, provider="cpu", threads=threads)
+        past = config.context_length - 1
+        decode.step(np.random.default_rng(1).standard_normal((1, past, config.d_in)).astype(np.float32))
+        cache = (decode.past_key, decode.past_value)
+        one = np.random.default_rng(2).standard_normal((1, 1, config.d_in)).astype(np.float32)
+
+    def decode_step() -> None:
+        decode.past_key, decode.past_value = cache  # always from past_tokens = context_length - 1
+        decode.step(one)
+
+    samples: dict[tuple[str, int], list[float]] = {(r.name, t): [] for r in runners for t in tokens}
+    peak_samples: list[float] = []
+    decode_samples: list[float] = []
+
+    def timed(fn: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    for _ in range(warmup):
+        peak()
+        for r in runners:
+            for t in tokens:
+                r.fn(inputs[t])
+        if decode is not None:
+            decode_step()
+    jobs = range(rounds)
+    bar = click.progressbar(jobs, label="benchmarking", file=click.get_text_stream("stderr")) if progress else None
+    with bar if bar is not None else contextlib.nullcontext(jobs) as items:
+        for _ in items:
+            peak_samples.append(timed(peak))
+            for t in tokens:
+                for r in runners:
+                    samples[(r.name, t)].append(timed(lambda: r.fn(inputs[t])))
+            if decode is not None:
+                decode_samples.append(timed(decode_step))
+
+    peak_gflops = 2 * PEAK_N ** 3 / statistics.median(peak_samples) / 1e9
+    results = []
+    for r in runners:
+        for t in tokens:
+            stats = _stats(samples[(r.name, t)])
+            gflops = dense_flops(config, batch=1, tokens=t) / stats["median_s"] / 1e9
+            results.append({"runner": r.name, "kind": r.kind, "tokens": t, **stats,
+                            "tokens_per_s": t / stats["median_s"], "gflops": gflops,
+                            "pct_of_peak": 100.0 * gflops / peak_gflops})
+    artifacts = {}
+    for r in runners:
+        if r.file is None:
+            continue
+        info = manifest["artifacts"][r.file]
+        artifacts[r.file] = {"size_bytes": manifest["files"][r.file]["size"],
+                             "export_seconds": info.get("export_seconds"),
+                             "cold_start_s": cold_start(folder, r.file, config, threads) if r.kind == "onnxruntime" else None}
+    out: dict[str, Any] = {
+        "preset": manifest["preset"], "config": config.to_dict(), "batch": 1, "tokens": tokens, "threads": threads,
+        "rounds": rounds, "machine": machine(), "versions": versions(),
+        "flop_formula": dense_flops.__doc__.split("\n")[1].strip(),
+        "matmul_peak": {"n": PEAK_N, "gflops": peak_gflops, **_stats(peak_samples)},
+        "results": results, "artifacts": artifacts,
+    }
+    if decode is not None and config.context_length in tokens:
+        past = config.context_length - 1
+        full = fastest_fp32(results, manifest, tokens=config.context_length)
+        out["decode"] = {"past_tokens": past, **_stats(decode_samples),
+                         "gflops": decode_step_flops(config, past=past) / statistics.median(decode_samples) / 1e9,
+                         "full_recompute": {"runner": full["runner"], "tokens": config.context_length,
+                                            "median_s": full["median_s"]},
+                         "speedup_vs_full_recompute": full["median_s"] / statistics.median(decode_samples)}
+    return out
+
+
+LOW_PRECISION = {"fp16", "int8"}
+
+
+def fastest_fp32(results: list[dict[str, Any]], manifest: dict[str, Any], *, tokens: int) -> dict[str, Any]:
+    """The fastest fp32 artifact (not eager, not fp16/int8) at `tokens`."""
+    fp32 = [r for r in results if r["tokens"] == tokens and r["kind"] != "eager"
+            and manifest["artifacts"][r["runner"]]["kind"] not in LOW_PRECISION]
+    return min(fp32, key=lambda r: r["median_s"])
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(), "python": platform.python_version()}
+
+
+def summary_rows(result: dict[str, Any]) -> list[list[Any]]:
+    """One row per (runner, tokens): latency, rates, % of peak, and the ratio to the eager wrapper."""
+    eager = {r["tokens"]: r["median_s"] for r in result["results"] if r["runner"] == "eager wrapper"}
+    rows = []
+    for r in result["results"]:
+        rows.append([r["runner"], r["tokens"], f"{1e3 * r['median_s']:.2f}", f"{1e3 * r['p90_s']:.2f}",
+                     f"{r['tokens_per_s']:.0f}", f"{r['gflops']:.1f}", f"{r['pct_of_peak']:.0f}%",
+                     f"{eager[r['tokens']] / r['median_s']:.2f}x"])
+    return rows
+
+
+SUMMARY_HEADERS = ["runner", "T", "median ms", "p90 ms", "tokens/s", "GFLOP/s", "% peak", "vs eager"]
+
+
+def write_outputs(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    """bench.json and latency.png (log-log latency against tokens, the MatMul-peak floor as its own line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = out_dir / "bench.json", out_dir / "latency.png"
+    write_file_atomic(json_path, (json.dumps(result, indent=2) + "\n").encode())
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for name in dict.fromkeys(r["runner"] for r in result["results"]):
+        pts = [(r["tokens"], 1e3 * r["median_s"]) for r in result["results"] if r["runner"] == name]
+        ax.plot(*zip(*pts), marker="o", label=name)
+    config = MHAConfig.from_dict(result["config"])
+    floor = [(t, 1e3 * dense_flops(config, batch=1, tokens=t) / (result["matmul_peak"]["gflops"] * 1e9))
+             for t in result["tokens"]]
+    ax.plot(*zip(*floor), "k--", linewidth=2, label=f"MatMul peak floor ({result['matmul_peak']['gflops']:.0f} GFLOP/s)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens (batch 1)")
+    ax.set_ylabel("median latency (ms)")
+    ax.set_title(f"{result['preset']}: {result['threads']} threads, {result['machine']['cpu']}", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = png_path.with_name(".latency.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, png_path)
+    return json_path, png_path

@@ -1,0 +1,46 @@
+"""The fastest fp32 form: ONNX Runtime's com.microsoft `Attention` op (fused Q/K/V, causal) in one node."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+from onnx import TensorProto, numpy_helper
+
+from export.fused import fused_state_dict
+from export.model import MultiHeadAttentionWrapper
+from runtime.config import MHAConfig
+from runtime.contract import BATCH_AXIS, INPUT_NAME, META_CONFIG, META_CONTRACT, OUTPUT_NAME, TOKENS_AXIS, IOContract
+
+CONTRIB_OPSET = 18
+
+
+def contrib_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.ModelProto:
+    """x (B, T, d_in) -> Attention(x, W_qkv^T, b_qkv, unidirectional=1) -> context (B, T, H * d_out).
+
+    ORT's kernel runs the Q/K/V projection as one GEMM and the heads in parallel; the scale
+    1/sqrt(d_out) is its default. Needs onnxruntime (the op is in the com.microsoft domain).
+    """
+    state = fused_state_dict(wrapper.state_dict(), config)
+    weight = state["W_qkv.weight"].detach().numpy().T.copy()  # (d_in, 3 * H * d_out)
+    bias = (state["W_qkv.bias"].detach().numpy() if config.qkv_bias
+            else np.zeros(3 * config.d_model, np.float32))  # (3 * H * d_out,)
+    node = oh.make_node("Attention", [INPUT_NAME, "W_qkv", "b_qkv"], [OUTPUT_NAME], domain="com.microsoft",
+                        num_heads=config.num_heads, unidirectional=1)
+    graph = oh.make_graph(
+        [node], "mha_contrib",
+        [oh.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, config.d_in])],
+        [oh.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, config.d_model])],
+        [numpy_helper.from_array(weight.astype(np.float32), "W_qkv"), numpy_helper.from_array(bias.astype(np.float32), "b_qkv")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)],
+                          producer_name="mha-export")
+    oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: IOContract(config).to_json()})
+    return model
+
+
+def export_contrib(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, path: Path) -> None:
+    model = contrib_model(wrapper, config)
+    onnx.checker.check_model(model)  # contrib ops are not in onnx's schema registry: structural check only
+    onnx.save(model, str(path))
