@@ -30,7 +30,10 @@ from runtime.decode import DECODE_MODEL, DecodeSession
 from runtime.manifest import load_manifest
 from runtime.runner import OnnxRunner
 
-PEAK_N = 2048  # the reference MatMul is (PEAK_N x PEAK_N) @ (PEAK_N x PEAK_N), fp32, in ONNX Runtime
+PEAK_N = 2048
+# Idle time before each timed call. Every ONNX Runtime session has its own thread pool and torch has its
+# OpenMP pool; their workers spin for a while after a call and would steal the 2 cores from the next runner.
+SETTLE_S = 0.01  # the reference MatMul is (PEAK_N x PEAK_N) @ (PEAK_N x PEAK_N), fp32, in ONNX Runtime
 
 
 def dense_flops(config: MHAConfig, *, batch: int, tokens: int) -> int:
@@ -133,6 +136,7 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
     decode_samples: list[float] = []
 
     def timed(fn: Callable[[], Any]) -> float:
+        time.sleep(SETTLE_S)
         start = time.perf_counter()
         fn()
         return time.perf_counter() - start
@@ -237,9 +241,10 @@ def write_outputs(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     json_path, png_path = out_dir / "bench.json", out_dir / "latency.png"
     write_file_atomic(json_path, (json.dumps(result, indent=2) + "\n").encode())
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    for name in dict.fromkeys(r["runner"] for r in result["results"]):
+    colors = plt.get_cmap("tab20").colors  # one distinct colour per runner (there are more than 10)
+    for i, name in enumerate(dict.fromkeys(r["runner"] for r in result["results"])):
         pts = [(r["tokens"], 1e3 * r["median_s"]) for r in result["results"] if r["runner"] == name]
-        ax.plot(*zip(*pts), marker="o", label=name)
+        ax.plot(*zip(*pts), marker="o", label=name, color=colors[i % len(colors)])
     config = MHAConfig.from_dict(result["config"])
     floor = [(t, 1e3 * dense_flops(config, batch=1, tokens=t) / (result["matmul_peak"]["gflops"] * 1e9))
              for t in result["tokens"]]

@@ -1,0 +1,52 @@
+"""The bench's wiring on the seed preset (one short round): every runner, finite figures, a PNG. No timing asserts."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from export.bench import dense_flops, run_bench, write_outputs
+from export.cli import cli
+from runtime.config import preset
+from runtime.manifest import load_manifest
+
+
+def test_dense_flop_formula() -> None:
+    # seed: projections 2*1*6*3*(3*2*2) = 432; scores and context 4*1*2*6*6*2 = 576
+    assert dense_flops(preset("seed"), batch=1, tokens=6) == 432 + 576
+    gpt2 = dense_flops(preset("gpt2-small"), batch=1, tokens=1024)
+    assert gpt2 == 2 * 1024 * 768 * 2304 + 4 * 12 * 1024 * 1024 * 64
+
+
+def test_bench_json_has_every_runner_and_finite_figures(seed_dir: Path, tmp_path: Path) -> None:
+    result = run_bench(seed_dir, tokens=[1, 4, 99], threads=1, rounds=1, progress=False)
+    json_path, png_path = write_outputs(result, tmp_path / "bench")
+    data = json.loads(json_path.read_text())
+    artifacts = [f for f, i in load_manifest(seed_dir)["artifacts"].items() if i["runtime"] != "onnxruntime-decode"]
+    runners = {r["runner"] for r in data["results"]}
+    assert runners == {"eager wrapper", "eager fused"} | set(artifacts)
+    assert data["tokens"] == [1, 4, 6]  # 99 is clipped to context_length
+    assert len(data["results"]) == len(runners) * 3
+    for r in data["results"]:
+        for key in ("median_s", "p90_s", "tokens_per_s", "gflops", "pct_of_peak"):
+            assert math.isfinite(r[key]) and r[key] > 0, (r["runner"], key, r[key])
+        assert r["p90_s"] >= r["median_s"]
+    assert data["matmul_peak"]["gflops"] > 0 and data["threads"] == 1
+    assert data["decode"]["past_tokens"] == 5 and data["decode"]["speedup_vs_full_recompute"] > 0
+    for file, info in data["artifacts"].items():
+        assert info["size_bytes"] > 0 and info["export_seconds"] >= 0
+        if file.endswith((".onnx", ".ort")):
+            assert info["cold_start_s"] > 0
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--rounds", "1",
+                                      "--threads", "1", "--tokens", "2,6", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "MatMul peak" in result.stdout and "eager wrapper" in result.stdout and "decode step" in result.stdout
+    assert (tmp_path / "bench.json").exists() and (tmp_path / "latency.png").exists()
+    bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--tokens", "a,b"])
+    assert bad.exit_code == 2 and "expected comma-separated integers" in bad.stderr
