@@ -14,6 +14,9 @@ from runtime.config import MHAConfig
 from runtime.contract import BATCH_AXIS, INPUT_NAME, META_CONFIG, META_CONTRACT, OUTPUT_NAME, TOKENS_AXIS, IOContract
 
 CONTRIB_OPSET = 18
+# onnx.helper would stamp its newest IR version (14), which onnxruntime-node 1.30 refuses ("max supported 13");
+# 10 is what the torch exporter writes for the other artifacts.
+IR_VERSION = 10
 
 
 def contrib_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.ModelProto:
@@ -36,6 +39,7 @@ def contrib_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)],
                           producer_name="mha-export")
+    model.ir_version = IR_VERSION
     oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: IOContract(config).to_json()})
     return model
 

@@ -14,7 +14,7 @@ from export.example import example_tokens
 from runtime.config import MHAConfig
 from runtime.contract import INPUT_NAME, OUTPUT_NAME
 from runtime.decode import golden_schedule
-from runtime.golden import CASES_FORMAT, CASES_NAME, GOLDEN_DIR
+from runtime.golden import CASES_FORMAT, CASES_NAME, CASES_TSV, GOLDEN_DIR
 
 FIXTURE_SEED = 2024
 
@@ -60,4 +60,25 @@ def write_golden(model: torch.nn.Module, config: MHAConfig, folder: Path, artifa
            "byte_order": "little", "config": config.to_dict(), "cases": cases,
            "artifacts": [_entry(spec, cases) for spec in artifacts]}
     (root / CASES_NAME).write_text(json.dumps(doc, indent=2) + "\n")
+    (root / CASES_TSV).write_text(cases_tsv(doc))
     return root
+
+
+TSV_COLUMNS = ("file", "kind", "runtime", "atol", "rtol", "rel_l2", "case", "batch", "tokens", "d_in", "d_model",
+               "input_bin", "output_bin", "schedule")
+
+
+def cases_tsv(doc: dict[str, Any]) -> str:
+    """cases.json flattened for C and C++: one tab-separated line per (artifact, case); '-' for none."""
+    lines = ["# " + "\t".join(TSV_COLUMNS)]
+    for entry in doc["artifacts"]:
+        tol = entry["tolerance"]
+        for case in doc["cases"]:
+            batch, tokens, d_in = case["input_shape"]
+            schedule = entry.get("schedules", {}).get(case["name"])
+            row = [entry["file"], entry["kind"], entry["runtime"], repr(tol["atol"]), repr(tol["rtol"]),
+                   "-" if tol["rel_l2"] is None else repr(tol["rel_l2"]), case["name"], batch, tokens, d_in,
+                   case["output_shape"][2], case["input_bin"], case["output_bin"],
+                   "-" if schedule is None else ",".join(map(str, schedule))]
+            lines.append("\t".join(map(str, row)))
+    return "\n".join(lines) + "\n"

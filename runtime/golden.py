@@ -14,6 +14,7 @@ from runtime.tolerance import Tolerance, compare
 
 GOLDEN_DIR = "golden"
 CASES_NAME = "cases.json"
+CASES_TSV = "cases.tsv"  # the same, one line per (artifact, case), for the C and C++ runners
 CASES_FORMAT = 1
 # The `runtime` field of an artifact entry in cases.json.
 ONNX_RUNTIME = "onnxruntime"

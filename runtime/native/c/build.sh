@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Build mha_check: fetch Debian trixie's libonnxruntime-dev headers with a private apt configuration
+# (own sources, lists and cache under build/; the system's apt state untouched), then link against
+# the libonnxruntime.so.1.* inside the onnxruntime wheel of the project's environment.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../../.." && pwd)"
+py="${PYTHON:-$repo/.venv/bin/python}"
+build="$here/build"
+apt_dir="$build/apt"
+command -v gcc >/dev/null || { echo "error: gcc not found (apt-get install gcc)" >&2; exit 1; }
+command -v apt-get >/dev/null || { echo "error: apt-get not found: the ONNX Runtime C headers come from Debian" >&2; exit 1; }
+
+if [ ! -f "$apt_dir/root/usr/include/onnxruntime/onnxruntime_c_api.h" ]; then
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/parts" "$apt_dir/debs"
+  # the first stanza of this machine's Debian sources, with the suite set to trixie
+  awk 'BEGIN{RS="";ORS="\n\n"} /deb.debian.org\/debian$|deb.debian.org\/debian\n/ && !done {print; done=1}' \
+    /etc/apt/sources.list.d/debian.sources | sed -e 's/^Suites:.*/Suites: trixie/' >"$apt_dir/parts/trixie.sources"
+  if [ ! -s "$apt_dir/parts/trixie.sources" ]; then
+    echo "Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$apt_dir/parts/trixie.sources"
+  fi
+  opts=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$apt_dir/parts"
+        -o Dir::State::Lists="$apt_dir/lists" -o Dir::Cache="$apt_dir/cache" -o Debug::NoLocking=1
+        -o APT::Sandbox::User=root)
+  apt-get -q "${opts[@]}" update >/dev/null
+  (cd "$apt_dir/debs" && apt-get -q "${opts[@]}" download libonnxruntime-dev >/dev/null)
+  dpkg -x "$apt_dir"/debs/libonnxruntime-dev_*.deb "$apt_dir/root"
+fi
+include="$apt_dir/root/usr/include/onnxruntime"
+
+ort_lib="$("$py" -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so.1*")))[-1])')"
+mkdir -p "$build/lib"
+ln -sf "$ort_lib" "$build/lib/libonnxruntime.so.1"  # the library's SONAME
+ln -sf "$ort_lib" "$build/lib/libonnxruntime.so"
+gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/mha_check.c" -o "$build/mha_check" \
+  -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm
+echo "built $build/mha_check (headers: ORT_API_VERSION $(grep -m1 -o 'ORT_API_VERSION [0-9]*' "$include/onnxruntime_c_api.h" | cut -d' ' -f2), library: $(basename "$ort_lib"))"
