@@ -48,6 +48,10 @@ native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.tsv)
 	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p | tail -1; \
 	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p | tail -1; \
 	done
+	@echo "== README embedding snippets on artifacts/seed"
+	node $(NATIVE)/node/example.js artifacts/seed
+	$(NATIVE)/c/build/example artifacts/seed/mha.onnx
+	$(NATIVE)/cpp-libtorch/build/example artifacts/seed/mha.pt
 
 clean:
 	rm -rf artifacts/seed artifacts/gpt2-small artifacts/bench artifacts/.*staging* .pytest_cache

@@ -38,4 +38,6 @@ ln -sf "$ort_lib" "$build/lib/libonnxruntime.so.1"  # the library's SONAME
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so"
 gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/mha_check.c" -o "$build/mha_check" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm
+gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/example.c" -o "$build/example" \
+  -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib"
 echo "built $build/mha_check (headers: ORT_API_VERSION $(grep -m1 -o 'ORT_API_VERSION [0-9]*' "$include/onnxruntime_c_api.h" | cut -d' ' -f2), library: $(basename "$ort_lib"))"
