@@ -124,11 +124,11 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
         decode = DecodeSession(folder, provider="cpu", threads=threads)
         past = config.context_length - 1
         decode.step(np.random.default_rng(1).standard_normal((1, past, config.d_in)).astype(np.float32))
-        cache = (decode.past_key, decode.past_value)
+        cache = decode.snapshot()
         one = np.random.default_rng(2).standard_normal((1, 1, config.d_in)).astype(np.float32)
 
     def decode_step() -> None:
-        decode.past_key, decode.past_value = cache  # always from past_tokens = context_length - 1
+        decode.restore(cache)  # always from past_tokens = context_length - 1
         decode.step(one)
 
     samples: dict[tuple[str, int], list[float]] = {(r.name, t): [] for r in runners for t in tokens}

@@ -32,6 +32,13 @@ class DecodeSession:
         self.past_key: np.ndarray | None = None  # (B, H, P, d_out)
         self.past_value: np.ndarray | None = None
 
+    def snapshot(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The cache as it is now, to come back to with restore() (steps never modify it in place)."""
+        return self.past_key, self.past_value
+
+    def restore(self, cache: tuple[np.ndarray | None, np.ndarray | None]) -> None:
+        self.past_key, self.past_value = cache
+
     @property
     def past_tokens(self) -> int:
         return 0 if self.past_key is None else int(self.past_key.shape[2])

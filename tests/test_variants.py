@@ -122,7 +122,8 @@ def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str,
 def test_variant_selection() -> None:
     assert parse_variants("all") == ALL_VARIANTS and parse_variants("none") == ()
     assert parse_variants(" decode , fused") == ("fused", "decode")
-    assert [s.file for s in variant_specs(parse_variants("int8"))] == ["mha.fused.onnx", "mha.int8.onnx"]
+    assert [s.file for s in variant_specs(parse_variants("int8"))] == ["mha.contrib.onnx", "mha.int8.onnx"]
+    assert [s.file for s in variant_specs(parse_variants("fp16"))] == ["mha.fused.onnx", "mha.fp16.onnx"]
 
 
 def test_export_with_selected_variants(tmp_path: Path) -> None:
