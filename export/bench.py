@@ -74,7 +74,7 @@ def build_runners(folder: Path, config: MHAConfig, threads: int) -> list[Runner]
     """Eager wrapper, eager fused module, TorchScript, and every ONNX artifact through OnnxRunner."""
     manifest = load_manifest(folder)
     model = load_model(config, Path(folder) / WEIGHTS_FILE)
-    fused = fuse(model, config, form="sdpa")
+    fused = fuse(model, config, sdpa=True)
 
     def torch_fn(module: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[np.ndarray], Any]:
         def run(x: np.ndarray) -> Any:

@@ -37,7 +37,7 @@ def cli() -> None:
 @click.option("--weights", type=click.Path(path_type=Path), default=None, help=".safetensors or torch state_dict (one preset only).")
 @click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset of mha.onnx (18..25).")
 @click.option("--variants", default="all", show_default=True,
-              help="Comma-separated variants: fused, attention, contrib, blocked, fp16, int8, ort, decode; or 'all' / 'none'.")
+              help="Comma-separated variants: fused, attention, contrib, fp16, int8, ort, decode; or 'all' / 'none'.")
 def export_cmd(presets: tuple[str, ...], out: Path, weights: Path | None, opset: int, variants: str) -> None:
     """Export, validate and place the artifacts of each preset."""
     from export.onnx_export import check_opset
