@@ -27,6 +27,7 @@ from export.torchscript import load_torchscript
 from export.weights import load_model
 from runtime.config import MHAConfig
 from runtime.decode import DECODE_MODEL, DecodeSession
+from runtime.errors import ConfigError
 from runtime.manifest import load_manifest
 from runtime.runner import OnnxRunner
 
@@ -110,13 +111,18 @@ def _stats(samples: list[float]) -> dict[str, float]:
 
 
 def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, warmup: int = 1,
-              progress: bool = True) -> dict[str, Any]:
+              progress: bool = True, only: list[str] | None = None) -> dict[str, Any]:
     """Time every runner at every token count, interleaved round by round, plus the MatMul peak and decode."""
     torch.set_num_threads(threads)
     manifest = load_manifest(folder)
     config = MHAConfig.from_dict(manifest["config"])
     tokens = sorted({min(max(t, 1), config.context_length) for t in tokens})  # clipped to the contract
     runners = build_runners(folder, config, threads)
+    if only:
+        unknown = sorted(set(only) - {r.name for r in runners})
+        if unknown:
+            raise ConfigError(f"--only: unknown runner {unknown[0]!r}; choose from {', '.join(r.name for r in runners)}")
+        runners = [r for r in runners if r.name in only or r.name == "eager wrapper"]  # the ratios need eager
     peak = _matmul_session(threads)
     inputs = {t: np.random.default_rng(t).standard_normal((1, t, config.d_in)).astype(np.float32) for t in tokens}
     decode = None
@@ -183,9 +189,9 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
         "matmul_peak": {"n": PEAK_N, "gflops": peak_gflops, **_stats(peak_samples)},
         "results": results, "artifacts": artifacts,
     }
-    if decode is not None and config.context_length in tokens:
+    full = fastest_fp32(results, manifest, tokens=config.context_length)
+    if decode is not None and full is not None:
         past = config.context_length - 1
-        full = fastest_fp32(results, manifest, tokens=config.context_length)
         out["decode"] = {"past_tokens": past, **_stats(decode_samples),
                          "gflops": decode_step_flops(config, past=past) / statistics.median(decode_samples) / 1e9,
                          "full_recompute": {"runner": full["runner"], "tokens": config.context_length,
@@ -197,11 +203,11 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
 LOW_PRECISION = {"fp16", "int8"}
 
 
-def fastest_fp32(results: list[dict[str, Any]], manifest: dict[str, Any], *, tokens: int) -> dict[str, Any]:
+def fastest_fp32(results: list[dict[str, Any]], manifest: dict[str, Any], *, tokens: int) -> dict[str, Any] | None:
     """The fastest fp32 artifact (not eager, not fp16/int8) at `tokens`."""
     fp32 = [r for r in results if r["tokens"] == tokens and r["kind"] != "eager"
             and manifest["artifacts"][r["runner"]]["kind"] not in LOW_PRECISION]
-    return min(fp32, key=lambda r: r["median_s"])
+    return min(fp32, key=lambda r: r["median_s"]) if fp32 else None
 
 
 def machine() -> dict[str, Any]:

@@ -147,7 +147,8 @@ def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
               help="Threads for torch and ONNX Runtime alike.")
 @click.option("--rounds", type=click.IntRange(min=1), default=10, show_default=True, help="Interleaved timing rounds.")
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT / "bench", show_default=True)
-def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, out: Path) -> None:
+@click.option("--only", default="", help="Comma-separated runners to time (the eager wrapper always runs).")
+def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, out: Path, only: str) -> None:
     """Latency of every runner side by side, against ONNX Runtime's own MatMul peak; writes JSON and a plot."""
     from export.bench import SUMMARY_HEADERS, run_bench, summary_rows, write_outputs
     from export.report import human_size, table
@@ -156,7 +157,8 @@ def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, o
         counts = sorted({int(t) for t in tokens.split(",") if t.strip()})
     except ValueError:
         raise click.BadParameter(f"expected comma-separated integers, got {tokens!r}", param_hint="--tokens") from None
-    result = run_bench(root / preset, tokens=counts, threads=threads, rounds=rounds)
+    chosen = [name.strip() for name in only.split(",") if name.strip()] or None
+    result = run_bench(root / preset, tokens=counts, threads=threads, rounds=rounds, only=chosen)
     json_path, png_path = write_outputs(result, out)
     peak = result["matmul_peak"]
     click.echo(f"{preset}, batch 1, {threads} threads, {rounds} rounds; {result['machine']['cpu']}")

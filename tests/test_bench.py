@@ -50,3 +50,10 @@ def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
     assert (tmp_path / "bench.json").exists() and (tmp_path / "latency.png").exists()
     bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--tokens", "a,b"])
     assert bad.exit_code == 2 and "expected comma-separated integers" in bad.stderr
+
+
+def test_bench_only_selects_runners(seed_dir: Path) -> None:
+    result = run_bench(seed_dir, tokens=[6], threads=1, rounds=1, progress=False, only=["mha.onnx"])
+    assert {r["runner"] for r in result["results"]} == {"eager wrapper", "mha.onnx"}
+    bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--only", "nope"])
+    assert bad.exit_code == 1 and "--only: unknown runner 'nope'" in bad.stderr
