@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.tolerance import Tolerance, tolerance_for
-
 from runtime.golden import DECODE_RUNTIME, ONNX_RUNTIME, TORCHSCRIPT_RUNTIME
+from runtime.tolerance import Tolerance, tolerance_for
 
 WEIGHTS_FILE = "weights.safetensors"
 
@@ -30,6 +29,6 @@ ONNX = ArtifactSpec("mha.onnx", "onnx", ONNX_RUNTIME)
 TORCHSCRIPT = ArtifactSpec("mha.pt", "torchscript", TORCHSCRIPT_RUNTIME)
 FAITHFUL: tuple[ArtifactSpec, ...] = (ONNX, TORCHSCRIPT)
 
-
+# The runtime names are defined once in runtime.golden (cases.json's `runtime` field) and re-exported here.
 __all__ = ["ArtifactSpec", "FAITHFUL", "ONNX", "TORCHSCRIPT", "WEIGHTS_FILE", "ONNX_RUNTIME", "DECODE_RUNTIME",
            "TORCHSCRIPT_RUNTIME"]

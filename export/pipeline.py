@@ -10,19 +10,18 @@ from typing import Any
 
 from safetensors.torch import save_file
 
-from export.artifacts import FAITHFUL, WEIGHTS_FILE, ArtifactSpec
+from export.artifacts import FAITHFUL, ONNX, TORCHSCRIPT, WEIGHTS_FILE, ArtifactSpec
 from export.atomic import staged_folder
 from export.fixtures import write_golden
 from export.manifest import artifact_facts, write_manifest
 from export.onnx_export import DEFAULT_OPSET, check_opset, export_onnx
 from export.torchscript import export_torchscript
-from export.variants import ALL_VARIANTS, build_variants, variant_specs
 from export.validate import SWEEP_SEEDS, ArtifactReport, sweep_shapes, validate
+from export.variants import ALL_VARIANTS, build_variants, variant_specs
 from export.weights import SEED, load_model
 from runtime.config import MHAConfig, preset
 from runtime.errors import ConfigError
 from runtime.manifest import sha256_file
-
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -62,8 +61,8 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
     artifacts: tuple[ArtifactSpec, ...] = FAITHFUL + variant_specs(variants)
     with staged_folder(Path(out_root) / name) as stage:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(stage / WEIGHTS_FILE))
-        seconds = {"mha.onnx": _timed(lambda: export_onnx(model, config, stage / "mha.onnx", opset=opset)),
-                   "mha.pt": _timed(lambda: export_torchscript(model, config, stage / "mha.pt"))}
+        seconds = {ONNX.file: _timed(lambda: export_onnx(model, config, stage / ONNX.file, opset=opset)),
+                   TORCHSCRIPT.file: _timed(lambda: export_torchscript(model, config, stage / TORCHSCRIPT.file))}
         seconds |= build_variants(model, config, stage, variants)
         write_golden(model, config, stage, artifacts)
         reports = validate(stage, model, config, artifacts, progress=progress, label=f"validating {name}")
