@@ -161,7 +161,7 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
             peak_samples.append(timed(peak))
             for t in tokens:
                 for r in runners:
-                    samples[(r.name, t)].append(timed(lambda: r.fn(inputs[t])))
+                    samples[(r.name, t)].append(timed(lambda r=r, t=t: r.fn(inputs[t])))
             if decode is not None:
                 decode_samples.append(timed(decode_step))
 

@@ -16,7 +16,7 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     """Left-aligned columns, two spaces apart."""
     cells = [headers] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
 def artifact_rows(preset: str, manifest: dict[str, Any]) -> list[list[Any]]:
