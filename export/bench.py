@@ -33,8 +33,10 @@ from runtime.runner import OnnxRunner
 
 PEAK_N = 2048
 # Idle time before each timed call. Every ONNX Runtime session has its own thread pool and torch has its
-# OpenMP pool; their workers spin for a while after a call and would steal the 2 cores from the next runner.
-SETTLE_S = 0.01  # the reference MatMul is (PEAK_N x PEAK_N) @ (PEAK_N x PEAK_N), fp32, in ONNX Runtime
+# OpenMP pool; right after another runner's call they slow the next one down. Measured here (2 cores, eager
+# wrapper at T=16/64/256, alone: 7.5/7.6/18 ms): settle 0.01 s -> 16/48/83 ms, 0.1 s -> 10/12/24 ms,
+# 0.3 s -> 8.5/10/29 ms. OMP_WAIT_POLICY=PASSIVE did not help (10/27/46 ms).
+SETTLE_S = 0.3
 
 
 def dense_flops(config: MHAConfig, *, batch: int, tokens: int) -> int:
@@ -111,7 +113,7 @@ def _stats(samples: list[float]) -> dict[str, float]:
 
 
 def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, warmup: int = 1,
-              progress: bool = True, only: list[str] | None = None) -> dict[str, Any]:
+              progress: bool = True, only: list[str] | None = None, settle: float = SETTLE_S) -> dict[str, Any]:
     """Time every runner at every token count, interleaved round by round, plus the MatMul peak and decode."""
     torch.set_num_threads(threads)
     manifest = load_manifest(folder)
@@ -142,7 +144,7 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
     decode_samples: list[float] = []
 
     def timed(fn: Callable[[], Any]) -> float:
-        time.sleep(SETTLE_S)
+        time.sleep(settle)
         start = time.perf_counter()
         fn()
         return time.perf_counter() - start
@@ -184,7 +186,7 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
                              "cold_start_s": cold_start(folder, r.file, config, threads) if r.kind == "onnxruntime" else None}
     out: dict[str, Any] = {
         "preset": manifest["preset"], "config": config.to_dict(), "batch": 1, "tokens": tokens, "threads": threads,
-        "rounds": rounds, "machine": machine(), "versions": versions(),
+        "rounds": rounds, "settle_s": settle, "machine": machine(), "versions": versions(),
         "flop_formula": dense_flops.__doc__.split("\n")[1].strip(),
         "matmul_peak": {"n": PEAK_N, "gflops": peak_gflops, **_stats(peak_samples)},
         "results": results, "artifacts": artifacts,

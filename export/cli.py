@@ -148,7 +148,10 @@ def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
 @click.option("--rounds", type=click.IntRange(min=1), default=10, show_default=True, help="Interleaved timing rounds.")
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT / "bench", show_default=True)
 @click.option("--only", default="", help="Comma-separated runners to time (the eager wrapper always runs).")
-def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, out: Path, only: str) -> None:
+@click.option("--settle", type=click.FloatRange(min=0.0), default=0.3, show_default=True,
+              help="Idle seconds before each timed call, so one runner's threads do not slow the next.")
+def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, out: Path, only: str,
+              settle: float) -> None:
     """Latency of every runner side by side, against ONNX Runtime's own MatMul peak; writes JSON and a plot."""
     from export.bench import SUMMARY_HEADERS, run_bench, summary_rows, write_outputs
     from export.report import human_size, table
@@ -158,7 +161,7 @@ def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, o
     except ValueError:
         raise click.BadParameter(f"expected comma-separated integers, got {tokens!r}", param_hint="--tokens") from None
     chosen = [name.strip() for name in only.split(",") if name.strip()] or None
-    result = run_bench(root / preset, tokens=counts, threads=threads, rounds=rounds, only=chosen)
+    result = run_bench(root / preset, tokens=counts, threads=threads, rounds=rounds, only=chosen, settle=settle)
     json_path, png_path = write_outputs(result, out)
     peak = result["matmul_peak"]
     click.echo(f"{preset}, batch 1, {threads} threads, {rounds} rounds; {result['machine']['cpu']}")

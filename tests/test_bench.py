@@ -21,7 +21,7 @@ def test_dense_flop_formula() -> None:
 
 
 def test_bench_json_has_every_runner_and_finite_figures(seed_dir: Path, tmp_path: Path) -> None:
-    result = run_bench(seed_dir, tokens=[1, 4, 99], threads=1, rounds=1, progress=False)
+    result = run_bench(seed_dir, tokens=[1, 4, 99], threads=1, rounds=1, progress=False, settle=0.0)
     json_path, png_path = write_outputs(result, tmp_path / "bench")
     data = json.loads(json_path.read_text())
     artifacts = [f for f, i in load_manifest(seed_dir)["artifacts"].items() if i["runtime"] != "onnxruntime-decode"]
@@ -44,7 +44,7 @@ def test_bench_json_has_every_runner_and_finite_figures(seed_dir: Path, tmp_path
 
 def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--rounds", "1",
-                                      "--threads", "1", "--tokens", "2,6", "--out", str(tmp_path)])
+                                      "--threads", "1", "--tokens", "2,6", "--settle", "0", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "MatMul peak" in result.stdout and "eager wrapper" in result.stdout and "decode step" in result.stdout
     assert (tmp_path / "bench.json").exists() and (tmp_path / "latency.png").exists()
@@ -53,7 +53,7 @@ def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
 
 
 def test_bench_only_selects_runners(seed_dir: Path) -> None:
-    result = run_bench(seed_dir, tokens=[6], threads=1, rounds=1, progress=False, only=["mha.onnx"])
+    result = run_bench(seed_dir, tokens=[6], threads=1, rounds=1, progress=False, only=["mha.onnx"], settle=0.0)
     assert {r["runner"] for r in result["results"]} == {"eager wrapper", "mha.onnx"}
     bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--only", "nope"])
     assert bad.exit_code == 1 and "--only: unknown runner 'nope'" in bad.stderr
