@@ -19,12 +19,12 @@ import onnxruntime as ort
 import torch
 from onnx import TensorProto
 
-from export.artifacts import ONNX_RUNTIME, TORCHSCRIPT_RUNTIME, WEIGHTS_FILE
+from export.artifacts import ONNX_RUNTIME, TORCHSCRIPT_RUNTIME
 from export.atomic import write_file_atomic
 from export.fused import fuse
 from export.manifest import versions
 from export.torchscript import load_torchscript
-from export.weights import load_model
+from export.weights import load_artifact_model
 from runtime.config import MHAConfig
 from runtime.decode import DECODE_MODEL, DecodeSession
 from runtime.errors import ConfigError
@@ -73,10 +73,9 @@ class Runner:
     file: str | None = None
 
 
-def build_runners(folder: Path, config: MHAConfig, threads: int) -> list[Runner]:
+def build_runners(folder: Path, manifest: dict[str, Any], threads: int) -> list[Runner]:
     """Eager wrapper, eager fused module, TorchScript, and every ONNX artifact through OnnxRunner."""
-    manifest = load_manifest(folder)
-    model = load_model(config, Path(folder) / WEIGHTS_FILE)
+    model, config = load_artifact_model(folder, manifest)
     fused = fuse(model, config, sdpa=True)
 
     def torch_fn(module: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[np.ndarray], Any]:
@@ -119,7 +118,7 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
     manifest = load_manifest(folder)
     config = MHAConfig.from_dict(manifest["config"])
     tokens = sorted({min(max(t, 1), config.context_length) for t in tokens})  # clipped to the contract
-    runners = build_runners(folder, config, threads)
+    runners = build_runners(folder, manifest, threads)
     if only:
         unknown = sorted(set(only) - {r.name for r in runners})
         if unknown:

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from export.artifacts import TORCHSCRIPT_RUNTIME, WEIGHTS_FILE, ArtifactSpec
+from export.artifacts import TORCHSCRIPT_RUNTIME, ArtifactSpec
 from export.validate import ArtifactReport, artifact_runner, validate
-from export.weights import load_model
-from runtime.config import MHAConfig
+from export.weights import load_artifact_model
 from runtime.golden import CaseResult, check_artifact, check_onnx_artifacts, load_cases
 from runtime.manifest import load_manifest, verify_all
 from runtime.tolerance import Tolerance
@@ -29,7 +28,6 @@ def revalidate(folder: Path, *, progress: bool = False) -> dict[str, ArtifactRep
     """Rebuild the eager wrapper from the folder's config and weights, then rerun the whole sweep."""
     manifest = load_manifest(folder)
     verify_all(folder, manifest)
-    config = MHAConfig.from_dict(manifest["config"])
-    model = load_model(config, Path(folder) / WEIGHTS_FILE)
+    model, config = load_artifact_model(folder, manifest)
     specs = [ArtifactSpec(file, info["kind"], info["runtime"]) for file, info in manifest["artifacts"].items()]
     return validate(folder, model, config, specs, progress=progress, label=f"validating {Path(folder).name}")

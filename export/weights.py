@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from export.artifacts import WEIGHTS_FILE
 from export.model import MultiHeadAttentionWrapper, build_wrapper
 from runtime.config import MHAConfig
 from runtime.errors import ConfigError
@@ -56,6 +58,12 @@ def check_state_dict(state: dict[str, torch.Tensor], model: MultiHeadAttentionWr
     extra = sorted(set(state) - set(expected))
     if extra:
         raise ConfigError(f"weights: unexpected key {extra[0]!r}; this config expects only {sorted(expected)[:3]}...")
+
+
+def load_artifact_model(folder: Path, manifest: dict[str, Any]) -> tuple[MultiHeadAttentionWrapper, MHAConfig]:
+    """The eager wrapper an artifact folder was exported from: its manifest's config and its weights file."""
+    config = MHAConfig.from_dict(manifest["config"])
+    return load_model(config, Path(folder) / WEIGHTS_FILE), config
 
 
 def load_model(config: MHAConfig, weights: Path | None = None) -> MultiHeadAttentionWrapper:

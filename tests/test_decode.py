@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from export.decode import decode_module, empty_cache
-from export.weights import load_model, seeded_model
+from export.weights import load_artifact_model, seeded_model
 from runtime.config import MHAConfig, preset
 from runtime.decode import SCHEDULES, DecodeSession, run_chunked, uneven_schedule
 from runtime.errors import ContractError
@@ -62,8 +62,7 @@ def test_eager_decode_equals_full_sequence_gpt2(schedule: str) -> None:
 
 
 def _ort_every_schedule(folder: Path, lengths: list[int], batches: tuple[int, ...] = (1, 2)) -> None:
-    config = MHAConfig.from_dict(load_manifest(folder)["config"])
-    model = load_model(config, folder / "weights.safetensors")
+    model, config = load_artifact_model(folder, load_manifest(folder))
     session = DecodeSession(folder, provider="cpu")
     for tokens in lengths:
         for batch in batches:

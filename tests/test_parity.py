@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from export.torchscript import load_torchscript
-from export.weights import load_model
+from export.weights import load_artifact_model
 from runtime.config import MHAConfig
 from runtime.manifest import load_manifest
 from runtime.runner import OnnxRunner
@@ -16,8 +16,7 @@ from runtime.tolerance import compare, tolerance_for
 
 
 def _eager(folder: Path) -> tuple[torch.nn.Module, MHAConfig]:
-    config = MHAConfig.from_dict(load_manifest(folder)["config"])
-    return load_model(config, folder / "weights.safetensors"), config
+    return load_artifact_model(folder, load_manifest(folder))
 
 
 def _parity_every_length(folder: Path) -> int:

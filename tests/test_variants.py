@@ -13,7 +13,7 @@ from export.fused import fuse
 from export.model import build_wrapper
 from export.onnx_export import ExportError
 from export.variants import ALL_VARIANTS, parse_variants, variant_specs
-from export.weights import load_model
+from export.weights import load_artifact_model
 from runtime.config import MHAConfig
 from runtime.manifest import load_manifest
 from runtime.runner import OnnxRunner
@@ -42,8 +42,7 @@ def test_fused_mapping_equals_the_wrapper(config: MHAConfig, sdpa: bool) -> None
 
 
 def _parity(folder: Path, tokens_list: list[int]) -> None:
-    config = MHAConfig.from_dict(load_manifest(folder)["config"])
-    model = load_model(config, folder / "weights.safetensors")
+    model, config = load_artifact_model(folder, load_manifest(folder))
     runners = {file: OnnxRunner(folder, model=file, provider="cpu") for file in VARIANT_FILES}
     for batch in (1, 2):
         for tokens in tokens_list:
