@@ -10,6 +10,7 @@ from torch.export import Dim
 
 from export.example import EXAMPLE_BATCH, example_tokens
 from export.fused import fused_state_dict
+from export.mask_rewrite import additive_mask
 from export.model import MultiHeadAttentionWrapper
 from export.onnx_export import save_onnx, trace
 from runtime.config import MHAConfig
@@ -81,6 +82,7 @@ def export_decode(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, path: P
     model = trace(decode_module(wrapper, config), args, input_names=[INPUT_NAME, PAST_KEY, PAST_VALUE],
                   output_names=[OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE], dynamic_shapes=dynamic_shapes,
                   opset=DECODE_OPSET)
+    additive_mask(model)  # exact; export/mask_rewrite.py
     for value in model.graph.outputs[1:]:  # the exporter spells P + N in either order; use one name
         value.shape = ir.Shape([value.shape[0], value.shape[1], TOTAL_AXIS, value.shape[3]])
     save_onnx(model, path, config, contract_json=contract.to_json(), signature=contract.signature())

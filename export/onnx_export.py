@@ -16,6 +16,7 @@ import torch
 from torch.export import Dim
 
 from export.example import example_input
+from export.mask_rewrite import additive_mask
 from runtime.config import MHAConfig
 from runtime.contract import BATCH_AXIS, INPUT_NAME, META_CONFIG, META_CONTRACT, OUTPUT_NAME, TOKENS_AXIS, IOContract
 from runtime.errors import MHAError
@@ -71,10 +72,12 @@ def trace_to_onnx(module: torch.nn.Module, config: MHAConfig, *, opset: int) -> 
 
 def shrink(model: ir.Model) -> ir.Model:
     """Fold each head's mask Cast into one shared bool initializer (the per-head float masks are
-    identical; at gpt2-small they would be 48 MiB of a 55 MiB file)."""
+    identical; at gpt2-small they would be 48 MiB of a 55 MiB file), then turn masked_fill into an
+    additive mask (exact; export/mask_rewrite.py says why and what it saves)."""
     ir_passes.DeduplicateInitializersPass(size_limit=FOLD_LIMIT)(model)  # 12 identical float masks -> 1
     ir_passes.CommonSubexpressionEliminationPass()(model)  # 12 identical Casts of it -> 1
     onnxscript.optimizer.fold_constants(model, input_size_limit=FOLD_LIMIT, output_size_limit=FOLD_LIMIT)
+    additive_mask(model)
     ir_passes.RemoveUnusedNodesPass()(model)  # drops the float mask, leaves the bool one
     ir_passes.DeduplicateInitializersPass(size_limit=FOLD_LIMIT)(model)
     return model
