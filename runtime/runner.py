@@ -10,7 +10,7 @@ import onnxruntime as ort
 from runtime.config import MHAConfig
 from runtime.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input
 from runtime.errors import ArtifactError, ConfigError, ContractError
-from runtime.manifest import MANIFEST_NAME, load_manifest, read_verified
+from runtime.manifest import MANIFEST_NAME, PendingDigest, check_digest, load_manifest, read_listed
 from runtime.providers import resolve_provider, session_providers
 
 DEFAULT_MODEL = "mha.onnx"
@@ -23,7 +23,8 @@ class OnnxRunner:
     def __init__(self, artifact: str | Path, *, model: str = DEFAULT_MODEL, provider: str = "auto",
                  threads: int | None = None) -> None:
         path = Path(artifact)
-        data, self.path = _read_model(path, model)
+        data, self.path, expected = _read_model(path, model)
+        pending = PendingDigest(data) if expected is not None else None  # checked before the session is used
         self.provider = resolve_provider(provider)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only; ORT's warnings are not the user's business
@@ -35,8 +36,12 @@ class OnnxRunner:
         try:
             self.session = ort.InferenceSession(data, sess_options=options, providers=session_providers(self.provider))
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types; reduce them to one line
+            if pending is not None:
+                check_digest(self.path, pending.hexdigest(), expected)  # an altered file is the better message
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ArtifactError(f"{self.path}: ONNX Runtime cannot load it ({first})") from None
+        if pending is not None:
+            check_digest(self.path, pending.hexdigest(), expected)
         self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
         self.config = _config_from_metadata(self.metadata, self.path)
         self.contract = IOContract(self.config)
@@ -54,10 +59,12 @@ class OnnxRunner:
     __call__ = run
 
 
-def _read_model(path: Path, model: str) -> tuple[bytes, Path]:
-    """Read the model bytes once, verified against the manifest where one applies."""
+def _read_model(path: Path, model: str) -> tuple[bytes, Path, str | None]:
+    """Read the model bytes once, size-checked against the manifest where one applies; return them with
+    the manifest's sha256 (None for a lone file with no manifest beside it)."""
     if path.is_dir():
-        return read_verified(path, model, load_manifest(path)), path / model
+        data, expected = read_listed(path, model, load_manifest(path))
+        return data, path / model, expected
     if not path.exists():
         raise ArtifactError(f"{path}: expected an artifact folder or an .onnx/.ort file, found nothing there")
     if path.suffix not in (".onnx", ".ort"):
@@ -65,8 +72,9 @@ def _read_model(path: Path, model: str) -> tuple[bytes, Path]:
     if (path.parent / MANIFEST_NAME).exists():
         manifest = load_manifest(path.parent)
         if path.name in manifest["files"]:
-            return read_verified(path.parent, path.name, manifest), path
-    return path.read_bytes(), path
+            data, expected = read_listed(path.parent, path.name, manifest)
+            return data, path, expected
+    return path.read_bytes(), path, None
 
 
 def _config_from_metadata(metadata: dict[str, str], path: Path) -> MHAConfig:
