@@ -21,6 +21,8 @@ from onnx import TensorProto
 
 from export.artifacts import ONNX_RUNTIME, TORCHSCRIPT_RUNTIME
 from export.atomic import write_file_atomic
+from export.bench_targets import fastest_fp32, judge
+from export.flops import decode_step_flops, dense_flops
 from export.fused import fuse
 from export.manifest import versions
 from export.torchscript import load_torchscript
@@ -37,20 +39,10 @@ PEAK_N = 2048
 # wrapper at T=16/64/256, alone: 7.5/7.6/18 ms): settle 0.01 s -> 16/48/83 ms, 0.1 s -> 10/12/24 ms,
 # 0.3 s -> 8.5/10/29 ms. OMP_WAIT_POLICY=PASSIVE did not help (10/27/46 ms).
 SETTLE_S = 0.3
-
-
-def dense_flops(config: MHAConfig, *, batch: int, tokens: int) -> int:
-    """Dense FLOPs of one forward pass (a multiply-add counts 2):
-    Q/K/V projections 2*B*T*d_in*(3*H*d_out) + scores Q K^T 2*B*H*T*T*d_out + weights @ V 2*B*H*T*T*d_out.
-    Softmax, scaling and masking are not counted; nor is the masked half skipped (a causal kernel may beat 100%)."""
-    h, d = config.num_heads, config.d_out
-    return 2 * batch * tokens * config.d_in * 3 * h * d + 4 * batch * h * tokens * tokens * d
-
-
-def decode_step_flops(config: MHAConfig, *, past: int) -> int:
-    """One new token at `past` cached tokens: its projections plus 1 x (past + 1) scores and context."""
-    h, d = config.num_heads, config.d_out
-    return 2 * config.d_in * 3 * h * d + 4 * h * (past + 1) * d
+# Decode steps are timed as a generation loop runs them: back to back. Each round, after the settle time,
+# DECODE_BURST steps run in a row (each from the same cache at past_tokens = context_length - 1); the first
+# is reported apart as "first step after idle" (caches and thread pools cold), the rest are the per-token latency.
+DECODE_BURST = 8
 
 
 def _matmul_session(threads: int) -> Callable[[], Any]:
@@ -141,9 +133,10 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
     samples: dict[tuple[str, int], list[float]] = {(r.name, t): [] for r in runners for t in tokens}
     peak_samples: list[float] = []
     decode_samples: list[float] = []
+    decode_first: list[float] = []
 
-    def timed(fn: Callable[[], Any]) -> float:
-        time.sleep(settle)
+    def timed(fn: Callable[[], Any], pause: float | None = None) -> float:
+        time.sleep(settle if pause is None else pause)
         start = time.perf_counter()
         fn()
         return time.perf_counter() - start
@@ -164,7 +157,9 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
                 for r in runners:
                     samples[(r.name, t)].append(timed(lambda r=r, t=t: r.fn(inputs[t])))
             if decode is not None:
-                decode_samples.append(timed(decode_step))
+                burst = [timed(decode_step)] + [timed(decode_step, pause=0.0) for _ in range(DECODE_BURST - 1)]
+                decode_first.append(burst[0])
+                decode_samples.extend(burst[1:])
 
     peak_gflops = 2 * PEAK_N ** 3 / statistics.median(peak_samples) / 1e9
     results = []
@@ -193,22 +188,14 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
     full = fastest_fp32(results, manifest, tokens=config.context_length)
     if decode is not None and full is not None:
         past = config.context_length - 1
-        out["decode"] = {"past_tokens": past, **_stats(decode_samples),
+        out["decode"] = {"past_tokens": past, **_stats(decode_samples), "burst": DECODE_BURST,
+                         "first_step_after_idle_median_s": statistics.median(decode_first),
                          "gflops": decode_step_flops(config, past=past) / statistics.median(decode_samples) / 1e9,
                          "full_recompute": {"runner": full["runner"], "tokens": config.context_length,
                                             "median_s": full["median_s"]},
                          "speedup_vs_full_recompute": full["median_s"] / statistics.median(decode_samples)}
+    out["judged"] = judge(out, manifest)
     return out
-
-
-LOW_PRECISION = {"fp16", "int8"}
-
-
-def fastest_fp32(results: list[dict[str, Any]], manifest: dict[str, Any], *, tokens: int) -> dict[str, Any] | None:
-    """The fastest fp32 artifact (not eager, not fp16/int8) at `tokens`."""
-    fp32 = [r for r in results if r["tokens"] == tokens and r["kind"] != "eager"
-            and manifest["artifacts"][r["runner"]]["kind"] not in LOW_PRECISION]
-    return min(fp32, key=lambda r: r["median_s"]) if fp32 else None
 
 
 def machine() -> dict[str, Any]:

@@ -172,9 +172,19 @@ def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, o
     click.echo(table(["artifact", "size", "cold start ms (1 token)", "export s"], rows))
     if "decode" in result:
         d, full = result["decode"], result["decode"]["full_recompute"]
-        click.echo(f"\ndecode step at past_tokens={d['past_tokens']}: {1e3 * d['median_s']:.3f} ms median; "
-                   f"full recompute at T={full['tokens']} with {full['runner']}: {1e3 * full['median_s']:.2f} ms "
+        click.echo(f"\ndecode step at past_tokens={d['past_tokens']}: {1e3 * d['median_s']:.3f} ms median over back-to-back "
+                   f"steps ({1e3 * d['first_step_after_idle_median_s']:.3f} ms for the first after idle); full recompute "
+                   f"at T={full['tokens']} with {full['runner']}: {1e3 * full['median_s']:.2f} ms "
                    f"({d['speedup_vs_full_recompute']:.0f}x)")
+    judged = result["judged"]
+    if judged["targets"]:
+        floors = judged["floors"]
+        click.echo(f"\ntargets at T={judged['tokens']} (exact work at the MatMul peak: dense "
+                   f"{1e3 * floors['dense_at_peak_s']:.1f} ms, causal {1e3 * floors['causal_at_peak_s']:.1f} ms; "
+                   f"3x eager needs {1e3 * floors['needed_for_3x_s']:.1f} ms, 2x {1e3 * floors['needed_for_2x_s']:.1f} ms)")
+        click.echo(table(["target", "value", "goal", "met"],
+                         [[t["target"], f"{t['value']:.1f} {t['unit']}", f"{t['goal']} {t['unit']}",
+                           "yes" if t["met"] else "NO"] for t in judged["targets"]]))
     click.echo(f"\nwrote {json_path} and {png_path}")
 
 

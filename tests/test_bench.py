@@ -57,3 +57,21 @@ def test_bench_only_selects_runners(seed_dir: Path) -> None:
     assert {r["runner"] for r in result["results"]} == {"eager wrapper", "mha.onnx"}
     bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--only", "nope"])
     assert bad.exit_code == 1 and "--only: unknown runner 'nope'" in bad.stderr
+
+
+def test_causal_flops_and_targets(seed_dir: Path) -> None:
+    from export.bench_targets import judge
+    from export.flops import causal_flops
+    # seed at T=6: projections 432; 21 unmasked pairs x 2 heads x 2 d_out x 4 = 336
+    assert causal_flops(preset("seed"), batch=1, tokens=6) == 432 + 336
+    result = run_bench(seed_dir, tokens=[6], threads=1, rounds=1, progress=False, settle=0.0)
+    judged = judge(result, load_manifest(seed_dir))
+    assert judged == result["judged"] and judged["tokens"] == 6
+    names = " | ".join(t["target"] for t in judged["targets"])
+    for part in ("% of MatMul peak", "mha.onnx vs eager", "mha.int8.onnx", "cold start", "decode step"):
+        assert part in names, names
+    floors = judged["floors"]
+    assert 0 < floors["causal_at_peak_s"] < floors["dense_at_peak_s"]
+    eager = next(r for r in result["results"] if r["runner"] == "eager wrapper")
+    assert floors["needed_for_3x_s"] == eager["median_s"] / 3
+    assert result["decode"]["first_step_after_idle_median_s"] > 0 and result["decode"]["burst"] > 1
