@@ -37,7 +37,7 @@ def cli() -> None:
 @click.option("--weights", type=click.Path(path_type=Path), default=None, help=".safetensors or torch state_dict (one preset only).")
 @click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset of mha.onnx (18..25).")
 @click.option("--variants", default="all", show_default=True,
-              help="Comma-separated variants: fused, attention, contrib, fp16, int8, ort, decode; or 'all' / 'none'.")
+              help="Comma-separated variants: fused, attention, contrib, blocks, fp16, int8, ort, decode; or 'all' / 'none'.")
 def export_cmd(presets: tuple[str, ...], out: Path, weights: Path | None, opset: int, variants: str) -> None:
     """Export, validate and place the artifacts of each preset."""
     from export.onnx_export import check_opset
@@ -184,7 +184,7 @@ def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, o
                    f"3x eager needs {1e3 * floors['needed_for_3x_s']:.1f} ms, 2x {1e3 * floors['needed_for_2x_s']:.1f} ms)")
         click.echo(table(["target", "value", "goal", "met"],
                          [[t["target"], f"{t['value']:.1f} {t['unit']}", f"{t['goal']} {t['unit']}",
-                           "yes" if t["met"] else "NO"] for t in judged["targets"]]))
+                           {True: "yes", False: "NO", None: "-"}[t["met"]]] for t in judged["targets"]]))
     click.echo(f"\nwrote {json_path} and {png_path}")
 
 

@@ -1,4 +1,4 @@
-"""The fastest fp32 form: ONNX Runtime's com.microsoft `Attention` op (fused Q/K/V, causal) in one node."""
+"""ONNX Runtime's com.microsoft `Attention` op (fused Q/K/V, causal, dense attention) in one node."""
 from __future__ import annotations
 
 from pathlib import Path

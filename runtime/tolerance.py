@@ -36,6 +36,8 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
     ("attention", "cpu"): Tolerance(atol=1e-5, rtol=1e-5),
     # ORT's com.microsoft Attention kernel: measured 7e-7 at gpt2-small T=1024.
     ("contrib", "cpu"): Tolerance(atol=1e-5, rtol=1e-5),
+    # Query blocks that leave out masked keys: only the order of sums changes; measured 7e-7 at gpt2-small T=1024.
+    ("blocks", "cpu"): Tolerance(atol=1e-5, rtol=1e-5),
     # Key/value-cache decode, any chunking, against the full-sequence output: fp32 arithmetic, 1e-5 as the issue asks.
     ("decode", "cpu"): Tolerance(atol=1e-5, rtol=1e-5),
     # float16 weights and compute (fp32 I/O). Measured over the gpt2-small sweep: max abs 9.5e-4,

@@ -8,6 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from export.blocks import QUERY_BLOCKS, blocks_model
 from export.cli import cli
 from export.fused import fuse
 from export.model import build_wrapper
@@ -39,6 +40,27 @@ def test_fused_mapping_equals_the_wrapper(config: MHAConfig, sdpa: bool) -> None
         with torch.no_grad():
             diff = (fused(x) - wrapper(x)).abs().max().item()
         assert diff <= 1e-6, (tokens, diff)
+
+
+@pytest.mark.parametrize("config", [
+    MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6),
+    MHAConfig(d_in=64, d_out=16, num_heads=4, context_length=48, qkv_bias=True),
+], ids=["seed", "mid-bias"])
+@pytest.mark.parametrize("blocks", [2, 3, QUERY_BLOCKS])
+def test_blocks_form_equals_the_wrapper(config: MHAConfig, blocks: int) -> None:
+    import onnxruntime as ort
+
+    torch.manual_seed(6)
+    wrapper = build_wrapper(config).eval()
+    model = blocks_model(wrapper, config, blocks=blocks)
+    assert [n.op_type for n in model.graph.node].count("MultiHeadAttention") == blocks
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for tokens in range(1, config.context_length + 1):  # includes T < blocks (empty blocks) and uneven splits
+        x = torch.randn(2, tokens, config.d_in)
+        with torch.no_grad():
+            want = wrapper(x).numpy()
+        (got,) = session.run(None, {"x": x.numpy()})
+        assert np.abs(got - want).max() <= 1e-6, tokens
 
 
 def _parity(folder: Path, tokens_list: list[int]) -> None:
@@ -108,7 +130,7 @@ def test_golden_check_covers_every_variant(seed_dir: Path) -> None:
 
 @pytest.mark.parametrize("text,message", [
     ("int8-attention", "cannot be built: int8 dynamic quantization of the opset-23 Attention node"),
-    ("fused,int4", "unknown variant 'int4'; choose from fused, attention, contrib, fp16, int8, ort, decode"),
+    ("fused,int4", "unknown variant 'int4'; choose from fused, attention, contrib, blocks, fp16, int8, ort, decode"),
 ])
 def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ExportError, match=message):
@@ -121,7 +143,7 @@ def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str,
 def test_variant_selection() -> None:
     assert parse_variants("all") == ALL_VARIANTS and parse_variants("none") == ()
     assert parse_variants(" decode , fused") == ("fused", "decode")
-    assert [s.file for s in variant_specs(parse_variants("int8"))] == ["mha.contrib.onnx", "mha.int8.onnx"]
+    assert [s.file for s in variant_specs(parse_variants("int8"))] == ["mha.blocks.onnx", "mha.int8.onnx"]
     assert [s.file for s in variant_specs(parse_variants("fp16"))] == ["mha.fused.onnx", "mha.fp16.onnx"]
 
 
