@@ -87,7 +87,7 @@ def build_runners(folder: Path, manifest: dict[str, Any], threads: int) -> list[
     return runners
 
 
-def cold_start(folder: Path, file: str, config: MHAConfig, threads: int, repeats: int = 3) -> float:
+def cold_start(folder: Path, file: str, config: MHAConfig, threads: int, repeats: int = 5) -> float:
     """Median seconds for session creation (manifest check included) plus a first run on one token."""
     x = np.zeros((1, 1, config.d_in), np.float32)
     times = []

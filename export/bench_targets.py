@@ -24,7 +24,8 @@ def _at(result: dict[str, Any], runner: str, tokens: int) -> dict[str, Any] | No
     return next((r for r in result["results"] if r["runner"] == runner and r["tokens"] == tokens), None)
 
 
-def _target(name: str, value: float, goal: str, met: bool, unit: str) -> dict[str, Any]:
+def _target(name: str, value: float, goal: str, met: bool | None, unit: str) -> dict[str, Any]:
+    """met is None for a row shown for information only."""
     return {"target": name, "value": value, "goal": goal, "unit": unit, "met": met}
 
 
@@ -53,9 +54,19 @@ def judge(result: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
     if int8 is not None:
         targets.append(_target(f"{INT8_FILE} ms (fastest fp32: {1e3 * best['median_s']:.1f} ms)", 1e3 * int8["median_s"],
                                "< fastest fp32", int8["median_s"] < best["median_s"], "ms"))
-    cold = result["artifacts"].get(best["runner"], {}).get("cold_start_s")
-    if cold is not None:
-        targets.append(_target(f"cold start of {best['runner']}", 1e3 * cold, "< 15", cold < 0.015, "ms"))
+    # The issue asks for the cold start of "the fastest artifact" (any precision; int8 is meant to be it),
+    # so that is the target; the fastest fp32 artifact's cold start is listed beside it, not judged.
+    # Cold start is measured for the ONNX Runtime artifacts (TorchScript is a libtorch deployment).
+    fastest = min((r for r in result["results"] if r["tokens"] == t and r["kind"] == "onnxruntime"),
+                  key=lambda r: r["median_s"], default=None)
+    cold = None if fastest is None else result["artifacts"][fastest["runner"]]["cold_start_s"]
+    if fastest is not None and cold is not None:
+        targets.append(_target(f"cold start of {fastest['runner']} (fastest artifact)", 1e3 * cold, "< 15",
+                               cold < 0.015, "ms"))
+    fp32_cold = result["artifacts"].get(best["runner"], {}).get("cold_start_s")
+    if best is not fastest and fp32_cold is not None:
+        targets.append(_target(f"cold start of {best['runner']} (fastest fp32; shown, not judged)", 1e3 * fp32_cold,
+                               "< 15", None, "ms"))
     if "decode" in result:
         speedup = result["decode"]["speedup_vs_full_recompute"]
         targets.append(_target("decode step vs full recompute", speedup, ">= 50", speedup >= 50, "x"))
