@@ -3,20 +3,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import onnx_ir as ir
+import numpy as np
+import onnx
+import onnx.helper as oh
 import torch
 import torch.nn as nn
-from torch.export import Dim
+from onnx import TensorProto, numpy_helper
 
-from export.example import EXAMPLE_BATCH, example_tokens
+from export.contrib import CONTRIB_OPSET, IR_VERSION
 from export.fused import fused_state_dict
-from export.mask_rewrite import additive_mask
 from export.model import MultiHeadAttentionWrapper
-from export.onnx_export import save_onnx, trace
+from export.onnx_export import check_saved
 from runtime.config import MHAConfig
-from runtime.contract import (BATCH_AXIS, INPUT_NAME, NEW_AXIS, OUTPUT_NAME, PAST_AXIS, PAST_KEY, PAST_VALUE,
-                              PRESENT_KEY, PRESENT_VALUE, TOTAL_AXIS, DecodeContract)
-from runtime.errors import ConfigError
+from runtime.contract import (INPUT_NAME, META_CONFIG, META_CONTRACT, OUTPUT_NAME, PAST_KEY, PAST_VALUE, PRESENT_KEY,
+                              PRESENT_VALUE, DecodeContract)
 
 
 class DecodeMHA(nn.Module):
@@ -61,28 +61,46 @@ def empty_cache(config: MHAConfig, batch: int) -> tuple[torch.Tensor, torch.Tens
 
 
 DECODE_FILE = "mha.decode.onnx"
-DECODE_OPSET = 18
+
+
+def decode_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.ModelProto:
+    """x (B, N, d_in) -> MatMul -> q, k, v (B, N, H * d_out) -> com.microsoft.MultiHeadAttention with
+    past_key/past_value (B, H, P, d_out), causal (unidirectional: query i sees keys up to P + i) ->
+    context (B, N, H * d_out), present_key/present_value (B, H, P + N, d_out).
+
+    The same weights as DecodeMHA (the fused mapping); ONNX Runtime's kernel appends the cache and
+    attends in one node. Three nodes instead of the 33 of DecodeMHA's trace: a step at past 1023 takes
+    0.52 ms instead of 0.61-0.70 (gpt2-small, back to back, 12 interleaved bursts of 32; same 7e-7 error).
+    """
+    state = fused_state_dict(wrapper.state_dict(), config)
+    weight = state["W_qkv.weight"].detach().numpy().T.copy()  # (d_in, 3 * H * d_out)
+    width = config.d_model
+    inits = [numpy_helper.from_array(weight.astype(np.float32), "W_qkv"),
+             numpy_helper.from_array(np.array([width] * 3, np.int64), "splits")]
+    bias = ""
+    if config.qkv_bias:  # the op adds it to q, k and v itself
+        inits.append(numpy_helper.from_array(state["W_qkv.bias"].detach().numpy().astype(np.float32), "b_qkv"))
+        bias = "b_qkv"
+    nodes = [oh.make_node("MatMul", [INPUT_NAME, "W_qkv"], ["qkv"]),  # (B, N, 3 * H * d_out)
+             oh.make_node("Split", ["qkv", "splits"], ["q", "k", "v"], axis=2),  # each (B, N, H * d_out)
+             oh.make_node("MultiHeadAttention", ["q", "k", "v", bias, "", "", PAST_KEY, PAST_VALUE],
+                          [OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE], domain="com.microsoft",
+                          num_heads=config.num_heads, unidirectional=1)]  # scale 1/sqrt(d_out)
+    contract = DecodeContract(config)
+    signature = contract.signature()
+    values = {name: oh.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in signature.items()}
+    graph = oh.make_graph(nodes, "mha_decode", [values[n] for n in (INPUT_NAME, PAST_KEY, PAST_VALUE)],
+                          [values[n] for n in (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)], inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)],
+                          producer_name="mha-export")
+    model.ir_version = IR_VERSION
+    oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: contract.to_json()})
+    return model
 
 
 def export_decode(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, path: Path) -> None:
-    """Export the decode form with symbolic batch, past_tokens and new_tokens; check the saved file."""
-    contract = DecodeContract(config)
-    batch, new = EXAMPLE_BATCH, example_tokens(config)
-    past = min(2, config.context_length - new)  # example past >= 2 keeps the axis symbolic
-    if past < 2:
-        raise ConfigError(f"decode export: expected context_length >= 5 for symbolic cache axes, got {config.context_length}")
-    gen = torch.Generator().manual_seed(0)
-    args = (torch.randn(batch, new, config.d_in, generator=gen),  # (B, N, d_in)
-            torch.randn(batch, config.num_heads, past, config.d_out, generator=gen),  # (B, H, P, d_out)
-            torch.randn(batch, config.num_heads, past, config.d_out, generator=gen))
-    batch_dim = Dim(BATCH_AXIS)
-    past_dim = Dim(PAST_AXIS, max=config.context_length - 1)
-    dynamic_shapes = {"x": {0: batch_dim, 1: Dim(NEW_AXIS, max=config.context_length)},
-                      "past_key": {0: batch_dim, 2: past_dim}, "past_value": {0: batch_dim, 2: past_dim}}
-    model = trace(decode_module(wrapper, config), args, input_names=[INPUT_NAME, PAST_KEY, PAST_VALUE],
-                  output_names=[OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE], dynamic_shapes=dynamic_shapes,
-                  opset=DECODE_OPSET)
-    additive_mask(model)  # exact; export/mask_rewrite.py
-    for value in model.graph.outputs[1:]:  # the exporter spells P + N in either order; use one name
-        value.shape = ir.Shape([value.shape[0], value.shape[1], TOTAL_AXIS, value.shape[3]])
-    save_onnx(model, path, config, contract_json=contract.to_json(), signature=contract.signature())
+    """Build the decode graph, check it (structure, names, symbolic axes) and save it."""
+    model = decode_model(wrapper, config)
+    onnx.checker.check_model(model)  # contrib ops are not in onnx's schema registry: structural check only
+    onnx.save(model, str(path))
+    check_saved(path, config, DecodeContract(config).signature())

@@ -98,6 +98,7 @@ def test_decode_file_axes_are_symbolic(seed_dir: Path) -> None:
         "present_key": ["batch", 2, "past_tokens + new_tokens", 2],
         "present_value": ["batch", 2, "past_tokens + new_tokens", 2],
     }
+    assert [n.op_type for n in model.graph.node] == ["MatMul", "Split", "MultiHeadAttention"]
 
 
 def test_step_past_context_is_refused_and_cache_kept(seed_dir: Path) -> None:

@@ -44,8 +44,7 @@ def test_rewrite_matches_the_plain_trace(config: MHAConfig) -> None:
 @pytest.mark.parametrize("folder_fixture", ["seed_dir", "mid_dir"])
 def test_artifacts_carry_no_masked_fill(folder_fixture: str, request: pytest.FixtureRequest) -> None:
     folder: Path = request.getfixturevalue(folder_fixture)
-    for name in ("mha.onnx", "mha.decode.onnx"):
-        graph = ir.load(str(folder / name)).graph
-        assert [n.op_type for n in graph].count("Where") == 1, name  # one shared additive mask
-        divs = [n for n in graph if n.op_type == "Div"]
-        assert divs and all(n.inputs[0].producer().op_type == "MatMul" for n in divs), name  # scale, then mask
+    graph = ir.load(str(folder / "mha.onnx")).graph
+    assert [n.op_type for n in graph].count("Where") == 1  # one shared additive mask
+    divs = [n for n in graph if n.op_type == "Div"]
+    assert divs and all(n.inputs[0].producer().op_type == "MatMul" for n in divs)  # scale, then mask
