@@ -70,3 +70,22 @@ def test_cuda_unavailable_names_onnxruntime_gpu() -> None:
     assert resolve_provider("auto") == "cpu"
     with pytest.raises(ProviderError, match="install onnxruntime-gpu"):
         resolve_provider("cuda")
+
+
+def test_altered_model_that_onnxruntime_loads_is_still_refused(seed_copy: Path) -> None:
+    """The sha256 runs beside session creation; a file ORT loads happily must still be refused."""
+    import onnx
+    from onnx import numpy_helper
+
+    from runtime.manifest import load_manifest
+
+    path = seed_copy / "mha.contrib.onnx"
+    model = onnx.load(str(path))
+    weight = model.graph.initializer[0]
+    array = numpy_helper.to_array(weight).copy()
+    array.flat[0] += 1.0  # same size, different weights
+    weight.CopyFrom(numpy_helper.from_array(array, weight.name))
+    onnx.save(model, str(path))
+    assert path.stat().st_size == load_manifest(seed_copy)["files"]["mha.contrib.onnx"]["size"]  # not the size check
+    with pytest.raises(ArtifactError, match="sha256 differs"):
+        OnnxRunner(seed_copy, model="mha.contrib.onnx")
