@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx.helper as oh
-from onnx import TensorProto, numpy_helper
+from onnx import numpy_helper
 
-from export.contrib import CONTRIB_OPSET, IR_VERSION
-from export.fused import fused_state_dict
+from export.contrib import contrib_domain_model, fused_initializers, plain_io, save_checked
 from export.model import MultiHeadAttentionWrapper
 from runtime.config import MHAConfig
-from runtime.contract import BATCH_AXIS, INPUT_NAME, META_CONFIG, META_CONTRACT, OUTPUT_NAME, TOKENS_AXIS, IOContract
+from runtime.contract import INPUT_NAME, OUTPUT_NAME, IOContract
 
 # gpt2-small, T=1024, 2 threads, 20 interleaved rounds: 2 blocks 51.6 ms, 3: 49.1, 4: 49.1, 6: 48.1,
 # 8: 51.9 (more blocks copy more key/value slices); the one-node contrib Attention 54.5 ms. A traced
@@ -35,18 +34,17 @@ def _i64(name: str, values: list[int] | int) -> onnx.TensorProto:
 def blocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *, blocks: int = QUERY_BLOCKS) -> onnx.ModelProto:
     """x (B, T, d_in) -> MatMul -> q, k, v (B, T, H * d_out) -> one MultiHeadAttention per query block
     (its keys: 0 .. block end; its mask: the block's rows of the additive causal mask) -> Concat."""
-    state = fused_state_dict(wrapper.state_dict(), config)
-    weight = state["W_qkv.weight"].detach().numpy().T.copy()  # (d_in, 3 * H * d_out)
+    weight, bias = fused_initializers(wrapper, config)  # (d_in, 3 * H * d_out), (3 * H * d_out,) or None
     width = config.d_model
-    inits = [numpy_helper.from_array(weight.astype(np.float32), "W_qkv"), _i64("splits", [width] * 3),
+    inits = [weight, _i64("splits", [width] * 3),
              _i64("block_ends", list(range(1, blocks))), _i64("blocks", [blocks]), _i64("zero_1d", [0]),
              _i64("zero", 0), _i64("one", 1), _i64("axis_1", [1]), _i64("axis_2", [2]), _i64("axis_3", [3]),
              _i64("axes_01", [0, 1]), numpy_helper.from_array(np.array(-np.inf, np.float32), "neg_inf"),
              numpy_helper.from_array(np.array(0.0, np.float32), "f_zero")]
     nodes = [oh.make_node("MatMul", [INPUT_NAME, "W_qkv"], ["qkv"])]  # (B, T, 3 * H * d_out)
     qkv = "qkv"
-    if config.qkv_bias:
-        inits.append(numpy_helper.from_array(state["W_qkv.bias"].detach().numpy().astype(np.float32), "b_qkv"))
+    if bias is not None:
+        inits.append(bias)
         nodes.append(oh.make_node("Add", ["qkv", "b_qkv"], ["qkv_b"]))
         qkv = "qkv_b"
     bounds = [f"end_{i}" for i in range(1, blocks)]
@@ -80,18 +78,9 @@ def blocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *, block
                                   domain="com.microsoft", num_heads=config.num_heads))  # scale 1/sqrt(d_out)
         outputs.append(f"context_{i}")
     nodes.append(oh.make_node("Concat", outputs, [OUTPUT_NAME], axis=1))  # (B, T, H * d_out)
-    graph = oh.make_graph(
-        nodes, "mha_blocks",
-        [oh.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, config.d_in])],
-        [oh.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, width])], inits)
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)],
-                          producer_name="mha-export")
-    model.ir_version = IR_VERSION
-    oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: IOContract(config).to_json()})
-    return model
+    graph = oh.make_graph(nodes, "mha_blocks", *plain_io(config), inits)
+    return contrib_domain_model(graph, config, IOContract(config).to_json())
 
 
 def export_blocks(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, path: Path) -> None:
-    model = blocks_model(wrapper, config)
-    onnx.checker.check_model(model)  # contrib ops are not in onnx's schema registry: structural check only
-    onnx.save(model, str(path))
+    save_checked(blocks_model(wrapper, config), path)

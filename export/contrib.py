@@ -19,32 +19,52 @@ CONTRIB_OPSET = 18
 IR_VERSION = 10
 
 
+def fused_initializers(wrapper: MultiHeadAttentionWrapper, config: MHAConfig
+                       ) -> tuple[onnx.TensorProto, onnx.TensorProto | None]:
+    """The wrapper's fused mapping as initializers: W_qkv (d_in, 3 * H * d_out) and b_qkv
+    (3 * H * d_out,), the bias None when the config has none."""
+    state = fused_state_dict(wrapper.state_dict(), config)
+    weight = state["W_qkv.weight"].detach().numpy().T.astype(np.float32)  # (d_in, 3 * H * d_out)
+    bias = state["W_qkv.bias"].detach().numpy().astype(np.float32) if config.qkv_bias else None
+    return (numpy_helper.from_array(np.ascontiguousarray(weight), "W_qkv"),
+            None if bias is None else numpy_helper.from_array(bias, "b_qkv"))
+
+
+def plain_io(config: MHAConfig) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
+    """The main contract's graph input x (B, T, d_in) and output context (B, T, H * d_out)."""
+    return ([oh.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, config.d_in])],
+            [oh.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, config.d_model])])
+
+
+def contrib_domain_model(graph: onnx.GraphProto, config: MHAConfig, contract_json: str) -> onnx.ModelProto:
+    """A hand-built graph as a model: ONNX opset plus com.microsoft, the IR version every runtime here
+    loads, and the config and contract in metadata_props."""
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)],
+                          producer_name="mha-export")
+    model.ir_version = IR_VERSION
+    oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: contract_json})
+    return model
+
+
+def save_checked(model: onnx.ModelProto, path: Path) -> None:
+    onnx.checker.check_model(model)  # contrib ops are not in onnx's schema registry: structural check only
+    onnx.save(model, str(path))
+
+
 def contrib_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.ModelProto:
     """x (B, T, d_in) -> Attention(x, W_qkv^T, b_qkv, unidirectional=1) -> context (B, T, H * d_out).
 
     ORT's kernel runs the Q/K/V projection as one GEMM and the heads in parallel; the scale
     1/sqrt(d_out) is its default. Needs onnxruntime (the op is in the com.microsoft domain).
     """
-    state = fused_state_dict(wrapper.state_dict(), config)
-    weight = state["W_qkv.weight"].detach().numpy().T.copy()  # (d_in, 3 * H * d_out)
-    bias = (state["W_qkv.bias"].detach().numpy() if config.qkv_bias
-            else np.zeros(3 * config.d_model, np.float32))  # (3 * H * d_out,)
+    weight, bias = fused_initializers(wrapper, config)
+    if bias is None:  # the op takes a bias input either way
+        bias = numpy_helper.from_array(np.zeros(3 * config.d_model, np.float32), "b_qkv")  # (3 * H * d_out,)
     node = oh.make_node("Attention", [INPUT_NAME, "W_qkv", "b_qkv"], [OUTPUT_NAME], domain="com.microsoft",
                         num_heads=config.num_heads, unidirectional=1)
-    graph = oh.make_graph(
-        [node], "mha_contrib",
-        [oh.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, config.d_in])],
-        [oh.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, config.d_model])],
-        [numpy_helper.from_array(weight.astype(np.float32), "W_qkv"), numpy_helper.from_array(bias.astype(np.float32), "b_qkv")],
-    )
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)],
-                          producer_name="mha-export")
-    model.ir_version = IR_VERSION
-    oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: IOContract(config).to_json()})
-    return model
+    graph = oh.make_graph([node], "mha_contrib", *plain_io(config), [weight, bias])
+    return contrib_domain_model(graph, config, IOContract(config).to_json())
 
 
 def export_contrib(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, path: Path) -> None:
-    model = contrib_model(wrapper, config)
-    onnx.checker.check_model(model)  # contrib ops are not in onnx's schema registry: structural check only
-    onnx.save(model, str(path))
+    save_checked(contrib_model(wrapper, config), path)

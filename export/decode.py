@@ -10,13 +10,13 @@ import torch
 import torch.nn as nn
 from onnx import TensorProto, numpy_helper
 
-from export.contrib import CONTRIB_OPSET, IR_VERSION
+from export.contrib import contrib_domain_model, fused_initializers, save_checked
 from export.fused import fused_state_dict
 from export.model import MultiHeadAttentionWrapper
 from export.onnx_export import check_saved
 from runtime.config import MHAConfig
-from runtime.contract import (INPUT_NAME, META_CONFIG, META_CONTRACT, OUTPUT_NAME, PAST_KEY, PAST_VALUE, PRESENT_KEY,
-                              PRESENT_VALUE, DecodeContract)
+from runtime.contract import (INPUT_NAME, OUTPUT_NAME, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE,
+                              DecodeContract)
 
 
 class DecodeMHA(nn.Module):
@@ -72,18 +72,13 @@ def decode_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.
     attends in one node. Three nodes instead of the 33 of DecodeMHA's trace: a step at past 1023 takes
     0.52 ms instead of 0.61-0.70 (gpt2-small, back to back, 12 interleaved bursts of 32; same 7e-7 error).
     """
-    state = fused_state_dict(wrapper.state_dict(), config)
-    weight = state["W_qkv.weight"].detach().numpy().T.copy()  # (d_in, 3 * H * d_out)
-    width = config.d_model
-    inits = [numpy_helper.from_array(weight.astype(np.float32), "W_qkv"),
-             numpy_helper.from_array(np.array([width] * 3, np.int64), "splits")]
-    bias = ""
-    if config.qkv_bias:  # the op adds it to q, k and v itself
-        inits.append(numpy_helper.from_array(state["W_qkv.bias"].detach().numpy().astype(np.float32), "b_qkv"))
-        bias = "b_qkv"
+    weight, bias = fused_initializers(wrapper, config)  # (d_in, 3 * H * d_out), (3 * H * d_out,) or None
+    inits = [weight, numpy_helper.from_array(np.array([config.d_model] * 3, np.int64), "splits")]
+    if bias is not None:  # the op adds it to q, k and v itself
+        inits.append(bias)
     nodes = [oh.make_node("MatMul", [INPUT_NAME, "W_qkv"], ["qkv"]),  # (B, N, 3 * H * d_out)
              oh.make_node("Split", ["qkv", "splits"], ["q", "k", "v"], axis=2),  # each (B, N, H * d_out)
-             oh.make_node("MultiHeadAttention", ["q", "k", "v", bias, "", "", PAST_KEY, PAST_VALUE],
+             oh.make_node("MultiHeadAttention", ["q", "k", "v", "" if bias is None else bias.name, "", "", PAST_KEY, PAST_VALUE],
                           [OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE], domain="com.microsoft",
                           num_heads=config.num_heads, unidirectional=1)]  # scale 1/sqrt(d_out)
     contract = DecodeContract(config)
@@ -91,16 +86,10 @@ def decode_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.
     values = {name: oh.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in signature.items()}
     graph = oh.make_graph(nodes, "mha_decode", [values[n] for n in (INPUT_NAME, PAST_KEY, PAST_VALUE)],
                           [values[n] for n in (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)], inits)
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)],
-                          producer_name="mha-export")
-    model.ir_version = IR_VERSION
-    oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: contract.to_json()})
-    return model
+    return contrib_domain_model(graph, config, contract.to_json())
 
 
 def export_decode(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, path: Path) -> None:
     """Build the decode graph, check it (structure, names, symbolic axes) and save it."""
-    model = decode_model(wrapper, config)
-    onnx.checker.check_model(model)  # contrib ops are not in onnx's schema registry: structural check only
-    onnx.save(model, str(path))
+    save_checked(decode_model(wrapper, config), path)
     check_saved(path, config, DecodeContract(config).signature())
