@@ -1,21 +1,22 @@
 # `make export` and `make test` create .venv if needed and install the project into it.
-# ORT=gpu installs onnxruntime-gpu in place of onnxruntime (never both in one environment).
+# ORT=gpu swaps onnxruntime for onnxruntime-gpu 1.31.1 (the newest on PyPI) after the install (never both).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 ORT ?= cpu
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
-OTHER_ORT := $(if $(filter gpu,$(ORT)),onnxruntime,onnxruntime-gpu)
+GPU_ORT := onnxruntime-gpu==1.31.1
 
-.PHONY: venv export test bench native-build native-test clean
+.PHONY: venv export test lint bench native-build native-test clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip uninstall -y -q $(OTHER_ORT) >/dev/null 2>&1 || true
-	$(PY) -m pip install -q -e '.[$(ORT),dev]'
+	@$(PY) -m pip uninstall -y -q onnxruntime-gpu >/dev/null 2>&1 || true
+	$(PY) -m pip install -q -e '.[dev]'
+	@if [ "$(ORT)" = gpu ]; then $(PY) -m pip uninstall -y -q onnxruntime && $(PY) -m pip install -q $(GPU_ORT); fi
 	@rm -f $(VENV)/.installed-* && touch $@
 
 export: $(STAMP)
@@ -26,8 +27,12 @@ bench: $(STAMP)
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(VENV)/bin/mha bench --preset gpt2-small --artifacts artifacts --out artifacts/bench
 
-test: native-test
+test: lint native-test
 	$(PY) -m pytest
+
+# ruff, pinned in the dev extra, configured in pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 # The non-Python runners, built from scratch into git-ignored folders, then checked on every preset.
 NATIVE := runtime/native

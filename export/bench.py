@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,31 +20,26 @@ import onnxruntime as ort
 import torch
 from onnx import TensorProto
 
-from export.artifacts import ONNX_RUNTIME, TORCHSCRIPT_RUNTIME
-from export.atomic import write_file_atomic
-from export.bench_targets import fastest_fp32, judge
-from export.flops import decode_step_flops, dense_flops
-from export.fused import fuse
-from export.manifest import versions
-from export.torchscript import load_torchscript
-from export.weights import load_artifact_model
-from runtime.config import MHAConfig
-from runtime.decode import DECODE_MODEL, DecodeSession
-from runtime.errors import ConfigError
-from runtime.manifest import load_manifest
-from runtime.runner import OnnxRunner
+from mha_export.atomic import write_file_atomic
+from mha_export.bench_targets import fastest_fp32, judge
+from mha_export.flops import DENSE_FORMULA, decode_step_flops, dense_flops
+from mha_export.fused import fuse
+from mha_export.manifest import versions
+from mha_export.torchscript import load_torchscript
+from mha_export.weights import load_artifact_model
+from mha_runtime.config import MHAConfig
+from mha_runtime.decode import DecodeSession
+from mha_runtime.errors import ConfigError
+from mha_runtime.manifest import Manifest, load_manifest
+from mha_runtime.runner import OnnxRunner
+from mha_runtime.variants import DECODE, ONNX_RUNTIME, TORCHSCRIPT_RUNTIME
 
 PEAK_N = 2048
-# Idle time before each timed call. Every ONNX Runtime session has its own thread pool and torch has its
-# OpenMP pool; right after another runner's call they slow the next one down. Measured here (2 cores, eager
-# wrapper at T=16/64/256, alone: 7.5/7.6/18 ms): settle 0.01 s -> 16/48/83 ms, 0.1 s -> 10/12/24 ms,
-# 0.3 s -> 8.5/10/29 ms. OMP_WAIT_POLICY=PASSIVE did not help (10/27/46 ms).
+# Idle time before each timed call: each ONNX Runtime session and torch's OpenMP pool slow the next runner
+# down right after a call (docs/bench.md has the measurements behind 0.3 s).
 SETTLE_S = 0.3
-# Decode steps are timed as a generation loop runs them: back to back. Each round, after the settle time,
-# DECODE_BURST steps run in a row (each from the same cache at past_tokens = context_length - 1); the first
-# is reported apart as "first step after idle" (caches and thread pools cold), the rest are the per-token
-# latency. Steps keep getting faster for a while after idle (gpt2-small, median of 8 bursts: step 2 1.07 ms,
-# step 5 0.83, steps 9-24 0.74), so a burst is long enough for the warm-up to be a small part of it.
+# Decode steps are timed as a generation loop runs them: bursts of back-to-back steps from the same cache at
+# past_tokens = context_length - 1, the first reported apart as "first step after idle" (docs/bench.md).
 DECODE_BURST = 32
 
 
@@ -67,7 +63,7 @@ class Runner:
     file: str | None = None
 
 
-def build_runners(folder: Path, manifest: dict[str, Any], threads: int) -> list[Runner]:
+def build_runners(folder: Path, manifest: Manifest, threads: int) -> list[Runner]:
     """Eager wrapper, eager fused module, TorchScript, and every ONNX artifact through OnnxRunner."""
     model, config = load_artifact_model(folder, manifest)
     fused = fuse(model, config, sdpa=True)
@@ -79,11 +75,11 @@ def build_runners(folder: Path, manifest: dict[str, Any], threads: int) -> list[
         return run
 
     runners = [Runner("eager wrapper", "eager", torch_fn(model)), Runner("eager fused", "eager", torch_fn(fused))]
-    for file, info in manifest["artifacts"].items():
-        if info["runtime"] == TORCHSCRIPT_RUNTIME:
+    for file, info in manifest.artifacts.items():
+        if info.runtime == TORCHSCRIPT_RUNTIME:
             script, _ = load_torchscript(Path(folder) / file)
             runners.append(Runner(file, "torchscript", torch_fn(script), file))
-        elif info["runtime"] == ONNX_RUNTIME:
+        elif info.runtime == ONNX_RUNTIME:
             runner = OnnxRunner(folder, model=file, provider="cpu", threads=threads)
             runners.append(Runner(file, "onnxruntime", runner.run, file))
     return runners
@@ -110,18 +106,19 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
     """Time every runner at every token count, interleaved round by round, plus the MatMul peak and decode."""
     torch.set_num_threads(threads)
     manifest = load_manifest(folder)
-    config = MHAConfig.from_dict(manifest["config"])
+    config = manifest.config
     tokens = sorted({min(max(t, 1), config.context_length) for t in tokens})  # clipped to the contract
     runners = build_runners(folder, manifest, threads)
     if only:
         unknown = sorted(set(only) - {r.name for r in runners})
         if unknown:
-            raise ConfigError(f"--only: unknown runner {unknown[0]!r}; choose from {', '.join(r.name for r in runners)}")
+            names = ", ".join(r.name for r in runners)
+            raise ConfigError(f"--only: unknown runner {unknown[0]!r}; choose from {names}")
         runners = [r for r in runners if r.name in only or r.name == "eager wrapper"]  # the ratios need eager
     peak = _matmul_session(threads)
     inputs = {t: np.random.default_rng(t).standard_normal((1, t, config.d_in)).astype(np.float32) for t in tokens}
     decode = None
-    if DECODE_MODEL in manifest["artifacts"]:
+    if DECODE.file in manifest.artifacts:
         decode = DecodeSession(folder, provider="cpu", threads=threads)
         past = config.context_length - 1
         decode.step(np.random.default_rng(1).standard_normal((1, past, config.d_in)).astype(np.float32))
@@ -151,7 +148,7 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
         if decode is not None:
             decode_step()
     jobs = range(rounds)
-    bar = click.progressbar(jobs, label="benchmarking", file=click.get_text_stream("stderr")) if progress else None
+    bar = click.progressbar(jobs, label="benchmarking", file=sys.stderr) if progress else None
     with bar if bar is not None else contextlib.nullcontext(jobs) as items:
         for _ in items:
             peak_samples.append(timed(peak))
@@ -176,14 +173,14 @@ def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, war
     for r in runners:
         if r.file is None:
             continue
-        info = manifest["artifacts"][r.file]
-        artifacts[r.file] = {"size_bytes": manifest["files"][r.file]["size"],
-                             "export_seconds": info.get("export_seconds"),
-                             "cold_start_s": cold_start(folder, r.file, config, threads) if r.kind == "onnxruntime" else None}
+        artifacts[r.file] = {"size_bytes": manifest.files[r.file].size,
+                             "export_seconds": manifest.artifacts[r.file].export_seconds,
+                             "cold_start_s": (cold_start(folder, r.file, config, threads)
+                                              if r.kind == "onnxruntime" else None)}
     out: dict[str, Any] = {
-        "preset": manifest["preset"], "config": config.to_dict(), "batch": 1, "tokens": tokens, "threads": threads,
+        "name": manifest.name, "config": config.to_dict(), "batch": 1, "tokens": tokens, "threads": threads,
         "rounds": rounds, "settle_s": settle, "machine": machine(), "versions": versions(),
-        "flop_formula": dense_flops.__doc__.split("\n")[1].strip(),
+        "flop_formula": DENSE_FORMULA,
         "matmul_peak": {"n": PEAK_N, "gflops": peak_gflops, **_stats(peak_samples)},
         "results": results, "artifacts": artifacts,
     }
@@ -240,16 +237,17 @@ def write_outputs(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     colors = plt.get_cmap("tab20").colors  # one distinct colour per runner (there are more than 10)
     for i, name in enumerate(dict.fromkeys(r["runner"] for r in result["results"])):
         pts = [(r["tokens"], 1e3 * r["median_s"]) for r in result["results"] if r["runner"] == name]
-        ax.plot(*zip(*pts), marker="o", label=name, color=colors[i % len(colors)])
+        ax.plot(*zip(*pts, strict=True), marker="o", label=name, color=colors[i % len(colors)])
     config = MHAConfig.from_dict(result["config"])
     floor = [(t, 1e3 * dense_flops(config, batch=1, tokens=t) / (result["matmul_peak"]["gflops"] * 1e9))
              for t in result["tokens"]]
-    ax.plot(*zip(*floor), "k--", linewidth=2, label=f"MatMul peak floor ({result['matmul_peak']['gflops']:.0f} GFLOP/s)")
+    peak = result["matmul_peak"]["gflops"]
+    ax.plot(*zip(*floor, strict=True), "k--", linewidth=2, label=f"MatMul peak floor ({peak:.0f} GFLOP/s)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("tokens (batch 1)")
     ax.set_ylabel("median latency (ms)")
-    ax.set_title(f"{result['preset']}: {result['threads']} threads, {result['machine']['cpu']}", fontsize=9)
+    ax.set_title(f"{result['name']}: {result['threads']} threads, {result['machine']['cpu']}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

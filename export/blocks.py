@@ -15,15 +15,13 @@ import onnx
 import onnx.helper as oh
 from onnx import numpy_helper
 
-from export.contrib import contrib_domain_model, fused_initializers, plain_io, save_checked
-from export.model import MultiHeadAttentionWrapper
-from runtime.config import MHAConfig
-from runtime.contract import INPUT_NAME, OUTPUT_NAME, IOContract
+from mha_export.contrib import contrib_domain_model, fused_initializers, output_projection, plain_io, save_checked
+from mha_export.model import MultiHeadAttentionWrapper
+from mha_runtime.config import MHAConfig
+from mha_runtime.contract import INPUT_NAME, IOContract
+from mha_runtime.variants import VARIANTS
 
-# gpt2-small, T=1024, 2 threads, 20 interleaved rounds: 2 blocks 51.6 ms, 3: 49.1, 4: 49.1, 6: 48.1,
-# 8: 51.9 (more blocks copy more key/value slices); the one-node contrib Attention 54.5 ms. A traced
-# torch version of the same idea (plain MatMul/Softmax per block) ran 51.2 ms with 79 nodes, and its
-# session took 16.7 ms to create against 10.2 ms for these 34 nodes.
+# 4 blocks: the fastest of 2..8 measured (more blocks copy more key/value slices); docs/design-notes.md.
 QUERY_BLOCKS = 4
 
 
@@ -31,7 +29,8 @@ def _i64(name: str, values: list[int] | int) -> onnx.TensorProto:
     return numpy_helper.from_array(np.array(values, np.int64), name)
 
 
-def blocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *, blocks: int = QUERY_BLOCKS) -> onnx.ModelProto:
+def blocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *,
+                 blocks: int = QUERY_BLOCKS) -> onnx.ModelProto:
     """x (B, T, d_in) -> MatMul -> q, k, v (B, T, H * d_out) -> one MultiHeadAttention per query block
     (its keys: 0 .. block end; its mask: the block's rows of the additive causal mask) -> Concat."""
     weight, bias = fused_initializers(wrapper, config)  # (d_in, 3 * H * d_out), (3 * H * d_out,) or None
@@ -77,10 +76,11 @@ def blocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *, block
         nodes.append(oh.make_node("MultiHeadAttention", [f"q_{i}", key, value, "", "", mask], [f"context_{i}"],
                                   domain="com.microsoft", num_heads=config.num_heads))  # scale 1/sqrt(d_out)
         outputs.append(f"context_{i}")
-    nodes.append(oh.make_node("Concat", outputs, [OUTPUT_NAME], axis=1))  # (B, T, H * d_out)
-    graph = oh.make_graph(nodes, "mha_blocks", *plain_io(config), inits)
+    attention, projection, proj_inits = output_projection(wrapper, config)
+    nodes.append(oh.make_node("Concat", outputs, [attention], axis=1))  # (B, T, H * d_out)
+    graph = oh.make_graph(nodes + projection, "mha_blocks", *plain_io(config), inits + proj_inits)
     return contrib_domain_model(graph, config, IOContract(config).to_json())
 
 
-def export_blocks(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, path: Path) -> None:
-    save_checked(blocks_model(wrapper, config), path)
+def build_blocks(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    save_checked(blocks_model(wrapper, config), folder / VARIANTS["blocks"].file)

@@ -1,14 +1,21 @@
-"""`mha check` and `mha validate` as plain functions: golden fixtures and the full sweep, from a folder."""
+"""`mha check` and `mha validate` as plain functions: golden fixtures and the full sweep, from a folder.
+
+`check_golden` needs only the runtime; TorchScript cases run when torch is installed and are reported
+as skipped otherwise (the base install has no torch).
+"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from export.artifacts import TORCHSCRIPT_RUNTIME, ArtifactSpec
-from export.validate import ArtifactReport, artifact_runner, validate
-from export.weights import load_artifact_model
-from runtime.golden import CaseResult, check_artifact, check_onnx_artifacts, load_cases
-from runtime.manifest import load_manifest, verify_all
-from runtime.tolerance import Tolerance
+from mha_runtime.golden import CaseResult, check_artifact, check_onnx_artifacts, load_cases, skipped
+from mha_runtime.manifest import load_manifest, verify_all
+from mha_runtime.variants import TORCHSCRIPT_RUNTIME, spec_for
+
+if TYPE_CHECKING:
+    from mha_export.validate import ArtifactReport
+
+NEEDS_TORCH = "needs torch: pip install 'mha-export[export]'"
 
 
 def check_golden(folder: Path, *, provider: str = "cpu", threads: int | None = None) -> list[CaseResult]:
@@ -16,18 +23,26 @@ def check_golden(folder: Path, *, provider: str = "cpu", threads: int | None = N
     verify_all(folder, load_manifest(folder))
     results = check_onnx_artifacts(folder, provider=provider, threads=threads)
     cases = load_cases(folder)
-    for entry in cases["artifacts"]:
-        if entry["runtime"] == TORCHSCRIPT_RUNTIME:
-            spec = ArtifactSpec(entry["file"], entry["kind"], entry["runtime"])
-            results += check_artifact(spec.file, artifact_runner(folder, spec), Tolerance.from_dict(entry["tolerance"]),
-                                      folder, cases)
+    for entry in cases.artifacts:
+        if entry.runtime != TORCHSCRIPT_RUNTIME:
+            continue
+        try:
+            from mha_export.torchscript import torchscript_runner
+        except ImportError:
+            results += skipped(entry, cases, NEEDS_TORCH)
+            continue
+        results += check_artifact(entry.file, torchscript_runner(Path(folder) / entry.file), entry.tolerance,
+                                  folder, cases)
     return results
 
 
 def revalidate(folder: Path, *, progress: bool = False) -> dict[str, ArtifactReport]:
     """Rebuild the eager wrapper from the folder's config and weights, then rerun the whole sweep."""
+    from mha_export.validate import validate
+    from mha_export.weights import load_artifact_model
+
     manifest = load_manifest(folder)
     verify_all(folder, manifest)
     model, config = load_artifact_model(folder, manifest)
-    specs = [ArtifactSpec(file, info["kind"], info["runtime"]) for file, info in manifest["artifacts"].items()]
+    specs = [spec_for(file) for file in manifest.artifacts]
     return validate(folder, model, config, specs, progress=progress, label=f"validating {Path(folder).name}")

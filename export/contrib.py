@@ -8,10 +8,19 @@ import onnx
 import onnx.helper as oh
 from onnx import TensorProto, numpy_helper
 
-from export.fused import fused_state_dict
-from export.model import MultiHeadAttentionWrapper
-from runtime.config import MHAConfig
-from runtime.contract import BATCH_AXIS, INPUT_NAME, META_CONFIG, META_CONTRACT, OUTPUT_NAME, TOKENS_AXIS, IOContract
+from mha_export.fused import fused_state_dict
+from mha_export.model import MultiHeadAttentionWrapper
+from mha_runtime.config import MHAConfig
+from mha_runtime.contract import (
+    BATCH_AXIS,
+    INPUT_NAME,
+    META_CONFIG,
+    META_CONTRACT,
+    OUTPUT_NAME,
+    TOKENS_AXIS,
+    IOContract,
+)
+from mha_runtime.variants import VARIANTS
 
 CONTRIB_OPSET = 18
 # onnx.helper would stamp its newest IR version (14), which onnxruntime-node 1.30 refuses ("max supported 13");
@@ -30,6 +39,23 @@ def fused_initializers(wrapper: MultiHeadAttentionWrapper, config: MHAConfig
             None if bias is None else numpy_helper.from_array(bias, "b_qkv"))
 
 
+def output_projection(wrapper: MultiHeadAttentionWrapper, config: MHAConfig
+                      ) -> tuple[str, list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """(the name attention should write, the nodes that make `context` of it, their initializers).
+
+    Without out_proj the attention writes `context` itself; with it, context = attention @ W_out + b_out
+    (W_out is the Linear's weight transposed to (in, out)).
+    """
+    if wrapper.out_proj is None:
+        return OUTPUT_NAME, [], []
+    weight = wrapper.out_proj.weight.detach().numpy().T.astype(np.float32)  # (H * d_out, H * d_out)
+    bias = wrapper.out_proj.bias.detach().numpy().astype(np.float32)  # (H * d_out,)
+    nodes = [oh.make_node("MatMul", ["attention", "W_out"], ["projected"]),
+             oh.make_node("Add", ["projected", "b_out"], [OUTPUT_NAME])]
+    return "attention", nodes, [numpy_helper.from_array(np.ascontiguousarray(weight), "W_out"),
+                                numpy_helper.from_array(bias, "b_out")]
+
+
 def plain_io(config: MHAConfig) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
     """The main contract's graph input x (B, T, d_in) and output context (B, T, H * d_out)."""
     return ([oh.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, config.d_in])],
@@ -39,8 +65,8 @@ def plain_io(config: MHAConfig) -> tuple[list[onnx.ValueInfoProto], list[onnx.Va
 def contrib_domain_model(graph: onnx.GraphProto, config: MHAConfig, contract_json: str) -> onnx.ModelProto:
     """A hand-built graph as a model: ONNX opset plus com.microsoft, the IR version every runtime here
     loads, and the config and contract in metadata_props."""
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)],
-                          producer_name="mha-export")
+    opsets = [oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)]
+    model = oh.make_model(graph, opset_imports=opsets, producer_name="mha-export")
     model.ir_version = IR_VERSION
     oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: contract_json})
     return model
@@ -60,11 +86,12 @@ def contrib_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx
     weight, bias = fused_initializers(wrapper, config)
     if bias is None:  # the op takes a bias input either way
         bias = numpy_helper.from_array(np.zeros(3 * config.d_model, np.float32), "b_qkv")  # (3 * H * d_out,)
-    node = oh.make_node("Attention", [INPUT_NAME, "W_qkv", "b_qkv"], [OUTPUT_NAME], domain="com.microsoft",
+    attention, projection, proj_inits = output_projection(wrapper, config)
+    node = oh.make_node("Attention", [INPUT_NAME, "W_qkv", "b_qkv"], [attention], domain="com.microsoft",
                         num_heads=config.num_heads, unidirectional=1)
-    graph = oh.make_graph([node], "mha_contrib", *plain_io(config), [weight, bias])
+    graph = oh.make_graph([node, *projection], "mha_contrib", *plain_io(config), [weight, bias, *proj_inits])
     return contrib_domain_model(graph, config, IOContract(config).to_json())
 
 
-def export_contrib(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, path: Path) -> None:
-    save_checked(contrib_model(wrapper, config), path)
+def build_contrib(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    save_checked(contrib_model(wrapper, config), folder / VARIANTS["contrib"].file)

@@ -10,13 +10,21 @@ import torch
 import torch.nn as nn
 from onnx import TensorProto, numpy_helper
 
-from export.contrib import contrib_domain_model, fused_initializers, save_checked
-from export.fused import fused_state_dict
-from export.model import MultiHeadAttentionWrapper
-from export.onnx_export import check_saved
-from runtime.config import MHAConfig
-from runtime.contract import (INPUT_NAME, OUTPUT_NAME, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE,
-                              DecodeContract)
+from mha_export.contrib import contrib_domain_model, fused_initializers, output_projection, save_checked
+from mha_export.fused import fused_state_dict
+from mha_export.model import MultiHeadAttentionWrapper
+from mha_export.onnx_export import check_saved
+from mha_runtime.config import MHAConfig
+from mha_runtime.contract import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    PAST_KEY,
+    PAST_VALUE,
+    PRESENT_KEY,
+    PRESENT_VALUE,
+    DecodeContract,
+)
+from mha_runtime.variants import VARIANTS
 
 
 class DecodeMHA(nn.Module):
@@ -30,6 +38,7 @@ class DecodeMHA(nn.Module):
         super().__init__()
         self.num_heads, self.d_out = config.num_heads, config.d_out
         self.W_qkv = nn.Linear(config.d_in, 3 * config.d_model, bias=config.qkv_bias)
+        self.out_proj = nn.Linear(config.d_model, config.d_model) if config.out_proj else None
 
     def forward(self, x: torch.Tensor, past_key: torch.Tensor, past_value: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -45,6 +54,8 @@ class DecodeMHA(nn.Module):
         scores = (q @ key.transpose(-2, -1)).masked_fill(future, -torch.inf)  # (B, H, N, P + N)
         weights = torch.softmax(scores / self.d_out ** 0.5, dim=-1)
         context = (weights @ value).transpose(1, 2).reshape(b, n, self.num_heads * self.d_out)  # (B, N, H*d_out)
+        if self.out_proj is not None:  # on the new tokens only; the cache holds keys and values
+            context = self.out_proj(context)
         return context, key, value
 
 
@@ -60,27 +71,28 @@ def empty_cache(config: MHAConfig, batch: int) -> tuple[torch.Tensor, torch.Tens
     return torch.zeros(shape), torch.zeros(shape)
 
 
-DECODE_FILE = "mha.decode.onnx"
-
-
 def decode_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.ModelProto:
     """x (B, N, d_in) -> MatMul -> q, k, v (B, N, H * d_out) -> com.microsoft.MultiHeadAttention with
     past_key/past_value (B, H, P, d_out), causal (unidirectional: query i sees keys up to P + i) ->
     context (B, N, H * d_out), present_key/present_value (B, H, P + N, d_out).
 
     The same weights as DecodeMHA (the fused mapping); ONNX Runtime's kernel appends the cache and
-    attends in one node. Three nodes instead of the 33 of DecodeMHA's trace: a step at past 1023 takes
-    0.52 ms instead of 0.61-0.70 (gpt2-small, back to back, 12 interleaved bursts of 32; same 7e-7 error).
+    attends in one node: three nodes instead of the 33 of DecodeMHA's trace, and faster per step
+    (docs/design-notes.md).
     """
     weight, bias = fused_initializers(wrapper, config)  # (d_in, 3 * H * d_out), (3 * H * d_out,) or None
     inits = [weight, numpy_helper.from_array(np.array([config.d_model] * 3, np.int64), "splits")]
     if bias is not None:  # the op adds it to q, k and v itself
         inits.append(bias)
+    attention, projection, proj_inits = output_projection(wrapper, config)  # on the new tokens only
     nodes = [oh.make_node("MatMul", [INPUT_NAME, "W_qkv"], ["qkv"]),  # (B, N, 3 * H * d_out)
              oh.make_node("Split", ["qkv", "splits"], ["q", "k", "v"], axis=2),  # each (B, N, H * d_out)
-             oh.make_node("MultiHeadAttention", ["q", "k", "v", "" if bias is None else bias.name, "", "", PAST_KEY, PAST_VALUE],
-                          [OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE], domain="com.microsoft",
-                          num_heads=config.num_heads, unidirectional=1)]  # scale 1/sqrt(d_out)
+             oh.make_node("MultiHeadAttention",
+                          ["q", "k", "v", "" if bias is None else bias.name, "", "", PAST_KEY, PAST_VALUE],
+                          [attention, PRESENT_KEY, PRESENT_VALUE], domain="com.microsoft",
+                          num_heads=config.num_heads, unidirectional=1),  # scale 1/sqrt(d_out)
+             *projection]
+    inits += proj_inits
     contract = DecodeContract(config)
     signature = contract.signature()
     values = {name: oh.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in signature.items()}
@@ -89,7 +101,8 @@ def decode_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.
     return contrib_domain_model(graph, config, contract.to_json())
 
 
-def export_decode(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, path: Path) -> None:
+def build_decode(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
     """Build the decode graph, check it (structure, names, symbolic axes) and save it."""
+    path = folder / VARIANTS["decode"].file
     save_checked(decode_model(wrapper, config), path)
     check_saved(path, config, DecodeContract(config).signature())

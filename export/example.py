@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from runtime.config import MHAConfig
-from runtime.errors import ConfigError
+from mha_runtime.config import MHAConfig
+from mha_runtime.errors import ConfigError
 
 EXAMPLE_BATCH = 2
 

@@ -4,17 +4,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from export.artifacts import DECODE_RUNTIME, ArtifactSpec
-from export.example import example_tokens
-from runtime.config import MHAConfig
-from runtime.contract import INPUT_NAME, OUTPUT_NAME
-from runtime.decode import golden_schedule
-from runtime.golden import CASES_FORMAT, CASES_NAME, CASES_TSV, GOLDEN_DIR
+from mha_export.example import example_tokens
+from mha_runtime.config import MHAConfig
+from mha_runtime.contract import INPUT_NAME, OUTPUT_NAME
+from mha_runtime.decode import golden_schedule
+from mha_runtime.golden import CASES_NAME, CASES_TSV, GOLDEN_DIR, CaseArtifact, GoldenCase, GoldenCases
+from mha_runtime.variants import DECODE_RUNTIME, ArtifactSpec
 
 FIXTURE_SEED = 2024
 
@@ -33,13 +32,13 @@ def _write_array(root: Path, stem: str, array: np.ndarray) -> tuple[str, str]:
     return bin_name, npy_name
 
 
-def _entry(spec: ArtifactSpec, cases: list[dict[str, Any]]) -> dict[str, Any]:
+def _entry(spec: ArtifactSpec, cases: list[GoldenCase]) -> CaseArtifact:
     """cases.json's line for one artifact; the decode form also says how each case is fed."""
-    entry = spec.to_dict()
-    if spec.runtime == DECODE_RUNTIME:
-        entry["schedule"] = "from an empty cache: a prefill of ceil(tokens / 2) tokens, then one token per step"
-        entry["schedules"] = {c["name"]: golden_schedule(c["input_shape"][1]) for c in cases}
-    return entry
+    if spec.runtime != DECODE_RUNTIME:
+        return CaseArtifact(spec.file, spec.kind, spec.runtime, spec.tolerance)
+    return CaseArtifact(spec.file, spec.kind, spec.runtime, spec.tolerance,
+                        schedule="from an empty cache: a prefill of ceil(tokens / 2) tokens, then one token per step",
+                        schedules={c.name: golden_schedule(c.input_shape[1]) for c in cases})
 
 
 def write_golden(model: torch.nn.Module, config: MHAConfig, folder: Path, artifacts: Sequence[ArtifactSpec]) -> Path:
@@ -54,12 +53,11 @@ def write_golden(model: torch.nn.Module, config: MHAConfig, folder: Path, artifa
             y = model(x)  # (B, T, num_heads * d_out)
         x_bin, x_npy = _write_array(root, f"{name}.{INPUT_NAME}", x.numpy())
         y_bin, y_npy = _write_array(root, f"{name}.{OUTPUT_NAME}", y.numpy())
-        cases.append({"name": name, "input_shape": list(x.shape), "output_shape": list(y.shape),
-                      "input_bin": x_bin, "output_bin": y_bin, "input_npy": x_npy, "output_npy": y_npy})
-    doc = {"format": CASES_FORMAT, "input": INPUT_NAME, "output": OUTPUT_NAME, "dtype": "float32",
-           "byte_order": "little", "config": config.to_dict(), "cases": cases,
-           "artifacts": [_entry(spec, cases) for spec in artifacts]}
-    (root / CASES_NAME).write_text(json.dumps(doc, indent=2) + "\n")
+        cases.append(GoldenCase(name, (batch, tokens, config.d_in), (batch, tokens, config.d_model),
+                                x_bin, y_bin, x_npy, y_npy))
+    doc = GoldenCases(config=config, cases=tuple(cases), artifacts=tuple(_entry(spec, cases) for spec in artifacts),
+                      input=INPUT_NAME, output=OUTPUT_NAME)
+    (root / CASES_NAME).write_text(json.dumps(doc.to_dict(), indent=2) + "\n")
     (root / CASES_TSV).write_text(cases_tsv(doc))
     return root
 
@@ -68,17 +66,17 @@ TSV_COLUMNS = ("file", "kind", "runtime", "atol", "rtol", "rel_l2", "case", "bat
                "input_bin", "output_bin", "schedule")
 
 
-def cases_tsv(doc: dict[str, Any]) -> str:
+def cases_tsv(doc: GoldenCases) -> str:
     """cases.json flattened for C and C++: one tab-separated line per (artifact, case); '-' for none."""
     lines = ["# " + "\t".join(TSV_COLUMNS)]
-    for entry in doc["artifacts"]:
-        tol = entry["tolerance"]
-        for case in doc["cases"]:
-            batch, tokens, d_in = case["input_shape"]
-            schedule = entry.get("schedules", {}).get(case["name"])
-            row = [entry["file"], entry["kind"], entry["runtime"], repr(tol["atol"]), repr(tol["rtol"]),
-                   "-" if tol["rel_l2"] is None else repr(tol["rel_l2"]), case["name"], batch, tokens, d_in,
-                   case["output_shape"][2], case["input_bin"], case["output_bin"],
+    for entry in doc.artifacts:
+        tol = entry.tolerance
+        for case in doc.cases:
+            batch, tokens, d_in = case.input_shape
+            schedule = (entry.schedules or {}).get(case.name)
+            row = [entry.file, entry.kind, entry.runtime, repr(tol.atol), repr(tol.rtol),
+                   "-" if tol.rel_l2 is None else repr(tol.rel_l2), case.name, batch, tokens, d_in,
+                   case.output_shape[2], case.input_bin, case.output_bin,
                    "-" if schedule is None else ",".join(map(str, schedule))]
             lines.append("\t".join(map(str, row)))
     return "\n".join(lines) + "\n"

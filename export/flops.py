@@ -1,7 +1,9 @@
 """FLOP counts the bench rates runners by (a multiply-add counts 2)."""
 from __future__ import annotations
 
-from runtime.config import MHAConfig
+from mha_runtime.config import MHAConfig
+
+DENSE_FORMULA = "2*B*T*d_in*3*H*d_out + 4*B*H*T^2*d_out"
 
 
 def dense_flops(config: MHAConfig, *, batch: int, tokens: int) -> int:

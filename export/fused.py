@@ -5,8 +5,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from export.model import MultiHeadAttentionWrapper
-from runtime.config import MHAConfig
+from mha_export.model import MultiHeadAttentionWrapper
+from mha_runtime.config import MHAConfig
 
 
 class FusedCausalMHA(nn.Module):
@@ -21,6 +21,7 @@ class FusedCausalMHA(nn.Module):
         super().__init__()
         self.num_heads, self.d_out, self.sdpa = config.num_heads, config.d_out, sdpa
         self.W_qkv = nn.Linear(config.d_in, 3 * config.d_model, bias=config.qkv_bias)
+        self.out_proj = nn.Linear(config.d_model, config.d_model) if config.out_proj else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape  # (B, T, d_in)
@@ -35,17 +36,21 @@ class FusedCausalMHA(nn.Module):
             scores = scores.masked_fill(future, -torch.inf)
             weights = torch.softmax(scores / self.d_out ** 0.5, dim=-1)  # (B, H, T, T)
             ctx = weights @ v  # (B, H, T, d_out)
-        return ctx.transpose(1, 2).reshape(b, t, self.num_heads * self.d_out)  # (B, T, H * d_out)
+        ctx = ctx.transpose(1, 2).reshape(b, t, self.num_heads * self.d_out)  # (B, T, H * d_out)
+        return ctx if self.out_proj is None else self.out_proj(ctx)  # (B, T, H * d_out)
 
 
 def fused_state_dict(wrapper_state: dict[str, torch.Tensor], config: MHAConfig) -> dict[str, torch.Tensor]:
-    """Stack every head's W_query, then every W_key, then every W_value (rows), biases likewise."""
+    """Stack every head's W_query, then every W_key, then every W_value (rows), biases likewise; the output
+    projection, if any, as it is."""
     heads = range(config.num_heads)
     state = {"W_qkv.weight": torch.cat([wrapper_state[f"heads.{h}.W_{p}.weight"] for p in ("query", "key", "value")
                                         for h in heads], dim=0)}  # (3 * H * d_out, d_in)
     if config.qkv_bias:
         state["W_qkv.bias"] = torch.cat([wrapper_state[f"heads.{h}.W_{p}.bias"] for p in ("query", "key", "value")
                                          for h in heads], dim=0)  # (3 * H * d_out,)
+    if config.out_proj:
+        state |= {k: wrapper_state[k] for k in ("out_proj.weight", "out_proj.bias")}
     return state
 
 

@@ -10,18 +10,18 @@ import onnx
 import onnxruntime
 import torch
 
-from runtime.config import MHAConfig
-from runtime.contract import IOContract
-from runtime.manifest import MANIFEST_FORMAT, MANIFEST_NAME, sha256_file
+from mha_runtime.config import MHAConfig
+from mha_runtime.contract import IOContract
+from mha_runtime.manifest import MANIFEST_NAME, ArtifactRecord, FileRecord, Manifest, WeightsRecord, sha256_file
 
 
-def file_table(folder: Path) -> dict[str, dict[str, Any]]:
+def file_table(folder: Path) -> dict[str, FileRecord]:
     """sha256 and size of every file under `folder` (POSIX relative paths), the manifest excluded."""
     table = {}
     for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
         rel = path.relative_to(folder).as_posix()
         if rel != MANIFEST_NAME:
-            table[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+            table[rel] = FileRecord(size=path.stat().st_size, sha256=sha256_file(path))
     return table
 
 
@@ -40,21 +40,14 @@ def versions() -> dict[str, str]:
     return {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
 
 
-def write_manifest(folder: Path, *, preset: str, config: MHAConfig, opset: int, weights: dict[str, Any],
-                   artifacts: dict[str, Any], sweep: dict[str, Any]) -> dict[str, Any]:
+def write_manifest(folder: Path, *, name: str, config: MHAConfig, opset: int, weights: WeightsRecord,
+                   artifacts: dict[str, ArtifactRecord], sweep: dict[str, Any]) -> Manifest:
     """Hash every file in `folder` and write manifest.json beside them."""
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "preset": preset,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "config": config.to_dict(),
-        "contract": IOContract(config).to_dict(),
-        "opset": opset,
-        "versions": versions(),
-        "weights": weights,
-        "validation": {"reference": "eager MultiHeadAttentionWrapper (torch, CPU)", "sweep": sweep},
-        "artifacts": artifacts,
-        "files": file_table(folder),
-    }
-    (Path(folder) / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+    manifest = Manifest(
+        name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), config=config,
+        contract=IOContract(config).to_dict(), opset=opset, versions=versions(), weights=weights,
+        validation={"reference": "eager MultiHeadAttentionWrapper (torch, CPU)", "sweep": sweep},
+        artifacts=artifacts, files=file_table(folder),
+    )
+    (Path(folder) / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
     return manifest

@@ -1,8 +1,7 @@
 """Exact graph rewrites for the traced mask: masked_fill as an additive mask, the scale before it.
 
 The wrapper's `scores.masked_fill(mask, -inf) / sqrt(d_out)` exports as Where -> Div on every head.
-ONNX Runtime's CPU Where is about 7x slower than Add here (gpt2-small, T=1024: 1.33-1.66 ms against
-0.19-0.21 ms per head, measured with /tmp microbenchmarks recorded in issue 4's note), so:
+ONNX Runtime's CPU Where is several times slower than Add (docs/design-notes.md has the profile), so:
 
     Where(mask, -inf, s) / c   ->   s / c + Where(mask, -inf, 0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from runtime.config import MHAConfig
+from mha_runtime.config import MHAConfig
 
 
 class CausalAttention(nn.Module):
@@ -21,7 +21,7 @@ class CausalAttention(nn.Module):
         self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, num_tokens, d_in = x.shape  # (B, T, d_in)
+        _, num_tokens, _ = x.shape  # (B, T, d_in)
         keys = self.W_key(x)  # (B, T, d_out)
         queries = self.W_query(x)  # (B, T, d_out)
         values = self.W_value(x)  # (B, T, d_out)
@@ -34,20 +34,23 @@ class CausalAttention(nn.Module):
 
 
 class MultiHeadAttentionWrapper(nn.Module):
-    """num_heads CausalAttention heads, outputs concatenated on the last axis."""
+    """num_heads CausalAttention heads, outputs concatenated on the last axis; with `out_proj`, followed by
+    one Linear(num_heads * d_out, num_heads * d_out) as the book's MultiHeadAttention and GPT-2 have."""
 
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
-                 qkv_bias: bool = False) -> None:
+                 qkv_bias: bool = False, out_proj: bool = False) -> None:
         super().__init__()
         self.heads = nn.ModuleList(
             [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)]
         )
+        self.out_proj = nn.Linear(num_heads * d_out, num_heads * d_out) if out_proj else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([head(x) for head in self.heads], dim=-1)  # (B, T, num_heads * d_out)
+        context = torch.cat([head(x) for head in self.heads], dim=-1)  # (B, T, num_heads * d_out)
+        return context if self.out_proj is None else self.out_proj(context)  # (B, T, num_heads * d_out)
 
 
 def build_wrapper(config: MHAConfig) -> MultiHeadAttentionWrapper:
     """A wrapper shaped by `config` (weights from the current torch RNG state)."""
     return MultiHeadAttentionWrapper(config.d_in, config.d_out, config.context_length, config.dropout,
-                                     config.num_heads, qkv_bias=config.qkv_bias)
+                                     config.num_heads, qkv_bias=config.qkv_bias, out_proj=config.out_proj)

@@ -15,20 +15,25 @@ import onnxscript.optimizer
 import torch
 from torch.export import Dim
 
-from export.example import example_input
-from export.mask_rewrite import additive_mask
-from runtime.config import MHAConfig
-from runtime.contract import BATCH_AXIS, INPUT_NAME, META_CONFIG, META_CONTRACT, OUTPUT_NAME, TOKENS_AXIS, IOContract
-from runtime.errors import MHAError
+from mha_export.example import example_input
+from mha_export.mask_rewrite import additive_mask
+from mha_runtime.config import MHAConfig
+from mha_runtime.contract import (
+    BATCH_AXIS,
+    INPUT_NAME,
+    META_CONFIG,
+    META_CONTRACT,
+    OUTPUT_NAME,
+    TOKENS_AXIS,
+    IOContract,
+)
+from mha_runtime.errors import ExportError
+from mha_runtime.variants import ONNX
 
 DEFAULT_OPSET = 18
 SUPPORTED_OPSETS = range(18, 26)  # measured: the dynamo exporter works at 18..25 here
 # Masks are (context, context) bool after folding: 1 MiB at context 1024. Fold tensors up to 16M elements.
 FOLD_LIMIT = 1 << 24
-
-
-class ExportError(MHAError):
-    """An exporter produced something that breaks the artifact contract."""
 
 
 def check_opset(opset: int) -> int:
@@ -118,3 +123,7 @@ def save_onnx(model: ir.Model, path: Path, config: MHAConfig, *, contract_json: 
 def export_onnx(module: torch.nn.Module, config: MHAConfig, path: Path, *, opset: int = DEFAULT_OPSET) -> None:
     """Trace `module`, shrink the graph, stamp the contract, save to `path` and check the file."""
     save_onnx(shrink(trace_to_onnx(module, config, opset=opset)), path, config)
+
+
+def build_onnx(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    export_onnx(wrapper, config, folder / ONNX.file, opset=opset)

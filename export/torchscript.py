@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from export.example import example_input
-from runtime.config import MHAConfig
-from runtime.errors import ArtifactError
+from mha_export.example import example_input
+from mha_runtime.config import MHAConfig
+from mha_runtime.errors import ArtifactError, first_line
+from mha_runtime.variants import TORCHSCRIPT
 
 CONFIG_EXTRA = "config.json"
 
@@ -34,6 +37,21 @@ def export_torchscript(module: torch.nn.Module, config: MHAConfig, path: Path) -
         torch.jit.save(traced, str(path), _extra_files={CONFIG_EXTRA: config.to_json()})
 
 
+def build_torchscript(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    export_torchscript(wrapper, config, folder / TORCHSCRIPT.file)
+
+
+def torchscript_runner(path: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """x (B, T, d_in) -> context (B, T, H * d_out) through the loaded TorchScript module."""
+    module, _ = load_torchscript(path)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return module(torch.from_numpy(x)).numpy()
+
+    return run
+
+
 def load_torchscript(path: Path) -> tuple[torch.jit.ScriptModule, MHAConfig]:
     """Load `mha.pt` and the config embedded in it."""
     extra = {CONFIG_EXTRA: ""}
@@ -41,7 +59,6 @@ def load_torchscript(path: Path) -> tuple[torch.jit.ScriptModule, MHAConfig]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
-    except Exception as exc:  # noqa: BLE001
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ArtifactError(f"{path}: torch.jit.load cannot read it ({first})") from None
+    except Exception as exc:
+        raise ArtifactError(f"{path}: torch.jit.load cannot read it ({first_line(exc)})") from None
     return module.eval(), MHAConfig.from_json(extra[CONFIG_EXTRA])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,14 +13,15 @@ import click
 import numpy as np
 import torch
 
-from export.artifacts import DECODE_RUNTIME, ONNX_RUNTIME, ArtifactSpec
-from export.example import example_tokens
-from export.torchscript import load_torchscript
-from runtime.config import MHAConfig
-from runtime.errors import MHAError
-from runtime.decode import SCHEDULES, DecodeSession, run_chunked
-from runtime.runner import OnnxRunner
-from runtime.tolerance import Tolerance, compare
+from mha_export.example import example_tokens
+from mha_export.torchscript import torchscript_runner
+from mha_runtime.config import MHAConfig
+from mha_runtime.decode import SCHEDULES, DecodeSession, run_chunked
+from mha_runtime.errors import ValidationError
+from mha_runtime.manifest import ArtifactRecord
+from mha_runtime.runner import OnnxRunner
+from mha_runtime.tolerance import Tolerance, compare
+from mha_runtime.variants import DECODE_RUNTIME, ONNX_RUNTIME, ArtifactSpec
 
 SWEEP_BATCHES = (1, 3)
 SWEEP_SEEDS = (0, 1)
@@ -62,19 +64,11 @@ class ArtifactReport:
     rel_l2: float = 0.0
     failures: list[Failure] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.spec.kind, "runtime": self.spec.runtime, "tolerance": self.spec.tolerance.to_dict(),
-                "cases": self.cases, "max_abs_error": self.max_abs, "rel_l2_error": self.rel_l2,
-                "passed": not self.failures}
-
-
-class ValidationError(MHAError):
-    """One or more artifacts differ from eager PyTorch beyond tolerance; every failing case is listed."""
-
-    def __init__(self, failures: list[Failure]) -> None:
-        self.failures = failures
-        lines = "\n".join("  " + f.line() for f in failures)
-        super().__init__(f"validation failed: {len(failures)} case(s) beyond tolerance\n{lines}")
+    def record(self, **facts: Any) -> ArtifactRecord:
+        """The manifest's record of this artifact; `facts` are opset, nodes and export_seconds."""
+        return ArtifactRecord(kind=self.spec.kind, runtime=self.spec.runtime, tolerance=self.spec.tolerance,
+                              cases=self.cases, max_abs_error=self.max_abs, rel_l2_error=self.rel_l2,
+                              passed=not self.failures, **facts)
 
 
 def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], np.ndarray]:
@@ -87,13 +81,7 @@ def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], 
         session = DecodeSession(Path(folder) / spec.file, provider="cpu")
         schedules = itertools.cycle(SCHEDULES.values())
         return lambda x: run_chunked(session, x, next(schedules)(x.shape[1]))
-    module, _ = load_torchscript(Path(folder) / spec.file)
-
-    def run(x: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return module(torch.from_numpy(x)).numpy()
-
-    return run
+    return torchscript_runner(Path(folder) / spec.file)
 
 
 def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts: Sequence[ArtifactSpec], *,
@@ -102,7 +90,7 @@ def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts:
     runners = {spec.file: artifact_runner(folder, spec) for spec in artifacts}
     reports = {spec.file: ArtifactReport(spec) for spec in artifacts}
     jobs = [(shape, seed) for shape in sweep_shapes(config) for seed in SWEEP_SEEDS]
-    bar = click.progressbar(jobs, label=label, file=click.get_text_stream("stderr")) if progress else None
+    bar = click.progressbar(jobs, label=label, file=sys.stderr) if progress else None
     with bar if bar is not None else contextlib.nullcontext(jobs) as items:
         for (batch, tokens), seed in items:
             gen = torch.Generator().manual_seed(seed)
@@ -116,8 +104,8 @@ def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts:
                 report.max_abs = max(report.max_abs, cmp.max_abs)
                 report.rel_l2 = max(report.rel_l2, cmp.rel_l2)
                 if not cmp.ok:
-                    report.failures.append(Failure(spec.file, (batch, tokens, config.d_in), seed, cmp.max_abs, cmp.rel_l2,
-                                                       spec.tolerance))
+                    report.failures.append(Failure(spec.file, (batch, tokens, config.d_in), seed, cmp.max_abs,
+                                                   cmp.rel_l2, spec.tolerance))
     failures = [f for r in reports.values() for f in r.failures]
     if failures:
         raise ValidationError(failures)

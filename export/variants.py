@@ -1,10 +1,8 @@
-"""Variants built from the wrapper's weights: fused, attention (opset 23), fp16, int8, ORT format, decode."""
+"""Builders of the fused, attention, fp16, int8 and ORT-format variants (declared in mha_runtime.variants)."""
 from __future__ import annotations
 
 import logging
-import time
 import warnings
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import onnx
@@ -13,63 +11,16 @@ import onnx_ir.passes.common as ir_passes
 import onnxruntime as ort
 import torch
 
-from export.artifacts import DECODE_RUNTIME, ONNX_RUNTIME, ArtifactSpec
-from export.blocks import export_blocks
-from export.contrib import export_contrib
-from export.decode import DECODE_FILE, export_decode
-from export.fused import fuse
-from export.onnx_export import ExportError, save_onnx, shrink, trace_to_onnx
-from runtime.config import MHAConfig
-from runtime.contract import META_CONFIG, META_CONTRACT
+from mha_export.fused import fuse
+from mha_export.onnx_export import save_onnx, shrink, trace_to_onnx
+from mha_runtime.config import MHAConfig
+from mha_runtime.contract import META_CONFIG, META_CONTRACT
+from mha_runtime.errors import ExportError
+from mha_runtime.variants import VARIANTS
 
 FUSED_OPSET = 18  # fp16 and ort start from this form
-FUSED_SDPA = True  # measured faster than the spelled-out form at opset 18; see README's edge table
+FUSED_SDPA = True  # measured faster than the spelled-out form at opset 18 (docs/design-notes.md)
 ATTENTION_OPSET = 23  # scaled_dot_product_attention becomes one ONNX Attention node
-
-SPECS: dict[str, tuple[ArtifactSpec, ...]] = {
-    "fused": (ArtifactSpec("mha.fused.onnx", "fused", ONNX_RUNTIME),),
-    "attention": (ArtifactSpec("mha.attention.onnx", "attention", ONNX_RUNTIME),),
-    # ONNX Runtime's own fused causal Attention op (com.microsoft): one node, dense attention.
-    "contrib": (ArtifactSpec("mha.contrib.onnx", "contrib", ONNX_RUNTIME),),
-    # Query blocks that skip the masked keys: the fastest fp32 form on CPU (export/blocks.py).
-    "blocks": (ArtifactSpec("mha.blocks.onnx", "blocks", ONNX_RUNTIME),),
-    "fp16": (ArtifactSpec("mha.fp16.onnx", "fp16", ONNX_RUNTIME),),
-    "int8": (ArtifactSpec("mha.int8.onnx", "int8", ONNX_RUNTIME),),
-    # The .ort files hold the same fp32 arithmetic as their sources, so they share the sources' rows.
-    "ort": (ArtifactSpec("mha.ort", "onnx", ONNX_RUNTIME), ArtifactSpec("mha.fused.ort", "fused", ONNX_RUNTIME)),
-    # Key/value-cache form for token-by-token generation (its own I/O: see runtime/decode.py).
-    "decode": (ArtifactSpec(DECODE_FILE, "decode", DECODE_RUNTIME),),
-}
-ALL_VARIANTS: tuple[str, ...] = tuple(SPECS)
-# Combinations people ask for that cannot be built, with the reason.
-UNBUILDABLE = {
-    "int8-attention": "int8 dynamic quantization of the opset-23 Attention node gives an invalid graph; "
-                      "int8 is built from the blocks form (variant 'int8')",
-}
-# What each variant is built from (and so brings along).
-NEEDS = {"fp16": "fused", "ort": "fused", "int8": "blocks"}
-
-
-def parse_variants(text: str | Iterable[str]) -> tuple[str, ...]:
-    """'fused,int8' -> ('fused', 'int8'); 'all' -> every variant; 'none' or '' -> (). Refuses before any work."""
-    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
-    if names == ["all"]:
-        return ALL_VARIANTS
-    if names in ([], ["none"]):
-        return ()
-    for name in names:
-        if name in UNBUILDABLE:
-            raise ExportError(f"variant {name!r} cannot be built: {UNBUILDABLE[name]}")
-        if name not in SPECS:
-            raise ExportError(f"unknown variant {name!r}; choose from {', '.join(ALL_VARIANTS)}, 'all' or 'none'")
-    return tuple(v for v in ALL_VARIANTS if v in names)
-
-
-def variant_specs(variants: Iterable[str]) -> tuple[ArtifactSpec, ...]:
-    """The artifact files the variants produce; fp16 and ort bring the fused graph, int8 the blocks graph."""
-    chosen = set(variants)
-    chosen |= {NEEDS[v] for v in chosen if v in NEEDS}
-    return tuple(spec for name in ALL_VARIANTS if name in chosen for spec in SPECS[name])
 
 
 def _restamp(model: onnx.ModelProto, source: onnx.ModelProto) -> None:
@@ -105,18 +56,20 @@ def export_int8(source_path: Path, path: Path) -> None:
     """ONNX Runtime dynamic quantization: 8-bit weights, activations quantized per call.
 
     The source is the blocks graph: its Q/K/V projection becomes DynamicQuantizeLinear + MatMulInteger,
-    the attention stays fp32. gpt2-small, T=1024, 20 interleaved rounds: 41.6 ms, against 46.8 ms for
-    int8 of the contrib graph (one QAttention node), 48.2 ms for fp32 blocks and 54.2 ms for fp32 contrib.
+    the attention stays fp32: faster than int8 of the contrib graph (one QAttention node) and than fp32
+    blocks (docs/design-notes.md).
 
     Weights are unsigned (QUInt8): with signed weights, x86 CPUs without VNNI saturate the u8 x s8
-    products (measured on this AVX2 machine: relative L2 error 0.28 with QInt8, 0.012 with QUInt8).
+    products (docs/design-notes.md has the figures).
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     source = onnx.load(str(source_path))
     logging.disable(logging.WARNING)  # the quantizer logs a pre-processing hint to the root logger
     try:
-        quantize_dynamic(source_path, path, weight_type=QuantType.QUInt8)
+        # contrib ops have no shape inference: tensors whose type it cannot find are float32
+        quantize_dynamic(source_path, path, weight_type=QuantType.QUInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
         logging.disable(logging.NOTSET)
     model = onnx.load(str(path))
@@ -137,28 +90,24 @@ def export_ort(onnx_path: Path, path: Path) -> None:
         raise ExportError(f"{path}: ONNX Runtime did not write the ORT-format file")
 
 
-def build_variants(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, variants: Iterable[str]
-                   ) -> dict[str, float]:
-    """Write every requested variant (and the fused graph they need) into `folder`; return seconds per file."""
-    files = {spec.file for spec in variant_specs(variants)}
-    f = Path(folder)
-    steps: list[tuple[str, Callable[[], None]]] = [
-        ("mha.fused.onnx", lambda: export_fused(wrapper, config, f / "mha.fused.onnx", sdpa=FUSED_SDPA, opset=FUSED_OPSET)),
-        ("mha.attention.onnx", lambda: export_fused(wrapper, config, f / "mha.attention.onnx", sdpa=True,
-                                                    opset=ATTENTION_OPSET)),
-        ("mha.contrib.onnx", lambda: export_contrib(wrapper, config, f / "mha.contrib.onnx")),
-        ("mha.blocks.onnx", lambda: export_blocks(wrapper, config, f / "mha.blocks.onnx")),
-        ("mha.fp16.onnx", lambda: export_fp16(f / "mha.fused.onnx", f / "mha.fp16.onnx")),
-        ("mha.int8.onnx", lambda: export_int8(f / "mha.blocks.onnx", f / "mha.int8.onnx")),
-        (DECODE_FILE, lambda: export_decode(wrapper, config, f / DECODE_FILE)),
-        ("mha.ort", lambda: export_ort(f / "mha.onnx", f / "mha.ort")),
-        ("mha.fused.ort", lambda: export_ort(f / "mha.fused.onnx", f / "mha.fused.ort")),
-    ]
-    seconds = {}
-    for file, build in steps:
-        if file in files:
-            start = time.perf_counter()
-            build()
-            seconds[file] = time.perf_counter() - start
-    return seconds
+def build_fused(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    export_fused(wrapper, config, folder / VARIANTS["fused"].file, sdpa=FUSED_SDPA, opset=FUSED_OPSET)
 
+
+def build_attention(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    export_fused(wrapper, config, folder / VARIANTS["attention"].file, sdpa=True, opset=ATTENTION_OPSET)
+
+
+def build_fp16(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    export_fp16(folder / VARIANTS["fused"].file, folder / VARIANTS["fp16"].file)
+
+
+def build_int8(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    export_int8(folder / VARIANTS["blocks"].file, folder / VARIANTS["int8"].file)
+
+
+def build_ort(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    """Each .ort file from the .onnx file of the same stem (mha.ort from mha.onnx, ...)."""
+    for spec in VARIANTS["ort"].artifacts:
+        target = folder / spec.file
+        export_ort(target.with_suffix(".onnx"), target)

@@ -1,17 +1,29 @@
-"""Where the wrapper's weights come from: the tutorial's seed, or a user's file (weights-only loading)."""
+"""Where the wrapper's weights come from: the tutorial's seed, or a user's checkpoint in any known layout.
+
+Checkpoints are read lazily: a safetensors file through `safe_open` (only the chosen layer's tensors are
+read, so one layer of a full GPT-2 checkpoint does not have to fit in memory), a torch file with
+`weights_only=True` (no code runs) and memory-mapped where its format allows.
+"""
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from export.artifacts import WEIGHTS_FILE
-from export.model import MultiHeadAttentionWrapper, build_wrapper
-from runtime.config import MHAConfig
-from runtime.errors import ConfigError
+from mha_export.layouts import MASK_KEYS, Located, layer_keys, locate, to_wrapper_state
+from mha_export.model import MultiHeadAttentionWrapper, build_wrapper
+from mha_runtime.config import MHAConfig
+from mha_runtime.errors import ConfigError, first_line
+from mha_runtime.manifest import Manifest, WeightsRecord, sha256_file
+from mha_runtime.variants import WEIGHTS_FILE
 
 SEED = 123
+# Training scripts (the book's chapter 5 among them) save the state_dict inside a dict under these keys.
+NESTED = ("model_state_dict", "state_dict", "model")
 
 
 def seeded_model(config: MHAConfig) -> MultiHeadAttentionWrapper:
@@ -20,57 +32,97 @@ def seeded_model(config: MHAConfig) -> MultiHeadAttentionWrapper:
     return build_wrapper(config).eval()
 
 
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """Tensors from a .safetensors file or a torch state_dict (loaded with weights_only=True)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"--weights {path}: expected a .safetensors file or a torch state_dict, found nothing")
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            state = load_file(str(path))
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any parse failure becomes one line
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"--weights {path}: cannot read it as weights ({first})") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ConfigError(f"--weights {path}: expected a mapping of names to tensors (a state_dict)")
-    return state
+@contextmanager
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # loaders' notes (pickle, mmap, storage) are not the user's concern
+        yield
 
 
-def check_state_dict(state: dict[str, torch.Tensor], model: MultiHeadAttentionWrapper) -> None:
-    """Refuse a state_dict that does not fit the model, naming the first mismatch.
+class WeightFile:
+    """A checkpoint's key names, and its tensors on demand."""
 
-    Mask buffers may be left out (they are derived from the config); if present they must be the causal mask.
-    """
-    expected = model.state_dict()
-    for key in sorted(expected):
-        if key not in state:
-            if key.endswith(".mask"):
-                continue
-            raise ConfigError(f"weights: missing key {key!r} (expected {len(expected)} keys such as {sorted(expected)[0]!r})")
-        if tuple(state[key].shape) != tuple(expected[key].shape):
-            raise ConfigError(f"weights: {key!r} has shape {list(state[key].shape)}, expected {list(expected[key].shape)} for this config")
-        if key.endswith(".mask") and not torch.equal(state[key].float(), expected[key]):
-            raise ConfigError(f"weights: {key!r} is not the causal mask this model requires")
-    extra = sorted(set(state) - set(expected))
-    if extra:
-        raise ConfigError(f"weights: unexpected key {extra[0]!r}; this config expects only {sorted(expected)[:3]}...")
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ConfigError(f"--weights {self.path}: expected a .safetensors file or a torch state_dict, "
+                              "found nothing there")
+        self._safe: Any = None
+        self._state: dict[str, Any] = {}
+        try:
+            with _quiet():
+                if self._is_safetensors():
+                    from safetensors import safe_open
+
+                    self._safe = safe_open(str(self.path), framework="pt")
+                else:
+                    self._state = self._load_torch()
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"--weights {self.path}: cannot read it as weights ({first_line(exc)})") from None
+
+    def _is_safetensors(self) -> bool:
+        with open(self.path, "rb") as fh:
+            head = fh.read(9)
+        return self.path.suffix == ".safetensors" or (len(head) == 9 and head[8:9] == b"{")
+
+    def _load_torch(self) -> dict[str, Any]:
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:  # the legacy (non-zip) format cannot be memory-mapped
+            if "mmap" not in str(exc):
+                raise
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        for key in NESTED:
+            if isinstance(state, dict) and isinstance(state.get(key), dict):
+                state = state[key]
+                break
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ConfigError(f"--weights {self.path}: expected a mapping of names to tensors (a state_dict), "
+                              f"got {type(state).__name__}")
+        return state
+
+    def keys(self) -> list[str]:
+        return list(self._safe.keys()) if self._safe is not None else list(self._state)
+
+    def get(self, key: str) -> torch.Tensor:
+        with _quiet():
+            return self._safe.get_tensor(key) if self._safe is not None else self._state[key]
 
 
-def load_artifact_model(folder: Path, manifest: dict[str, Any]) -> tuple[MultiHeadAttentionWrapper, MHAConfig]:
-    """The eager wrapper an artifact folder was exported from: its manifest's config and its weights file."""
-    config = MHAConfig.from_dict(manifest["config"])
-    return load_model(config, Path(folder) / WEIGHTS_FILE), config
+def read_layer(path: Path, config: MHAConfig, *, layer: int | None = None) -> tuple[dict[str, torch.Tensor], Located]:
+    """The wrapper's state_dict from one layer of a checkpoint, after every check; and where it came from."""
+    source = WeightFile(path)
+    located = locate(source.keys(), layer)
+    tensors = {}
+    for key in layer_keys(located, source.keys()):
+        tensor = source.get(key)
+        if not tensor.is_floating_point() and not MASK_KEYS[located.layout.name].fullmatch(key[len(located.prefix):]):
+            raise ConfigError(f"weights: {key!r} has dtype {tensor.dtype}, expected floating point")
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ConfigError(f"weights: {key!r} holds NaN or inf values")
+        tensors[key] = tensor
+    return to_wrapper_state(located, tensors, config), located
 
 
-def load_model(config: MHAConfig, weights: Path | None = None) -> MultiHeadAttentionWrapper:
-    """The wrapper for `config`, seeded, or with `weights` loaded after a strict fit check."""
+def load_model(config: MHAConfig, weights: Path | None = None, *, layer: int | None = None
+               ) -> tuple[MultiHeadAttentionWrapper, WeightsRecord]:
+    """The wrapper for `config`, seeded or with one layer of `weights`; and the record of where they came from."""
     model = seeded_model(config)
-    if weights is not None:
-        state = read_state_dict(weights)
-        check_state_dict(state, model)
-        model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=False)
-    return model.eval()
+    if weights is None:
+        return model, WeightsRecord(source=f"torch.manual_seed({SEED})")
+    state, located = read_layer(weights, config, layer=layer)
+    model.load_state_dict(state, strict=False)  # the masks stay the ones the config builds
+    missing = sorted(set(model.state_dict()) - set(state) - {k for k in model.state_dict() if k.endswith(".mask")})
+    if missing:  # a programming error in a mapping, not a user error
+        raise AssertionError(f"layout {located.layout.name} left {missing} unset")
+    record = WeightsRecord(source=str(weights), sha256=sha256_file(Path(weights)), layout=located.layout.name,
+                           layer=located.layer)
+    return model.eval(), record
+
+
+def load_artifact_model(folder: Path, manifest: Manifest) -> tuple[MultiHeadAttentionWrapper, MHAConfig]:
+    """The eager wrapper an artifact folder was exported from: its manifest's config and its weights file."""
+    model, _ = load_model(manifest.config, Path(folder) / WEIGHTS_FILE)
+    return model, manifest.config

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.errors import ContractError
+from mha_runtime.errors import ContractError
 
 
 def load_npy(path: Path) -> np.ndarray:

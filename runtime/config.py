@@ -4,9 +4,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from runtime.errors import ConfigError
+from mha_runtime.errors import ConfigError, first_line
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,6 +20,9 @@ class MHAConfig:
     context_length: int
     dropout: float = 0.0
     qkv_bias: bool = False
+    # The wrapper followed by Linear(H * d_out, H * d_out) with bias: the book's MultiHeadAttention.out_proj,
+    # GPT-2's c_proj.
+    out_proj: bool = False
 
     def __post_init__(self) -> None:
         for name in ("d_in", "d_out", "num_heads", "context_length"):
@@ -27,8 +31,9 @@ class MHAConfig:
                 raise ConfigError(f"config field {name!r}: expected a positive integer, got {value!r}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"config field 'dropout': expected a float in [0, 1), got {self.dropout!r}")
-        if not isinstance(self.qkv_bias, bool):
-            raise ConfigError(f"config field 'qkv_bias': expected true or false, got {self.qkv_bias!r}")
+        for name in ("qkv_bias", "out_proj"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"config field {name!r}: expected true or false, got {getattr(self, name)!r}")
 
     @property
     def d_model(self) -> int:
@@ -36,21 +41,40 @@ class MHAConfig:
         return self.num_heads * self.d_out
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field; `out_proj` only when true, so that configs without it write the bytes they always did
+        (the config is in every artifact's metadata)."""
+        data = dataclasses.asdict(self)
+        if not self.out_proj:
+            del data["out_proj"]
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MHAConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
+        fields = dataclasses.fields(cls)
+        known = {f.name for f in fields}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"config: unknown field {unknown[0]!r}; expected only {sorted(known)}")
+        required = [f.name for f in fields if f.default is dataclasses.MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ConfigError(f"config: missing field {missing[0]!r}; required: {', '.join(required)}")
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: Path) -> MHAConfig:
+        """A config from a JSON file; every problem is one ConfigError line naming the file."""
         try:
-            return cls(**data)
-        except TypeError as exc:  # a required field is missing
-            raise ConfigError(f"config: {exc}") from None
+            return cls.from_json(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"--config {path}: expected a JSON file of config fields, found nothing there") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--config {path}: cannot read it ({first_line(exc)})") from None
+        except ConfigError as exc:
+            raise ConfigError(f"--config {path}: {exc}") from None
 
     @classmethod
     def from_json(cls, text: str) -> MHAConfig:

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime.config import MHAConfig
-from runtime.errors import ContractError
+from mha_runtime.config import MHAConfig
+from mha_runtime.errors import ContractError
 
 INPUT_NAME = "x"
 OUTPUT_NAME = "context"
@@ -51,9 +51,6 @@ class IOContract:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
-    def output_shape_for(self, batch: int, tokens: int) -> tuple[int, int, int]:
-        return (batch, tokens, self.config.d_model)
-
 
 @dataclass(frozen=True)
 class DecodeContract:
@@ -75,9 +72,10 @@ class DecodeContract:
 
     def to_json(self) -> str:
         sig = self.signature()
+        inputs, outputs = (INPUT_NAME, PAST_KEY, PAST_VALUE), (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)
         return json.dumps({
-            "inputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in (INPUT_NAME, PAST_KEY, PAST_VALUE)],
-            "outputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)],
+            "inputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in inputs],
+            "outputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in outputs],
             "limits": {"batch_min": 1, "new_tokens_min": 1, "past_tokens_min": 0,
                        "past_plus_new_max": self.config.context_length},
         }, sort_keys=True)
@@ -115,7 +113,8 @@ def check_input(x: Any, config: MHAConfig, *, past_tokens: int = 0) -> np.ndarra
         )
     if x.dtype != np.float32:
         if x.dtype.name not in CASTABLE:
-            raise ContractError(f"input {INPUT_NAME!r}: expected dtype float32 (or float16/float64, cast), got {x.dtype}")
+            raise ContractError(
+                f"input {INPUT_NAME!r}: expected dtype float32 (or float16/float64, cast), got {x.dtype}")
         with np.errstate(over="ignore"):  # overflow becomes inf, refused just below
             x = x.astype(np.float32)
     if not np.isfinite(x).all():

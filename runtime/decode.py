@@ -6,11 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from runtime.contract import INPUT_NAME, OUTPUT_NAME, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, check_input
-from runtime.errors import ContractError
-from runtime.runner import OnnxRunner
+from mha_runtime.contract import INPUT_NAME, OUTPUT_NAME, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, check_input
+from mha_runtime.errors import ContractError
+from mha_runtime.runner import OnnxRunner
+from mha_runtime.variants import DECODE
 
-DECODE_MODEL = "mha.decode.onnx"
+DECODE_MODEL = DECODE.file
 
 
 class DecodeSession:

@@ -1,4 +1,8 @@
-"""Error types that reach the user as one clear line (never a traceback)."""
+"""Every error type of the project, and the one way to turn a foreign exception into one line."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
 
 
 class MHAError(Exception):
@@ -19,3 +23,26 @@ class ArtifactError(MHAError):
 
 class ProviderError(MHAError):
     """The requested ONNX Runtime execution provider is not available."""
+
+
+class ExportError(MHAError):
+    """An exporter produced something that breaks the artifact contract, or cannot build what was asked."""
+
+
+class _Failure(Protocol):
+    def line(self) -> str: ...
+
+
+class ValidationError(MHAError):
+    """One or more artifacts differ from eager PyTorch beyond tolerance; every failing case is listed."""
+
+    def __init__(self, failures: Sequence[_Failure]) -> None:
+        self.failures = list(failures)
+        lines = "\n".join("  " + f.line() for f in self.failures)
+        super().__init__(f"validation failed: {len(self.failures)} case(s) beyond tolerance\n{lines}")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type name when it has none."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

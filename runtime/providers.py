@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import onnxruntime as ort
 
-from runtime.errors import ProviderError
+from mha_runtime.errors import ProviderError
 
 CHOICES = ("auto", "cpu", "cuda")
 _ORT_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}

@@ -7,13 +7,14 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from runtime.config import MHAConfig
-from runtime.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input
-from runtime.errors import ArtifactError, ConfigError, ContractError
-from runtime.manifest import MANIFEST_NAME, PendingDigest, check_digest, load_manifest, read_listed
-from runtime.providers import resolve_provider, session_providers
+from mha_runtime.config import MHAConfig
+from mha_runtime.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input
+from mha_runtime.errors import ArtifactError, ConfigError, ContractError, first_line
+from mha_runtime.manifest import MANIFEST_NAME, PendingDigest, check_digest, load_manifest, read_listed
+from mha_runtime.providers import resolve_provider, session_providers
+from mha_runtime.variants import ONNX
 
-DEFAULT_MODEL = "mha.onnx"
+DEFAULT_MODEL = ONNX.file
 
 
 class OnnxRunner:
@@ -38,8 +39,7 @@ class OnnxRunner:
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types; reduce them to one line
             if pending is not None:
                 check_digest(self.path, pending.hexdigest(), expected)  # an altered file is the better message
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ArtifactError(f"{self.path}: ONNX Runtime cannot load it ({first})") from None
+            raise ArtifactError(f"{self.path}: ONNX Runtime cannot load it ({first_line(exc)})") from None
         if pending is not None:
             check_digest(self.path, pending.hexdigest(), expected)
         self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
@@ -51,7 +51,7 @@ class OnnxRunner:
         """x: (B, T, d_in) float32 -> context: (B, T, num_heads * d_out) float32."""
         if self.input_names != [INPUT_NAME]:
             raise ContractError(f"{self.path.name} takes inputs {self.input_names}, not just {INPUT_NAME!r}: "
-                                "run the decode form with runtime.decode.DecodeSession")
+                                "run the decode form with mha_runtime.decode.DecodeSession")
         x = check_input(x, self.config)
         (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: x})
         return out
@@ -68,10 +68,11 @@ def _read_model(path: Path, model: str) -> tuple[bytes, Path, str | None]:
     if not path.exists():
         raise ArtifactError(f"{path}: expected an artifact folder or an .onnx/.ort file, found nothing there")
     if path.suffix not in (".onnx", ".ort"):
-        raise ArtifactError(f"{path}: expected an artifact folder or an .onnx/.ort file, got {path.suffix or 'no suffix'}")
+        raise ArtifactError(
+            f"{path}: expected an artifact folder or an .onnx/.ort file, got {path.suffix or 'no suffix'}")
     if (path.parent / MANIFEST_NAME).exists():
         manifest = load_manifest(path.parent)
-        if path.name in manifest["files"]:
+        if path.name in manifest.files:
             data, expected = read_listed(path.parent, path.name, manifest)
             return data, path, expected
     return path.read_bytes(), path, None
@@ -87,10 +88,4 @@ def _config_from_metadata(metadata: dict[str, str], path: Path) -> MHAConfig:
         raise ArtifactError(f"{path}: metadata '{META_CONFIG}' is invalid: {exc}") from None
 
 
-def describe(runner: OnnxRunner) -> dict[str, Any]:
-    """A JSON-able summary of what the runner loaded."""
-    return {"path": str(runner.path), "provider": runner.provider, "config": runner.config.to_dict(),
-            "contract": runner.contract.to_dict(), "metadata_keys": sorted(runner.metadata)}
-
-
-__all__ = ["OnnxRunner", "describe", "DEFAULT_MODEL"]
+__all__ = ["DEFAULT_MODEL", "OnnxRunner"]

@@ -6,11 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from export.pipeline import export_preset
-from runtime.config import MHAConfig
-
-# A mid-size config (with qkv_bias) between the toy seed preset and gpt2-small.
-MID = MHAConfig(d_in=64, d_out=16, num_heads=4, context_length=48, qkv_bias=True)
+from helpers import MID
+from mha_export.pipeline import export_preset
 
 
 @pytest.fixture(scope="session")

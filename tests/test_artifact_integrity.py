@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from export.cli import cli
-from runtime.errors import ArtifactError, ProviderError
-from runtime.providers import resolve_provider
-from runtime.runner import OnnxRunner
+from mha_export.cli import cli
+from mha_runtime.errors import ArtifactError, ProviderError
+from mha_runtime.providers import resolve_provider
+from mha_runtime.runner import OnnxRunner
 
 
 def _alter(path: Path) -> None:
@@ -26,14 +26,15 @@ def _remove(path: Path) -> None:
     path.unlink()
 
 
-@pytest.mark.parametrize("damage,message", [(_alter, "sha256 differs"), (_truncate, "truncated"), (_remove, "missing")])
+@pytest.mark.parametrize("damage,message",
+                         [(_alter, "differs from the manifest"), (_truncate, "truncated"), (_remove, "missing")])
 def test_damaged_model_is_refused(seed_copy: Path, damage, message: str) -> None:
     damage(seed_copy / "mha.onnx")
     with pytest.raises(ArtifactError, match=message):
         OnnxRunner(seed_copy)
 
 
-@pytest.mark.parametrize("damage,message", [(_alter, "sha256 differs"), (_truncate, "truncated")])
+@pytest.mark.parametrize("damage,message", [(_alter, "differs from the manifest"), (_truncate, "truncated")])
 def test_onnx_path_is_checked_against_the_manifest_beside_it(seed_copy: Path, damage, message: str) -> None:
     damage(seed_copy / "mha.onnx")
     with pytest.raises(ArtifactError, match=message):
@@ -45,7 +46,7 @@ def test_check_refuses_any_altered_file(seed_copy: Path, target: str) -> None:
     _alter(seed_copy / target)
     result = CliRunner().invoke(cli, ["check", str(seed_copy)])
     assert result.exit_code == 1
-    assert "sha256 differs from the manifest" in result.stderr and target in result.stderr
+    assert "differs from the manifest" in result.stderr and target in result.stderr
 
 
 def test_missing_manifest(seed_copy: Path) -> None:
@@ -77,7 +78,7 @@ def test_altered_model_that_onnxruntime_loads_is_still_refused(seed_copy: Path) 
     import onnx
     from onnx import numpy_helper
 
-    from runtime.manifest import load_manifest
+    from mha_runtime.manifest import load_manifest
 
     path = seed_copy / "mha.contrib.onnx"
     model = onnx.load(str(path))
@@ -86,6 +87,6 @@ def test_altered_model_that_onnxruntime_loads_is_still_refused(seed_copy: Path) 
     array.flat[0] += 1.0  # same size, different weights
     weight.CopyFrom(numpy_helper.from_array(array, weight.name))
     onnx.save(model, str(path))
-    assert path.stat().st_size == load_manifest(seed_copy)["files"]["mha.contrib.onnx"]["size"]  # not the size check
-    with pytest.raises(ArtifactError, match="sha256 differs"):
+    assert path.stat().st_size == load_manifest(seed_copy).files["mha.contrib.onnx"].size  # not the size check
+    with pytest.raises(ArtifactError, match="differs from the manifest"):
         OnnxRunner(seed_copy, model="mha.contrib.onnx")

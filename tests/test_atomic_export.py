@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import export.pipeline as pipeline
-from runtime.manifest import sha256_file
+import mha_export.pipeline as pipeline
+from mha_runtime.manifest import sha256_file
 
 
 def _snapshot(folder: Path) -> dict[str, str]:

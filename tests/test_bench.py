@@ -5,26 +5,52 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+import pytest
+import torch
 from click.testing import CliRunner
 
-from export.bench import dense_flops, run_bench, write_outputs
-from export.cli import cli
-from runtime.config import preset
-from runtime.manifest import load_manifest
+from mha_export.bench import _stats, run_bench, write_outputs
+from mha_export.cli import cli
+from mha_export.flops import causal_flops, dense_flops
+from mha_export.weights import seeded_model
+from mha_runtime.config import MHAConfig, preset
+from mha_runtime.manifest import load_manifest
 
 
-def test_dense_flop_formula() -> None:
-    # seed: projections 2*1*6*3*(3*2*2) = 432; scores and context 4*1*2*6*6*2 = 576
-    assert dense_flops(preset("seed"), batch=1, tokens=6) == 432 + 576
-    gpt2 = dense_flops(preset("gpt2-small"), batch=1, tokens=1024)
-    assert gpt2 == 2 * 1024 * 768 * 2304 + 4 * 12 * 1024 * 1024 * 64
+@pytest.mark.parametrize("name,tokens", [("seed", 6), ("seed", 1), ("gpt2-small", 16)])
+def test_dense_flops_equal_torchs_count_of_the_wrapper(name: str, tokens: int) -> None:
+    """torch's FlopCounterMode counts the eager wrapper's matmuls independently of export/flops.py."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = preset(name)
+    model = seeded_model(config)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(torch.zeros(2, tokens, config.d_in))
+    assert dense_flops(config, batch=2, tokens=tokens) == counter.get_total_flops()
+
+
+def test_causal_flops_count_the_unmasked_pairs() -> None:
+    config = MHAConfig(d_in=5, d_out=3, num_heads=2, context_length=9)
+    for tokens in (1, 4, 9):
+        visible = int(np.tril(np.ones((tokens, tokens))).sum())  # (query, key) pairs the mask keeps
+        dense = dense_flops(config, batch=1, tokens=tokens)
+        masked = 4 * config.num_heads * config.d_out * (tokens * tokens - visible)
+        assert causal_flops(config, batch=1, tokens=tokens) == dense - masked
+
+
+def test_stats_median_and_p90() -> None:
+    samples = [float(v) for v in (7, 1, 9, 3, 5, 2, 10, 4, 8, 6)]
+    assert _stats(samples) == {"median_s": 5.5, "p90_s": 10.0}
+    assert _stats([2.0]) == {"median_s": 2.0, "p90_s": 2.0}
 
 
 def test_bench_json_has_every_runner_and_finite_figures(seed_dir: Path, tmp_path: Path) -> None:
     result = run_bench(seed_dir, tokens=[1, 4, 99], threads=1, rounds=1, progress=False, settle=0.0)
     json_path, png_path = write_outputs(result, tmp_path / "bench")
     data = json.loads(json_path.read_text())
-    artifacts = [f for f, i in load_manifest(seed_dir)["artifacts"].items() if i["runtime"] != "onnxruntime-decode"]
+    artifacts = [f for f, i in load_manifest(seed_dir).artifacts.items() if i.runtime != "onnxruntime-decode"]
     runners = {r["runner"] for r in data["results"]}
     assert runners == {"eager wrapper", "eager fused"} | set(artifacts)
     assert data["tokens"] == [1, 4, 6]  # 99 is clipped to context_length
@@ -32,7 +58,6 @@ def test_bench_json_has_every_runner_and_finite_figures(seed_dir: Path, tmp_path
     for r in data["results"]:
         for key in ("median_s", "p90_s", "tokens_per_s", "gflops", "pct_of_peak"):
             assert math.isfinite(r[key]) and r[key] > 0, (r["runner"], key, r[key])
-        assert r["p90_s"] >= r["median_s"]
     assert data["matmul_peak"]["gflops"] > 0 and data["threads"] == 1
     assert data["decode"]["past_tokens"] == 5 and data["decode"]["speedup_vs_full_recompute"] > 0
     for file, info in data["artifacts"].items():
@@ -60,13 +85,10 @@ def test_bench_only_selects_runners(seed_dir: Path) -> None:
 
 
 def test_causal_flops_and_targets(seed_dir: Path) -> None:
-    from export.bench_targets import judge
-    from export.flops import causal_flops
-    # seed at T=6: projections 432; 21 unmasked pairs x 2 heads x 2 d_out x 4 = 336
-    assert causal_flops(preset("seed"), batch=1, tokens=6) == 432 + 336
+    from mha_export.bench_targets import judge
     result = run_bench(seed_dir, tokens=[6], threads=1, rounds=1, progress=False, settle=0.0)
     judged = judge(result, load_manifest(seed_dir))
-    assert judged == result["judged"] and judged["tokens"] == 6
+    assert judged["tokens"] == 6
     names = " | ".join(t["target"] for t in judged["targets"])
     for part in ("% of MatMul peak", "mha.onnx vs eager", "mha.int8.onnx", "(fastest artifact)", "decode step"):
         assert part in names, names

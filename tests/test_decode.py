@@ -8,14 +8,15 @@ import onnx
 import pytest
 import torch
 
-from export.decode import decode_module, empty_cache
-from export.weights import load_artifact_model, seeded_model
-from runtime.config import MHAConfig, preset
-from runtime.decode import SCHEDULES, DecodeSession, run_chunked, uneven_schedule
-from runtime.errors import ContractError
-from runtime.manifest import load_manifest
-from runtime.runner import OnnxRunner
-from runtime.tolerance import compare, tolerance_for
+from mha_export.decode import decode_module, empty_cache
+from mha_export.weights import load_artifact_model, seeded_model
+from mha_runtime.config import MHAConfig, preset
+from mha_runtime.decode import SCHEDULES, DecodeSession, run_chunked, uneven_schedule
+from mha_runtime.errors import ContractError
+from mha_runtime.manifest import load_manifest
+from mha_runtime.runner import OnnxRunner
+from mha_runtime.tolerance import compare
+from mha_runtime.variants import tolerance_for
 
 
 def _eager_chunked(config: MHAConfig, model: torch.nn.Module, x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
@@ -105,7 +106,7 @@ def test_step_past_context_is_refused_and_cache_kept(seed_dir: Path) -> None:
     session = DecodeSession(seed_dir, provider="cpu")
     session.step(np.zeros((2, 4, 3), np.float32))
     key_before = session.past_key.copy()
-    with pytest.raises(ContractError, match="expected 1 <= new tokens <= context_length - past_tokens = 6 - 4 = 2, got 3"):
+    with pytest.raises(ContractError, match="<= context_length - past_tokens = 6 - 4 = 2, got 3"):
         session.step(np.zeros((2, 3, 3), np.float32))
     assert session.past_tokens == 4 and np.array_equal(session.past_key, key_before)
     with pytest.raises(ContractError, match="expected batch 2 \\(the cache's\\), got 1"):
@@ -119,5 +120,5 @@ def test_step_past_context_is_refused_and_cache_kept(seed_dir: Path) -> None:
 
 
 def test_plain_runner_refuses_the_decode_file(seed_dir: Path) -> None:
-    with pytest.raises(ContractError, match="use DecodeSession|run the decode form"):
+    with pytest.raises(ContractError, match="run the decode form"):
         OnnxRunner(seed_dir, model="mha.decode.onnx", provider="cpu").run(np.zeros((1, 1, 3), np.float32))

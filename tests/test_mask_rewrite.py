@@ -9,11 +9,11 @@ import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 
-from export.mask_rewrite import additive_mask
-from export.onnx_export import trace_to_onnx
-from export.weights import seeded_model
-from runtime.config import MHAConfig
-from tests.conftest import MID
+from helpers import MID
+from mha_export.mask_rewrite import additive_mask
+from mha_export.onnx_export import trace_to_onnx
+from mha_export.weights import seeded_model
+from mha_runtime.config import MHAConfig
 
 ODD_SCALE = MHAConfig(d_in=12, d_out=3, num_heads=2, context_length=20)  # sqrt(3): the scale is not a power of 2
 

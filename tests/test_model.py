@@ -1,8 +1,8 @@
 """The tutorial's model: golden output, names, and the seed initialisation."""
 import torch
 
-from export.weights import seeded_model
-from runtime.config import preset
+from mha_export.weights import seeded_model
+from mha_runtime.config import preset
 
 # The book's six tokens "Your journey starts with one step", 3-dim embeddings.
 INPUTS = torch.tensor([
@@ -31,7 +31,8 @@ def test_golden_seed_output() -> None:
 
 def test_parameter_and_buffer_names_match_the_tutorial() -> None:
     names = set(seeded_model(preset("seed")).state_dict())
-    expected = {f"heads.{h}.{w}" for h in range(2) for w in ("W_query.weight", "W_key.weight", "W_value.weight", "mask")}
+    parts = ("W_query.weight", "W_key.weight", "W_value.weight", "mask")
+    expected = {f"heads.{h}.{w}" for h in range(2) for w in parts}
     assert names == expected
 
 

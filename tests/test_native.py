@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export.fixtures import cases_tsv
+from mha_export.fixtures import cases_tsv
+from mha_runtime.golden import GoldenCases
 
 NATIVE = Path(__file__).resolve().parents[1] / "runtime" / "native"
 C_CHECK = NATIVE / "c" / "build" / "mha_check"
@@ -41,12 +42,13 @@ def _add_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) 
     (golden / f"{name}.context.bin").write_bytes(y.tobytes())
     doc = json.loads((golden / "cases.json").read_text())
     doc["cases"].append({"name": name, "input_shape": list(shape), "output_shape": list(y.shape),
-                         "input_bin": f"{name}.x.bin", "output_bin": f"{name}.context.bin"})
+                         "input_bin": f"{name}.x.bin", "output_bin": f"{name}.context.bin",
+                         "input_npy": f"{name}.x.npy", "output_npy": f"{name}.context.npy"})
     for entry in doc["artifacts"]:
         if "schedules" in entry:
             entry["schedules"][name] = [shape[1]]
     (golden / "cases.json").write_text(json.dumps(doc))
-    (golden / "cases.tsv").write_text(cases_tsv(doc))
+    (golden / "cases.tsv").write_text(cases_tsv(GoldenCases.from_dict(doc, "cases.json")))
 
 
 @pytest.mark.parametrize("runner", list(RUNNERS))
@@ -89,7 +91,8 @@ def test_no_fixtures_is_a_failure(runner: str, tmp_path: Path) -> None:
     assert result.returncode == 1 and "expected golden fixtures" in result.stderr
 
 
-def test_readme_snippets_are_the_built_examples() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    for example in (NATIVE / "node" / "example.js", NATIVE / "c" / "example.c", NATIVE / "cpp-libtorch" / "example.cpp"):
-        assert example.read_text().strip() in readme, f"README's snippet differs from {example}"
+def test_embedding_snippets_are_the_built_examples() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "embedding.md").read_text()
+    examples = (NATIVE / "node" / "example.js", NATIVE / "c" / "example.c", NATIVE / "cpp-libtorch" / "example.cpp")
+    for example in examples:
+        assert example.read_text().strip() in readme, f"docs/embedding.md snippet differs from {example}"

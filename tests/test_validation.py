@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from export.artifacts import FAITHFUL
-from export.validate import ValidationError, sweep_shapes, sweep_tokens, validate
-from export.weights import seeded_model
-from runtime.config import preset
-from runtime.tolerance import Tolerance, compare
+from mha_export.validate import sweep_shapes, sweep_tokens, validate
+from mha_export.weights import seeded_model
+from mha_runtime.config import preset
+from mha_runtime.errors import ValidationError
+from mha_runtime.tolerance import Tolerance, compare
+from mha_runtime.variants import ONNX, TORCHSCRIPT
 
 
 def test_sweep_covers_the_policy() -> None:
@@ -25,7 +26,7 @@ def test_mismatch_lists_every_failing_case(seed_dir: Path) -> None:
     with torch.no_grad():
         model.heads[0].W_value.weight.add_(0.5)  # a different model: every artifact now disagrees with it
     with pytest.raises(ValidationError) as info:
-        validate(seed_dir, model, preset("seed"), FAITHFUL)
+        validate(seed_dir, model, preset("seed"), (ONNX, TORCHSCRIPT))
     failures = info.value.failures
     assert len(failures) == 2 * len(sweep_shapes(preset("seed"))) * 2  # 2 artifacts x shapes x 2 seeds
     assert {f.artifact for f in failures} == {"mha.onnx", "mha.pt"}

@@ -8,20 +8,20 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from export.blocks import QUERY_BLOCKS, blocks_model
-from export.cli import cli
-from export.fused import fuse
-from export.model import build_wrapper
-from export.onnx_export import ExportError
-from export.variants import ALL_VARIANTS, parse_variants, variant_specs
-from export.weights import load_artifact_model
-from runtime.config import MHAConfig
-from runtime.manifest import load_manifest
-from runtime.runner import OnnxRunner
-from runtime.tolerance import compare, tolerance_for
+from mha_export.blocks import QUERY_BLOCKS, blocks_model
+from mha_export.cli import cli
+from mha_export.fused import fuse
+from mha_export.model import build_wrapper
+from mha_export.weights import load_artifact_model
+from mha_runtime.config import MHAConfig
+from mha_runtime.errors import ExportError
+from mha_runtime.manifest import load_manifest
+from mha_runtime.runner import OnnxRunner
+from mha_runtime.tolerance import compare
+from mha_runtime.variants import CHOICES, ONNX_RUNTIME, artifact_specs, parse_variants, spec_for, tolerance_for
 
-# The variants with the plain x -> context contract (the decode form is tested in test_decode.py).
-VARIANT_FILES = {spec.file: spec.kind for spec in variant_specs(ALL_VARIANTS) if spec.runtime == "onnxruntime"}
+# The artifacts with the plain x -> context contract (the decode form is tested in test_decode.py).
+VARIANT_FILES = {spec.file: spec.kind for spec in artifact_specs(CHOICES) if spec.runtime == ONNX_RUNTIME}
 
 
 @pytest.mark.parametrize("config", [
@@ -63,46 +63,59 @@ def test_blocks_form_equals_the_wrapper(config: MHAConfig, blocks: int) -> None:
         assert np.abs(got - want).max() <= 1e-6, tokens
 
 
-def _parity(folder: Path, tokens_list: list[int]) -> None:
-    model, config = load_artifact_model(folder, load_manifest(folder))
-    runners = {file: OnnxRunner(folder, model=file, provider="cpu") for file in VARIANT_FILES}
+_CACHE: dict[tuple[Path, str], object] = {}
+
+
+def _parity(folder: Path, file: str, tokens_list: list[int]) -> None:
+    """One artifact against the eager model at batch 1 and 2 and every token count given."""
+    if (folder, "") not in _CACHE:
+        _CACHE[(folder, "")] = load_artifact_model(folder, load_manifest(folder))
+    model, config = _CACHE[(folder, "")]
+    runner = OnnxRunner(folder, model=file, provider="cpu")
     for batch in (1, 2):
         for tokens in tokens_list:
             x = torch.randn(batch, tokens, config.d_in, generator=torch.Generator().manual_seed(tokens))
             with torch.no_grad():
                 expected = model(x).numpy()
-            for file, runner in runners.items():
-                got = runner.run(x.numpy())
-                assert np.isfinite(got).all(), f"{file} gave NaN/inf at batch={batch} tokens={tokens}"
-                cmp = compare(got, expected, tolerance_for(VARIANT_FILES[file]))
-                assert cmp.ok, f"{file} batch={batch} tokens={tokens}: {cmp}"
+            got = runner.run(x.numpy())
+            assert np.isfinite(got).all(), f"{file} gave NaN/inf at batch={batch} tokens={tokens}"
+            cmp = compare(got, expected, tolerance_for(VARIANT_FILES[file]))
+            assert cmp.ok, f"{file} batch={batch} tokens={tokens}: {cmp}"
 
 
-def test_every_variant_every_length_seed(seed_dir: Path) -> None:
-    _parity(seed_dir, list(range(1, 7)))
+@pytest.mark.parametrize("file", VARIANT_FILES)
+def test_every_variant_every_length_seed(seed_dir: Path, file: str) -> None:
+    _parity(seed_dir, file, list(range(1, 7)))
 
 
-def test_every_variant_every_length_mid(mid_dir: Path) -> None:
-    _parity(mid_dir, list(range(1, 49)))
+@pytest.mark.parametrize("file", VARIANT_FILES)
+@pytest.mark.parametrize("tokens", [range(1, 17), range(17, 33), range(33, 49)], ids=["t1-16", "t17-32", "t33-48"])
+def test_every_variant_every_length_mid(mid_dir: Path, file: str, tokens: range) -> None:
+    _parity(mid_dir, file, list(tokens))
 
 
 @pytest.mark.slow
-def test_gpt2_small_variants_sizes_and_parity(gpt2_dir: Path) -> None:
+@pytest.mark.parametrize("file", VARIANT_FILES)
+def test_gpt2_small_variants_parity(gpt2_dir: Path, file: str) -> None:
+    _parity(gpt2_dir, file, [1, 2, 512, 1024])
+
+
+@pytest.mark.slow
+def test_gpt2_small_variant_sizes(gpt2_dir: Path) -> None:
     mib = {f: (gpt2_dir / f).stat().st_size / 2**20 for f in VARIANT_FILES}
     assert mib["mha.fused.onnx"] <= 7.5 and mib["mha.fp16.onnx"] <= 4.0 and mib["mha.int8.onnx"] <= 2.5, mib
-    _parity(gpt2_dir, [1, 2, 512, 1024])
 
 
 def test_manifest_records_every_variant(seed_dir: Path) -> None:
     manifest = load_manifest(seed_dir)
     for file, kind in VARIANT_FILES.items():
-        info = manifest["artifacts"][file]
-        assert info["kind"] == kind and info["passed"]
-        assert info["tolerance"] == tolerance_for(kind).to_dict()
-        assert manifest["files"][file]["size"] > 0 and len(manifest["files"][file]["sha256"]) == 64
-        assert info["max_abs_error"] >= 0 and info["rel_l2_error"] >= 0
-    assert manifest["artifacts"]["mha.attention.onnx"]["opset"] == 23
-    assert manifest["artifacts"]["mha.int8.onnx"]["opset"] == 18
+        info = manifest.artifacts[file]
+        assert info.kind == kind and info.passed and info.cases == 20
+        assert info.tolerance == tolerance_for(kind)
+        assert manifest.files[file].size == (seed_dir / file).stat().st_size
+        assert 0 <= info.max_abs_error <= info.tolerance.atol
+    assert manifest.artifacts["mha.attention.onnx"].opset == 23
+    assert manifest.artifacts["mha.int8.onnx"].opset == 18
 
 
 def test_attention_variant_is_one_attention_node(seed_dir: Path) -> None:
@@ -136,21 +149,24 @@ def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str,
     with pytest.raises(ExportError, match=message):
         parse_variants(text)
     result = CliRunner().invoke(cli, ["export", "--preset", "seed", "--variants", text, "--out", str(tmp_path)])
-    assert result.exit_code == 1 and message.split(":")[0] in result.stderr
+    assert result.exit_code == 2 and message.split(":")[0] in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_variant_selection() -> None:
-    assert parse_variants("all") == ALL_VARIANTS and parse_variants("none") == ()
+    assert parse_variants("all") == CHOICES and parse_variants("none") == ()
     assert parse_variants(" decode , fused") == ("fused", "decode")
-    assert [s.file for s in variant_specs(parse_variants("int8"))] == ["mha.blocks.onnx", "mha.int8.onnx"]
-    assert [s.file for s in variant_specs(parse_variants("fp16"))] == ["mha.fused.onnx", "mha.fp16.onnx"]
+    core = ["mha.onnx", "mha.pt"]
+    assert [s.file for s in artifact_specs(parse_variants("int8"))] == [*core, "mha.blocks.onnx", "mha.int8.onnx"]
+    assert [s.file for s in artifact_specs(parse_variants("fp16"))] == [*core, "mha.fused.onnx", "mha.fp16.onnx"]
+    assert [s.file for s in artifact_specs(["ort"])] == [*core, "mha.fused.onnx", "mha.ort", "mha.fused.ort"]
+    assert spec_for("mha.fused.ort").kind == "fused"
 
 
 def test_export_with_selected_variants(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["export", "--preset", "seed", "--variants", "fp16", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    files = set(load_manifest(tmp_path / "seed")["artifacts"])
+    files = set(load_manifest(tmp_path / "seed").artifacts)
     assert files == {"mha.onnx", "mha.pt", "mha.fused.onnx", "mha.fp16.onnx"}
     inspect = CliRunner().invoke(cli, ["inspect", str(tmp_path / "seed")])
     assert "mha.fp16.onnx" in inspect.stdout and "nodes" in inspect.stdout

@@ -29,8 +29,10 @@ function verifiedBytes(dir, name, manifest) {
   if (bytes.length !== entry.size) {
     throw new ArtifactError(`${file}: expected ${entry.size} bytes (manifest), found ${bytes.length}; file truncated or replaced`);
   }
-  if (crypto.createHash('sha256').update(bytes).digest('hex') !== entry.sha256) {
-    throw new ArtifactError(`${file}: sha256 differs from the manifest; the file was altered`);
+  const digest = crypto.createHash('sha256').update(bytes).digest('hex');
+  if (digest !== entry.sha256) {
+    throw new ArtifactError(`${file}: sha256 ${digest.slice(0, 12)}... differs from the manifest's `
+      + `${entry.sha256.slice(0, 12)}...; the file was altered: re-export it with \`mha export\``);
   }
   return bytes;
 }
