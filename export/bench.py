@@ -35,6 +35,7 @@ from mha_runtime.runner import OnnxRunner
 from mha_runtime.variants import DECODE, ONNX_RUNTIME, TORCHSCRIPT_RUNTIME
 
 PEAK_N = 2048
+DEFAULT_TOKENS = (16, 64, 256, 1024)
 # Idle time before each timed call: each ONNX Runtime session and torch's OpenMP pool slow the next runner
 # down right after a call (docs/bench.md has the measurements behind 0.3 s).
 SETTLE_S = 0.3
@@ -101,13 +102,19 @@ def _stats(samples: list[float]) -> dict[str, float]:
     return {"median_s": statistics.median(ordered), "p90_s": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]}
 
 
-def run_bench(folder: Path, *, tokens: list[int], threads: int, rounds: int, warmup: int = 1,
+def run_bench(folder: Path, *, tokens: list[int] | None, threads: int, rounds: int, warmup: int = 1,
               progress: bool = True, only: list[str] | None = None, settle: float = SETTLE_S) -> dict[str, Any]:
     """Time every runner at every token count, interleaved round by round, plus the MatMul peak and decode."""
     torch.set_num_threads(threads)
     manifest = load_manifest(folder)
     config = manifest.config
-    tokens = sorted({min(max(t, 1), config.context_length) for t in tokens})  # clipped to the contract
+    if tokens is None:  # the default counts that fit, and the full context
+        tokens = [t for t in DEFAULT_TOKENS if t < config.context_length] + [config.context_length]
+    outside = [t for t in tokens if not 1 <= t <= config.context_length]
+    if outside or not tokens:
+        raise ConfigError(f"--tokens: expected counts in 1..context_length={config.context_length}, "
+                          f"got {outside or 'none'}")
+    tokens = sorted(set(tokens))
     runners = build_runners(folder, manifest, threads)
     if only:
         unknown = sorted(set(only) - {r.name for r in runners})

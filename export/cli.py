@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import click
 
 from mha_runtime.config import PRESETS, MHAConfig, preset
-from mha_runtime.errors import MHAError
+from mha_runtime.errors import MHAError, first_line
 from mha_runtime.providers import CHOICES
 from mha_runtime.variants import CHOICES as VARIANT_CHOICES
 from mha_runtime.variants import ONNX, parse_variants
@@ -21,18 +22,47 @@ _TORCH_SIDE = {"torch", "onnx", "onnxscript", "onnx_ir", "safetensors", "matplot
 
 
 class _Group(click.Group):
-    """Turns every MHAError into one line on stderr and exit status 1, never a traceback; a missing
-    optional dependency says which extra to install."""
+    """The one error boundary: every failure is one line on stderr and exit 1 (2 for usage, 130 when
+    interrupted), never a traceback; a missing optional dependency says which extra to install.
+    MHA_DEBUG=1 lets an unexpected exception through with its traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except MHAError as exc:
-            raise click.ClickException(str(exc)) from None
         except ModuleNotFoundError as exc:
             if (exc.name or "").split(".")[0] in _TORCH_SIDE:
                 raise click.ClickException(f"{EXPORT_HINT} (missing module {exc.name!r})") from None
             raise
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            _fail(f"{exc.format_message()}{where}", 2)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except (click.Abort, KeyboardInterrupt):
+            _fail("interrupted; nothing was written", 130)
+        except MHAError as exc:
+            _fail(str(exc), 1)
+        except MemoryError:
+            _fail("out of memory: the input or the model is too large for this machine", 1)
+        except OSError as exc:
+            _fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or first_line(exc)}", 1)
+        except Exception as exc:
+            if os.environ.get("MHA_DEBUG"):
+                raise
+            _fail(f"internal error: {type(exc).__name__}: {first_line(exc)} (MHA_DEBUG=1 shows the traceback)", 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
 
 
 class VariantList(click.ParamType):
@@ -73,6 +103,7 @@ def cli() -> None:
 def export_cmd(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
                weights: Path | None, layer: int | None, opset: int, variants: tuple[str, ...]) -> None:
     """Export, validate and place the artifacts of each preset, or of your own config and weights."""
+    from mha_export.atomic import check_folder_target
     from mha_export.onnx_export import check_opset
     from mha_export.pipeline import export_preset
     from mha_export.report import ARTIFACT_HEADERS, artifact_rows, table
@@ -92,6 +123,8 @@ def export_cmd(presets: tuple[str, ...], config_path: Path | None, name: str | N
     if layer is not None and weights is None:
         raise click.UsageError("--layer picks a block of --weights: give --weights FILE")
     check_opset(opset)  # refuse before any work starts
+    for folder, _ in jobs:
+        check_folder_target(Path(out) / folder)
     rows = []
     for folder, config in jobs:
         click.echo(f"exporting {folder} ...", err=True)
@@ -134,11 +167,13 @@ def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, pro
     from mha_runtime.errors import ContractError
     from mha_runtime.runner import OnnxRunner
 
+    if output_path.is_dir() or not output_path.parent.is_dir():
+        raise ContractError(f"--output {output_path}: expected a file path in an existing folder")
     x = load_npy(input_path)
     runner = OnnxRunner(artifact, model=model, provider=provider, threads=threads)
-    y = runner.run(x)
-    if not output_path.parent.is_dir():
-        raise ContractError(f"--output {output_path}: expected an existing folder {output_path.parent}, found none")
+    if not runner.verified:
+        click.echo(f"note: {runner.path} has no manifest.json beside it: its sha256 is unverified", err=True)
+    y = runner.run(x)  # checked finite: nothing is written otherwise
     write_file_atomic(output_path, npy_bytes(y))
     click.echo(f"wrote {output_path} {list(y.shape)} float32 ({runner.provider})")
 
@@ -191,7 +226,8 @@ def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
               help="The folder under --artifacts: a preset or the --name of your own export.")
 @click.option("--artifacts", "root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
               help="Folder holding <preset>/ (made by `mha export`).")
-@click.option("--tokens", default="16,64,256,1024", show_default=True, help="Comma-separated token counts (batch 1).")
+@click.option("--tokens", default=None,
+              help="Comma-separated token counts (batch 1) [default: 16,64,256,1024 up to context_length].")
 @click.option("--threads", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default=True,
               help="Threads for torch and ONNX Runtime alike.")
 @click.option("--rounds", type=click.IntRange(min=1), default=10, show_default=True, help="Interleaved timing rounds.")
@@ -199,14 +235,14 @@ def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
 @click.option("--only", default="", help="Comma-separated runners to time (the eager wrapper always runs).")
 @click.option("--settle", type=click.FloatRange(min=0.0), default=0.3, show_default=True,
               help="Idle seconds before each timed call, so one runner's threads do not slow the next.")
-def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, out: Path, only: str,
+def bench_cmd(preset: str, root: Path, tokens: str | None, threads: int, rounds: int, out: Path, only: str,
               settle: float) -> None:
     """Latency of every runner side by side, against ONNX Runtime's own MatMul peak; writes JSON and a plot."""
     from mha_export.bench import SUMMARY_HEADERS, run_bench, summary_rows, write_outputs
     from mha_export.report import human_size, table
 
     try:
-        counts = sorted({int(t) for t in tokens.split(",") if t.strip()})
+        counts = None if tokens is None else sorted({int(t) for t in tokens.split(",") if t.strip()})
     except ValueError:
         raise click.BadParameter(f"expected comma-separated integers, got {tokens!r}", param_hint="--tokens") from None
     chosen = [name.strip() for name in only.split(",") if name.strip()] or None
@@ -240,5 +276,10 @@ def bench_cmd(preset: str, root: Path, tokens: str, threads: int, rounds: int, o
     click.echo(f"\nwrote {json_path} and {png_path}")
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM unwinds like Ctrl-C: staging folders are removed, nothing half-written
+
+
 def main() -> None:
-    cli(prog_name="mha")
+    signal.signal(signal.SIGTERM, _terminate)
+    cli.main(prog_name="mha")

@@ -23,8 +23,8 @@ TOTAL_AXIS = f"{PAST_AXIS} + {NEW_AXIS}"
 # Keys under which the ONNX file's metadata_props carry the config and the contract.
 META_CONFIG = "mha.config"
 META_CONTRACT = "mha.contract"
-# Floating dtypes the Python runner casts to float32; anything else is refused.
-CASTABLE = ("float16", "float64")
+# Floating dtypes the Python runner casts to float32 (either byte order); anything else is refused.
+CASTABLE = ("float16", "float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,9 @@ def check_input(x: Any, config: MHAConfig, *, past_tokens: int = 0) -> np.ndarra
     """
     if not isinstance(x, np.ndarray):
         raise ContractError(f"input {INPUT_NAME!r}: expected a numpy array, got {type(x).__name__}")
+    if isinstance(x, np.ma.MaskedArray):  # its masked entries would hide NaNs from the finiteness check
+        raise ContractError(f"input {INPUT_NAME!r}: expected a plain numpy array, got a masked array "
+                            "(fill it first: x.filled(value))")
     if x.ndim != 3:
         raise ContractError(
             f"input {INPUT_NAME!r}: expected rank 3 [batch, tokens, {config.d_in}], "
@@ -111,13 +114,23 @@ def check_input(x: Any, config: MHAConfig, *, past_tokens: int = 0) -> np.ndarra
         raise ContractError(
             f"input {INPUT_NAME!r}: expected 1 <= tokens <= context_length={config.context_length}, got {tokens}"
         )
-    if x.dtype != np.float32:
-        if x.dtype.name not in CASTABLE:
-            raise ContractError(
-                f"input {INPUT_NAME!r}: expected dtype float32 (or float16/float64, cast), got {x.dtype}")
+    if x.dtype.name not in CASTABLE:
+        raise ContractError(f"input {INPUT_NAME!r}: expected dtype float32 (or float16/float64, cast), got {x.dtype}")
+    if x.dtype != np.float32:  # float16, float64, or a non-native byte order
         with np.errstate(over="ignore"):  # overflow becomes inf, refused just below
             x = x.astype(np.float32)
     if not np.isfinite(x).all():
         bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
         raise ContractError(f"input {INPUT_NAME!r}: expected finite float32 values, got {bad} NaN/inf value(s)")
     return np.ascontiguousarray(x)
+
+
+def check_output(out: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """`out` if every value is finite; otherwise ContractError naming the input's magnitude (finite inputs
+    around 1e19 overflow float32 attention scores into NaN)."""
+    if not np.isfinite(out).all():
+        bad = int(out.size - np.count_nonzero(np.isfinite(out)))
+        raise ContractError(f"output {OUTPUT_NAME!r}: {bad} NaN/inf value(s) from a finite input of max |x| = "
+                            f"{float(np.abs(x).max()):.3g}; inputs that large overflow float32 attention scores: "
+                            "scale the input down")
+    return out

@@ -6,7 +6,16 @@ from typing import Any
 
 import numpy as np
 
-from mha_runtime.contract import INPUT_NAME, OUTPUT_NAME, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, check_input
+from mha_runtime.contract import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    PAST_KEY,
+    PAST_VALUE,
+    PRESENT_KEY,
+    PRESENT_VALUE,
+    check_input,
+    check_output,
+)
 from mha_runtime.errors import ContractError
 from mha_runtime.runner import OnnxRunner
 from mha_runtime.variants import DECODE
@@ -26,6 +35,10 @@ class DecodeSession:
                  threads: int | None = None) -> None:
         self.runner = OnnxRunner(artifact, model=model, provider=provider, threads=threads)
         self.config = self.runner.config
+        wanted = [INPUT_NAME, PAST_KEY, PAST_VALUE]
+        if self.runner.input_names != wanted:
+            raise ContractError(f"{self.runner.path.name}: expected the decode form with inputs {wanted}, got "
+                                f"{self.runner.input_names}; run a plain artifact with OnnxRunner")
         self.reset()
 
     def reset(self) -> None:
@@ -38,7 +51,25 @@ class DecodeSession:
         return self.past_key, self.past_value
 
     def restore(self, cache: tuple[np.ndarray | None, np.ndarray | None]) -> None:
-        self.past_key, self.past_value = cache
+        """Come back to a cache from snapshot(); one that does not fit this model is refused, the cache unchanged."""
+        if not isinstance(cache, tuple) or len(cache) != 2:
+            raise ContractError(f"cache: expected (past_key, past_value) from snapshot(), got {type(cache).__name__}")
+        key, value = cache
+        if key is None or value is None:
+            if key is not None or value is not None:
+                raise ContractError("cache: expected both past_key and past_value, or neither")
+            self.reset()
+            return
+        h, d, limit = self.config.num_heads, self.config.d_out, self.config.context_length
+        for name, array in ((PAST_KEY, key), (PAST_VALUE, value)):
+            if (not isinstance(array, np.ndarray) or array.dtype != np.float32 or array.ndim != 4
+                    or array.shape[1:2] + array.shape[3:] != (h, d) or array.shape[2] > limit or array.shape[0] < 1):
+                shape = list(array.shape) if isinstance(array, np.ndarray) else type(array).__name__
+                raise ContractError(f"cache {name!r}: expected float32 [batch, {h}, past_tokens <= {limit}, {d}], "
+                                    f"got {shape}")
+        if key.shape != value.shape:
+            raise ContractError(f"cache: past_key {list(key.shape)} and past_value {list(value.shape)} differ")
+        self.past_key, self.past_value = key, value
 
     @property
     def past_tokens(self) -> int:
@@ -56,9 +87,10 @@ class DecodeSession:
                 raise ContractError(f"input {INPUT_NAME!r}: expected batch {self.past_key.shape[0]} (the cache's), "
                                     f"got {batch}; call reset() to start a new sequence")
             past_key, past_value = self.past_key, self.past_value
-        context, present_key, present_value = self.runner.session.run(
+        context, present_key, present_value = self.runner.execute(
             [OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE], {INPUT_NAME: x, PAST_KEY: past_key, PAST_VALUE: past_value})
-        self.past_key, self.past_value = present_key, present_value  # only after a successful run
+        check_output(context, x)
+        self.past_key, self.past_value = present_key, present_value  # only after a successful, finite run
         return context
 
 

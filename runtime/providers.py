@@ -11,6 +11,8 @@ _ORT_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 def resolve_provider(provider: str) -> str:
     """Map 'auto' | 'cpu' | 'cuda' to 'cpu' or 'cuda', or raise ProviderError saying what to install."""
+    if not isinstance(provider, str):
+        raise ProviderError(f"provider: expected one of {', '.join(CHOICES)}, got {provider!r}")
     available = ort.get_available_providers()
     if provider == "auto":
         return "cuda" if _ORT_NAMES["cuda"] in available else "cpu"

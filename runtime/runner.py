@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime as ort
 
 from mha_runtime.config import MHAConfig
-from mha_runtime.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input
+from mha_runtime.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input, check_output
 from mha_runtime.errors import ArtifactError, ConfigError, ContractError, first_line
 from mha_runtime.manifest import MANIFEST_NAME, PendingDigest, check_digest, load_manifest, read_listed
 from mha_runtime.providers import resolve_provider, session_providers
@@ -23,15 +23,19 @@ class OnnxRunner:
 
     def __init__(self, artifact: str | Path, *, model: str = DEFAULT_MODEL, provider: str = "auto",
                  threads: int | None = None) -> None:
-        path = Path(artifact)
-        data, self.path, expected = _read_model(path, model)
-        pending = PendingDigest(data) if expected is not None else None  # checked before the session is used
+        if not isinstance(artifact, (str, Path)) or not str(artifact):
+            raise ArtifactError(f"artifact: expected a folder or an .onnx/.ort path, got {artifact!r}")
+        if not isinstance(model, str) or not model:
+            raise ArtifactError(f"model: expected a file name such as {DEFAULT_MODEL!r}, got {model!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"threads: expected a positive integer or None, got {threads!r}")
         self.provider = resolve_provider(provider)
+        data, self.path, expected = _read_model(Path(artifact), model)
+        self.verified = expected is not None  # False: a lone file with no manifest beside it
+        pending = PendingDigest(data) if expected is not None else None  # checked before the session is used
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only; ORT's warnings are not the user's business
         if threads is not None:
-            if threads < 1:
-                raise ConfigError(f"threads: expected a positive integer, got {threads}")
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
         try:
@@ -46,15 +50,24 @@ class OnnxRunner:
         self.config = _config_from_metadata(self.metadata, self.path)
         self.contract = IOContract(self.config)
         self.input_names = [i.name for i in self.session.get_inputs()]
+        _check_graph(self.session, self.config, self.path)
 
     def run(self, x: Any) -> np.ndarray:
-        """x: (B, T, d_in) float32 -> context: (B, T, num_heads * d_out) float32."""
+        """x: (B, T, d_in) float32 -> context: (B, T, num_heads * d_out) float32, checked finite."""
         if self.input_names != [INPUT_NAME]:
             raise ContractError(f"{self.path.name} takes inputs {self.input_names}, not just {INPUT_NAME!r}: "
                                 "run the decode form with mha_runtime.decode.DecodeSession")
         x = check_input(x, self.config)
-        (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: x})
-        return out
+        (out,) = self.execute([OUTPUT_NAME], {INPUT_NAME: x})
+        return check_output(out, x)
+
+    def execute(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """session.run, with an ONNX Runtime failure reduced to one line naming the model and the shapes."""
+        try:
+            return self.session.run(names, feeds)
+        except Exception as exc:  # ORT's own error types (Fail, InvalidArgument, RuntimeException)
+            shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in feeds.items())
+            raise ArtifactError(f"{self.path}: ONNX Runtime failed on {shapes} ({first_line(exc)})") from None
 
     __call__ = run
 
@@ -70,12 +83,25 @@ def _read_model(path: Path, model: str) -> tuple[bytes, Path, str | None]:
     if path.suffix not in (".onnx", ".ort"):
         raise ArtifactError(
             f"{path}: expected an artifact folder or an .onnx/.ort file, got {path.suffix or 'no suffix'}")
-    if (path.parent / MANIFEST_NAME).exists():
-        manifest = load_manifest(path.parent)
-        if path.name in manifest.files:
-            data, expected = read_listed(path.parent, path.name, manifest)
-            return data, path, expected
-    return path.read_bytes(), path, None
+    if (path.parent / MANIFEST_NAME).exists():  # a manifest beside the file must list it
+        data, expected = read_listed(path.parent, path.name, load_manifest(path.parent))
+        return data, path, expected
+    try:
+        return path.read_bytes(), path, None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read it ({exc.strerror or first_line(exc)})") from None
+
+
+def _check_graph(session: ort.InferenceSession, config: MHAConfig, path: Path) -> None:
+    """The graph's x and context must have the widths the metadata's config promises (a lone file whose
+    metadata disagrees with its graph is refused here, not deep inside a run)."""
+    widths = {INPUT_NAME: config.d_in, OUTPUT_NAME: config.d_model}
+    for value in [*session.get_inputs(), *session.get_outputs()]:
+        if value.name in widths:
+            last = value.shape[-1] if value.shape else None
+            if len(value.shape) != 3 or (isinstance(last, int) and last != widths[value.name]):
+                raise ArtifactError(f"{path}: graph {value.name!r} has shape {value.shape}, but its metadata's "
+                                    f"config says [batch, tokens, {widths[value.name]}]")
 
 
 def _config_from_metadata(metadata: dict[str, str], path: Path) -> MHAConfig:

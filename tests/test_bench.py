@@ -47,13 +47,13 @@ def test_stats_median_and_p90() -> None:
 
 
 def test_bench_json_has_every_runner_and_finite_figures(seed_dir: Path, tmp_path: Path) -> None:
-    result = run_bench(seed_dir, tokens=[1, 4, 99], threads=1, rounds=1, progress=False, settle=0.0)
+    result = run_bench(seed_dir, tokens=[1, 4, 6], threads=1, rounds=1, progress=False, settle=0.0)
     json_path, png_path = write_outputs(result, tmp_path / "bench")
     data = json.loads(json_path.read_text())
     artifacts = [f for f, i in load_manifest(seed_dir).artifacts.items() if i.runtime != "onnxruntime-decode"]
     runners = {r["runner"] for r in data["results"]}
     assert runners == {"eager wrapper", "eager fused"} | set(artifacts)
-    assert data["tokens"] == [1, 4, 6]  # 99 is clipped to context_length
+    assert data["tokens"] == [1, 4, 6]
     assert len(data["results"]) == len(runners) * 3
     for r in data["results"]:
         for key in ("median_s", "p90_s", "tokens_per_s", "gflops", "pct_of_peak"):
@@ -75,6 +75,8 @@ def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
     assert (tmp_path / "bench.json").exists() and (tmp_path / "latency.png").exists()
     bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--tokens", "a,b"])
     assert bad.exit_code == 2 and "expected comma-separated integers" in bad.stderr
+    bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--tokens", "7"])
+    assert bad.exit_code == 1 and "--tokens: expected counts in 1..context_length=6, got [7]" in bad.stderr
 
 
 def test_bench_only_selects_runners(seed_dir: Path) -> None:

@@ -1,0 +1,237 @@
+"""Hostile and careless input through the CLI and the Python API: one line, a non-zero exit (or the project's own
+error class), no traceback, and no output file written or changed."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from helpers import REPO
+from mha_export.cli import cli
+from mha_runtime.decode import DecodeSession
+from mha_runtime.errors import MHAError
+from mha_runtime.manifest import sha256_file
+from mha_runtime.runner import OnnxRunner
+
+Setup = Callable[[Path, Path], list[str]]  # (a private copy of the seed folder, a work folder) -> `mha run` args
+
+
+def _x(work: Path, array: np.ndarray, name: str = "x.npy") -> str:
+    np.save(work / name, array)
+    return str(work / name)
+
+
+def _ones(shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
+    return np.ones(shape, dtype)
+
+
+def _huge_header(work: Path) -> str:
+    path = Path(_x(work, _ones((1, 2, 3))))
+    path.write_bytes(path.read_bytes().replace(b"'shape': (1, 2, 3)", b"'shape': (999999999, 2, 3)"))
+    return str(path)
+
+
+def _rewrite_manifest(seed: Path, edit: Callable[[dict], None]) -> None:
+    data = json.loads((seed / "manifest.json").read_text())
+    edit(data)
+    (seed / "manifest.json").write_text(json.dumps(data))
+
+
+def _lone_model_with_wrong_metadata(seed: Path, work: Path) -> str:
+    model = onnx.load(str(seed / "mha.onnx"))
+    for prop in model.metadata_props:
+        if prop.key == "mha.config":
+            prop.value = prop.value.replace('"d_in": 3', '"d_in": 5')
+    onnx.save(model, str(work / "lone.onnx"))
+    return str(work / "lone.onnx")
+
+
+RUN_CASES: dict[str, tuple[Setup, str]] = {
+    "input missing": (lambda s, w: [str(s), "--input", str(w / "none.npy")], "found nothing there"),
+    "input is a folder": (lambda s, w: [str(s), "--input", str(w)], "found a folder"),
+    "input not npy": (lambda s, w: [str(s), "--input", str(s / "mha.onnx")], "expected a .npy array"),
+    "npy header claims a huge shape": (lambda s, w: [str(s), "--input", _huge_header(w)], "the header says shape"),
+    "npy of objects": (lambda s, w: [str(s), "--input", _x(w, np.array([{"a": 1}], dtype=object))],
+                       "expected a numeric array"),
+    "integers": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3), "int32"))], "expected dtype float32"),
+    "complex": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3), "complex64"))], "expected dtype float32"),
+    "rank 2": (lambda s, w: [str(s), "--input", _x(w, _ones((2, 3)))], "expected rank 3"),
+    "wrong d_in": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 5)))], "expected last axis d_in=3"),
+    "too many tokens": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 7, 3)))], "1 <= tokens <= context_length"),
+    "empty batch": (lambda s, w: [str(s), "--input", _x(w, _ones((0, 2, 3)))], "expected batch >= 1"),
+    "NaN": (lambda s, w: [str(s), "--input", _x(w, np.full((1, 2, 3), np.nan, np.float32))], "NaN/inf"),
+    "float64 overflowing float32": (lambda s, w: [str(s), "--input", _x(w, np.full((1, 2, 3), 1e300))], "NaN/inf"),
+    "finite but overflowing attention": (lambda s, w: [str(s), "--input", _x(w, np.full((1, 3, 3), 1e20, "f4"))],
+                                         "max |x| = 1e+20"),
+    "output is a folder": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--output", str(w)],
+                           "expected a file path in an existing folder"),
+    "output folder missing": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--output",
+                                            str(w / "no" / "y.npy")], "expected a file path in an existing folder"),
+    "output not writable": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--output", "/proc/y.npy"],
+                            "/proc"),
+    "model is a folder": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--model", "golden"],
+                          "not listed in"),
+    "model not listed": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--model", "other.onnx"],
+                         "not listed in"),
+    "manifest is a folder": (lambda s, w: (os.remove(s / "manifest.json"), (s / "manifest.json").mkdir(),
+                                           [str(s), "--input", _x(w, _ones((1, 2, 3)))])[-1], "manifest.json"),
+    "manifest files is a list": (lambda s, w: (_rewrite_manifest(s, lambda d: d.update(files=[])),
+                                               [str(s), "--input", _x(w, _ones((1, 2, 3)))])[-1],
+                                 "field 'files' expected a JSON object"),
+    "manifest entry without size": (lambda s, w: (_rewrite_manifest(s, lambda d: d["files"]["mha.onnx"].pop("size")),
+                                                  [str(s), "--input", _x(w, _ones((1, 2, 3)))])[-1],
+                                    "files.mha.onnx: missing field 'size'"),
+    "manifest not JSON": (lambda s, w: ((s / "manifest.json").write_text("{"),
+                                        [str(s), "--input", _x(w, _ones((1, 2, 3)))])[-1], "expected JSON"),
+    "file removed from the manifest": (lambda s, w: (_rewrite_manifest(s, lambda d: d["files"].pop("mha.onnx")),
+                                                     [str(s / "mha.onnx"), "--input", _x(w, _ones((1, 2, 3)))])[-1],
+                                       "mha.onnx: not listed in"),
+    "lone model whose metadata disagrees with its graph": (
+        lambda s, w: [_lone_model_with_wrong_metadata(s, w), "--input", _x(w, _ones((1, 2, 5)))],
+        "but its metadata's config says [batch, tokens, 5]"),
+    "bad provider": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--provider", "tpu"],
+                     "'tpu' is not one of"),
+    "threads zero": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--threads", "0"], "--threads"),
+}
+
+
+@pytest.mark.parametrize("case", list(RUN_CASES))
+def test_mha_run_refuses_in_one_line(case: str, seed_copy: Path, tmp_path: Path) -> None:
+    setup, message = RUN_CASES[case]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "y.npy").write_bytes(b"old output")
+    args = setup(seed_copy, work)
+    if "--output" not in args:
+        args += ["--output", str(work / "y.npy")]
+    result = CliRunner().invoke(cli, ["run", *args])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code in (1, 2), result.output
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in result.output, result.stderr
+    assert message in lines[0], lines[0]
+    assert (work / "y.npy").read_bytes() == b"old output" and not list(work.glob(".y.npy.*"))
+
+
+def test_a_lone_model_without_manifest_runs_and_says_it_is_unverified(seed_dir: Path, tmp_path: Path) -> None:
+    shutil.copy(seed_dir / "mha.onnx", tmp_path / "mha.onnx")
+    np.save(tmp_path / "x.npy", _ones((1, 2, 3)))
+    result = CliRunner().invoke(cli, ["run", str(tmp_path / "mha.onnx"), "--input", str(tmp_path / "x.npy"),
+                                      "--output", str(tmp_path / "y.npy")])
+    assert result.exit_code == 0 and "its sha256 is unverified" in result.stderr
+    assert np.load(tmp_path / "y.npy").shape == (1, 2, 4)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda d: OnnxRunner(None), "expected a folder or an .onnx/.ort path"),  # type: ignore[arg-type]
+    (lambda d: OnnxRunner(d, threads="2"), "threads: expected a positive integer"),  # type: ignore[arg-type]
+    (lambda d: OnnxRunner(d, threads=True), "threads: expected a positive integer"),
+    (lambda d: OnnxRunner(d, provider=["cpu"]), "provider: expected one of"),  # type: ignore[arg-type]
+    (lambda d: OnnxRunner(d, model=None), "model: expected a file name"),  # type: ignore[arg-type]
+    (lambda d: OnnxRunner(d, model="../seed/mha.onnx"), "not listed in"),
+    (lambda d: OnnxRunner(d).run([[[1.0, 2.0, 3.0]]]), "expected a numpy array, got list"),
+    (lambda d: OnnxRunner(d).run(np.ma.masked_invalid(np.full((1, 2, 3), np.nan, np.float32))), "masked array"),
+    (lambda d: OnnxRunner(d).run(np.ones((1, 2, 3), np.float128)), "expected dtype float32"),
+    (lambda d: OnnxRunner(d).run(np.full((1, 3, 3), 1e20, np.float32)), "overflow float32 attention scores"),
+    (lambda d: DecodeSession(d, model="mha.onnx"), "expected the decode form"),
+    (lambda d: DecodeSession(d).restore((np.zeros((1, 2, 3, 2), np.float32), np.zeros((1, 2, 2, 2), np.float32))),
+     "differ"),
+    (lambda d: DecodeSession(d).restore((np.zeros((1, 2, 9, 2), np.float32),) * 2), "past_tokens <= 6"),
+    (lambda d: DecodeSession(d).restore("cache"), "expected (past_key, past_value)"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_api_raises_only_project_errors(seed_dir: Path, call: Callable[[Path], object], message: str) -> None:
+    with pytest.raises(MHAError) as info:
+        call(seed_dir)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_big_endian_inputs_are_read_like_native_ones(seed_dir: Path) -> None:
+    x = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)
+    runner = OnnxRunner(seed_dir)
+    want = runner.run(x)
+    assert np.array_equal(runner.run(x.astype(">f4")), want)
+    assert np.array_equal(runner.run(x.astype(">f8")), want)
+
+
+def test_decode_restore_with_a_foreign_cache_leaves_the_session_usable(seed_dir: Path) -> None:
+    session = DecodeSession(seed_dir)
+    session.step(np.ones((1, 2, 3), np.float32))
+    before = session.snapshot()
+    with pytest.raises(MHAError):
+        session.restore((np.zeros((1, 2, 2, 5), np.float32),) * 2)
+    assert session.snapshot() is not None and session.past_tokens == 2 and session.snapshot()[0] is before[0]
+    assert session.step(np.ones((1, 1, 3), np.float32)).shape == (1, 1, 4)
+
+
+@pytest.mark.parametrize("args,message", [
+    (lambda t: ["inspect", str(t)], "expected a manifest"),
+    (lambda t: ["inspect", str(t / "absent")], "expected a folder made by `mha export`"),
+    (lambda t: ["check", str(t / "absent")], "expected a folder made by `mha export`"),
+    (lambda t: ["export", "--preset", "seed", "--variants", "none", "--out", "/dev/null"], "/dev/null"),
+    (lambda t: ["export", "--preset", "seed", "--variants", "none", "--out", str(t / "file")],
+     "expected a folder, found a file"),
+    (lambda t: ["export", "--preset", "seed", "--opset", "x"], "'x' is not a valid integer"),
+    (lambda t: ["bench", "--preset", "nope", "--artifacts", str(t)], "expected a folder made by `mha export`"),
+])
+def test_cli_refusals_are_one_line(tmp_path: Path, args: Callable[[Path], list[str]], message: str) -> None:
+    (tmp_path / "file").write_text("a file, not a folder")
+    result = CliRunner().invoke(cli, args(tmp_path))
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code in (1, 2) and len(lines) == 1 and message in lines[0], result.output
+    assert "Traceback" not in result.output
+
+
+def test_inspect_of_a_manifest_without_contract_is_one_line(seed_copy: Path) -> None:
+    _rewrite_manifest(seed_copy, lambda d: d.pop("contract"))
+    result = CliRunner().invoke(cli, ["inspect", str(seed_copy)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1 and "missing field 'contract'" in result.stderr
+
+
+@pytest.mark.parametrize("args,code", [(["run", "{t}", "--input", "{t}/x.npy", "--output", "{t}/y.npy"], 1),
+                                       (["export", "--variants", "bogus"], 2), (["nope"], 2)])
+def test_the_installed_command_gives_one_line(tmp_path: Path, args: list[str], code: int) -> None:
+    """The real entry point, not CliRunner."""
+    np.save(tmp_path / "x.npy", _ones((1, 2, 3)))
+    mha = Path(sys.executable).parent / "mha"
+    result = subprocess.run([str(mha), *[a.format(t=tmp_path) for a in args]], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == code and result.stderr.count("\n") == 1 and result.stderr.startswith("Error: ")
+    assert result.stdout == "" and not (tmp_path / "y.npy").exists()
+
+
+def test_written_files_follow_the_umask(seed_dir: Path, tmp_path: Path) -> None:
+    previous = os.umask(0o022)
+    try:
+        np.save(tmp_path / "x.npy", _ones((1, 2, 3)))
+        result = CliRunner().invoke(cli, ["run", str(seed_dir), "--input", str(tmp_path / "x.npy"), "--output",
+                                          str(tmp_path / "y.npy")])
+        assert result.exit_code == 0, result.output
+        assert stat.S_IMODE((tmp_path / "y.npy").stat().st_mode) == 0o644
+        modes = {p.relative_to(seed_dir).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in seed_dir.rglob("*")}
+        assert stat.S_IMODE(seed_dir.stat().st_mode) == 0o755
+        assert modes["weights.safetensors"] == 0o644 and modes["golden"] == 0o755
+        assert set(modes.values()) == {0o644, 0o755}, modes
+    finally:
+        os.umask(previous)
+
+
+def test_a_check_of_an_altered_file_names_both_digests(seed_copy: Path) -> None:
+    path = seed_copy / "mha.onnx"
+    expected = sha256_file(path)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(MHAError) as info:
+        OnnxRunner(seed_copy)
+    message = str(info.value)
+    assert expected[:12] in message and sha256_file(path)[:12] in message and "re-export" in message
+    assert REPO.exists()
