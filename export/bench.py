@@ -32,7 +32,7 @@ from mha_runtime.decode import DecodeSession
 from mha_runtime.errors import ConfigError
 from mha_runtime.manifest import Manifest, load_manifest
 from mha_runtime.runner import OnnxRunner
-from mha_runtime.variants import DECODE, ONNX_RUNTIME, TORCHSCRIPT_RUNTIME
+from mha_runtime.variants import DECODE, EXECUTORCH_RUNTIME, ONNX_RUNTIME, TORCHSCRIPT_RUNTIME
 
 PEAK_N = 2048
 DEFAULT_TOKENS = (16, 64, 256, 1024)
@@ -83,6 +83,10 @@ def build_runners(folder: Path, manifest: Manifest, threads: int) -> list[Runner
         elif info.runtime == ONNX_RUNTIME:
             runner = OnnxRunner(folder, model=file, provider="cpu", threads=threads)
             runners.append(Runner(file, "onnxruntime", runner.run, file))
+        elif info.runtime == EXECUTORCH_RUNTIME:
+            from mha_export.pte import PteRunner
+
+            runners.append(Runner(file, "executorch", PteRunner(folder, model=file, threads=threads).run, file))
     return runners
 
 

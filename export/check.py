@@ -5,17 +5,21 @@ as skipped otherwise (the base install has no torch).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from mha_runtime.golden import CaseResult, check_artifact, check_onnx_artifacts, load_cases, skipped
 from mha_runtime.manifest import load_manifest, verify_all
-from mha_runtime.variants import TORCHSCRIPT_RUNTIME, spec_for
+from mha_runtime.variants import EXECUTORCH_RUNTIME, TORCHSCRIPT_RUNTIME, spec_for
 
 if TYPE_CHECKING:
     from mha_export.validate import ArtifactReport
 
 NEEDS_TORCH = "needs torch: pip install 'mha-export[export]'"
+NEEDS_EXECUTORCH = "needs ExecuTorch: pip install 'mha-export[executorch]'"
 
 
 def check_golden(folder: Path, *, provider: str = "cpu", threads: int | None = None) -> list[CaseResult]:
@@ -24,16 +28,28 @@ def check_golden(folder: Path, *, provider: str = "cpu", threads: int | None = N
     results = check_onnx_artifacts(folder, provider=provider, threads=threads)
     cases = load_cases(folder)
     for entry in cases.artifacts:
-        if entry.runtime != TORCHSCRIPT_RUNTIME:
+        if entry.runtime not in (TORCHSCRIPT_RUNTIME, EXECUTORCH_RUNTIME):
             continue
         try:
-            from mha_export.torchscript import torchscript_runner
-        except ImportError:
-            results += skipped(entry, cases, NEEDS_TORCH)
+            run = _torch_side_runner(Path(folder), entry.file, entry.runtime)
+        except ImportError as exc:
+            results += skipped(entry, cases, NEEDS_EXECUTORCH if "executorch" in str(exc.name) else NEEDS_TORCH)
             continue
-        results += check_artifact(entry.file, torchscript_runner(Path(folder) / entry.file), entry.tolerance,
-                                  folder, cases)
+        results += check_artifact(entry.file, run, entry.tolerance, folder, cases)
     return results
+
+
+def _torch_side_runner(folder: Path, file: str, runtime: str) -> Callable[[np.ndarray], np.ndarray]:
+    """TorchScript through torch.jit, the .pte through ExecuTorch; ImportError when that runtime is missing."""
+    if runtime == EXECUTORCH_RUNTIME:
+        import executorch  # noqa: F401 - the check that it is installed
+
+        from mha_export.pte import PteRunner
+
+        return PteRunner(folder / file).run
+    from mha_export.torchscript import torchscript_runner
+
+    return torchscript_runner(folder / file)
 
 
 def revalidate(folder: Path, *, progress: bool = False) -> dict[str, ArtifactReport]:

@@ -22,7 +22,9 @@ from mha_runtime.errors import ConfigError
 from mha_runtime.manifest import Manifest
 from mha_runtime.variants import (
     CHOICES,
+    EXECUTORCH_RUNTIME,
     OPTIONAL_FIELDS,
+    PTE_MAX_BATCH,
     WEIGHTS_FILE,
     Variant,
     artifact_specs,
@@ -89,7 +91,9 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
         reports = validate(stage, model, config, artifacts, progress=progress, label=f"validating {name}")
         manifest = write_manifest(
             stage, name=name, config=config, opset=opset, weights=weights_info,
-            artifacts={file: report.record(**artifact_facts(stage / file), export_seconds=round(seconds[file], 3))
+            artifacts={file: report.record(**artifact_facts(stage / file), export_seconds=round(seconds[file], 3),
+                                           batch_max=PTE_MAX_BATCH if report.spec.runtime == EXECUTORCH_RUNTIME
+                                           else None)
                        for file, report in reports.items()},
             sweep={"shapes": [list(s) for s in sweep_shapes(config)], "seeds": list(SWEEP_SEEDS)},
         )

@@ -21,7 +21,7 @@ from mha_runtime.errors import ValidationError
 from mha_runtime.manifest import ArtifactRecord
 from mha_runtime.runner import OnnxRunner
 from mha_runtime.tolerance import Tolerance, compare
-from mha_runtime.variants import DECODE_RUNTIME, ONNX_RUNTIME, ArtifactSpec
+from mha_runtime.variants import DECODE_RUNTIME, EXECUTORCH_RUNTIME, ONNX_RUNTIME, ArtifactSpec
 
 SWEEP_BATCHES = (1, 3)
 SWEEP_SEEDS = (0, 1)
@@ -81,6 +81,10 @@ def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], 
         session = DecodeSession(Path(folder) / spec.file, provider="cpu")
         schedules = itertools.cycle(SCHEDULES.values())
         return lambda x: run_chunked(session, x, next(schedules)(x.shape[1]))
+    if spec.runtime == EXECUTORCH_RUNTIME:
+        from mha_export.pte import PteRunner
+
+        return PteRunner(Path(folder) / spec.file).run
     return torchscript_runner(Path(folder) / spec.file)
 
 

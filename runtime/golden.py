@@ -62,12 +62,15 @@ class CaseArtifact:
     tolerance: Tolerance
     schedule: str | None = None
     schedules: dict[str, list[int]] | None = None
+    batch_max: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"file": self.file, "kind": self.kind, "runtime": self.runtime,
                                  "tolerance": self.tolerance.to_dict()}
         if self.schedules is not None:
             entry["schedule"], entry["schedules"] = self.schedule, self.schedules
+        if self.batch_max is not None:
+            entry["batch_max"] = self.batch_max
         return entry
 
     @classmethod
@@ -83,7 +86,8 @@ class CaseArtifact:
         return cls(file=plain_name(get(data, "file", str, where), f"{where}.file"), kind=get(data, "kind", str, where),
                    runtime=get(data, "runtime", str, where),
                    tolerance=Tolerance.from_dict(get(data, "tolerance", dict, where), f"{where}.tolerance"),
-                   schedule=get(data, "schedule", str, where, optional=True), schedules=schedules)
+                   schedule=get(data, "schedule", str, where, optional=True), schedules=schedules,
+                   batch_max=get(data, "batch_max", int, where, optional=True))
 
 
 @dataclass(frozen=True)

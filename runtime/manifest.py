@@ -49,11 +49,13 @@ class ArtifactRecord:
     opset: int | None = None
     nodes: int | None = None
     export_seconds: float | None = None
+    batch_max: int | None = None  # a planned maximum (ExecuTorch); None: any batch
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "runtime": self.runtime, "tolerance": self.tolerance.to_dict(), "cases": self.cases,
                 "max_abs_error": self.max_abs_error, "rel_l2_error": self.rel_l2_error, "passed": self.passed,
-                "opset": self.opset, "nodes": self.nodes, "export_seconds": self.export_seconds}
+                "opset": self.opset, "nodes": self.nodes, "export_seconds": self.export_seconds,
+                "batch_max": self.batch_max}
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> ArtifactRecord:
@@ -64,7 +66,8 @@ class ArtifactRecord:
                    rel_l2_error=get(data, "rel_l2_error", float, where), passed=get(data, "passed", bool, where),
                    opset=get(data, "opset", int, where, optional=True),
                    nodes=get(data, "nodes", int, where, optional=True),
-                   export_seconds=get(data, "export_seconds", float, where, optional=True))
+                   export_seconds=get(data, "export_seconds", float, where, optional=True),
+                   batch_max=get(data, "batch_max", int, where, optional=True))
 
 
 @dataclass(frozen=True)

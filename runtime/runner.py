@@ -30,7 +30,7 @@ class OnnxRunner:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"threads: expected a positive integer or None, got {threads!r}")
         self.provider = resolve_provider(provider)
-        data, self.path, expected = _read_model(Path(artifact), model)
+        data, self.path, expected = read_model(Path(artifact), model)
         self.verified = expected is not None  # False: a lone file with no manifest beside it
         pending = PendingDigest(data) if expected is not None else None  # checked before the session is used
         options = ort.SessionOptions()
@@ -72,17 +72,18 @@ class OnnxRunner:
     __call__ = run
 
 
-def _read_model(path: Path, model: str) -> tuple[bytes, Path, str | None]:
+def read_model(path: Path, model: str, suffixes: tuple[str, ...] = (".onnx", ".ort")
+               ) -> tuple[bytes, Path, str | None]:
     """Read the model bytes once, size-checked against the manifest where one applies; return them with
     the manifest's sha256 (None for a lone file with no manifest beside it)."""
     if path.is_dir():
         data, expected = read_listed(path, model, load_manifest(path))
         return data, path / model, expected
+    kinds = "/".join(suffixes)
     if not path.exists():
-        raise ArtifactError(f"{path}: expected an artifact folder or an .onnx/.ort file, found nothing there")
-    if path.suffix not in (".onnx", ".ort"):
-        raise ArtifactError(
-            f"{path}: expected an artifact folder or an .onnx/.ort file, got {path.suffix or 'no suffix'}")
+        raise ArtifactError(f"{path}: expected an artifact folder or a {kinds} file, found nothing there")
+    if path.suffix not in suffixes:
+        raise ArtifactError(f"{path}: expected an artifact folder or a {kinds} file, got {path.suffix or 'no suffix'}")
     if (path.parent / MANIFEST_NAME).exists():  # a manifest beside the file must list it
         data, expected = read_listed(path.parent, path.name, load_manifest(path.parent))
         return data, path, expected
@@ -114,4 +115,4 @@ def _config_from_metadata(metadata: dict[str, str], path: Path) -> MHAConfig:
         raise ArtifactError(f"{path}: metadata '{META_CONFIG}' is invalid: {exc}") from None
 
 
-__all__ = ["DEFAULT_MODEL", "OnnxRunner"]
+__all__ = ["DEFAULT_MODEL", "OnnxRunner", "read_model"]

@@ -16,6 +16,9 @@ from mha_runtime.tolerance import Tolerance
 ONNX_RUNTIME = "onnxruntime"
 DECODE_RUNTIME = "onnxruntime-decode"
 TORCHSCRIPT_RUNTIME = "torchscript"
+EXECUTORCH_RUNTIME = "executorch"
+# ExecuTorch plans memory at the upper bounds: the .pte takes at most this batch (its contract says so).
+PTE_MAX_BATCH = 4
 WEIGHTS_FILE = "weights.safetensors"
 
 # fp32 rows. Measured max abs error against eager: about 1e-6 at gpt2-small T=1024, 1e-7 on the seed preset;
@@ -102,6 +105,11 @@ REGISTRY: tuple[Variant, ...] = (
     Variant("ort", "ORT format of mha.onnx and mha.fused.onnx (basic optimizations) for mobile builds",
             (ArtifactSpec("mha.ort", "onnx", ONNX_RUNTIME), ArtifactSpec("mha.fused.ort", "fused", ONNX_RUNTIME)),
             "mha_export.variants:build_ort", needs=("onnx", "fused")),
+    Variant("pte", f"ExecuTorch program with the XNNPACK delegate (batch <= {PTE_MAX_BATCH})",
+            _one("mha.pte", "pte", EXECUTORCH_RUNTIME), "mha_export.pte:build_pte",
+            # Per-head bmm with an additive mask and the scale folded into W_query: only the order of sums
+            # changes; measured max abs 2.6e-6 at gpt2-small T=1024 (ExecuTorch 1.5.1, XNNPACK).
+            tolerances={"cpu": FP32}),
     Variant("decode", "key/value-cache form for token-by-token generation (its own I/O)",
             _one("mha.decode.onnx", "decode", DECODE_RUNTIME), "mha_export.decode:build_decode",
             tolerances={"cpu": FP32}),  # any chunking against the full-sequence output: fp32 arithmetic
@@ -180,4 +188,5 @@ def spec_for(file: str) -> ArtifactSpec:
 
 ONNX, TORCHSCRIPT = VARIANTS["onnx"].artifacts[0], VARIANTS["torchscript"].artifacts[0]
 DECODE = VARIANTS["decode"].artifacts[0]
+PTE = VARIANTS["pte"].artifacts[0]
 LOW_PRECISION_KINDS = frozenset(v.name for v in REGISTRY if v.low_precision)

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 import mha_export.validate as validate_module
 from mha_export.cli import cli
 from mha_export.mask_rewrite import additive_mask
+from mha_export.pte import PteRunner
 from mha_export.weights import load_artifact_model
 from mha_runtime.decode import DecodeSession
 from mha_runtime.errors import ValidationError
@@ -22,11 +23,20 @@ from mha_runtime.golden import check_artifact, load_cases
 from mha_runtime.manifest import load_manifest, sha256_file
 from mha_runtime.runner import OnnxRunner
 from mha_runtime.tolerance import Tolerance
-from mha_runtime.variants import CHOICES, DECODE, ONNX_RUNTIME, VARIANTS, artifact_specs, spec_for, tolerance_for
+from mha_runtime.variants import (
+    CHOICES,
+    DECODE,
+    EXECUTORCH_RUNTIME,
+    ONNX_RUNTIME,
+    VARIANTS,
+    artifact_specs,
+    spec_for,
+    tolerance_for,
+)
 
 # Per-tensor dynamic quantization (int8) and float16 are not causal-invariant by construction: a huge future
 # token changes the int8 scale of every token and overflows float16; the fp32 artifacts must be exactly causal.
-FP32_FILES = [s.file for s in artifact_specs(CHOICES) if s.runtime == ONNX_RUNTIME
+FP32_FILES = [s.file for s in artifact_specs(CHOICES) if s.runtime in (ONNX_RUNTIME, EXECUTORCH_RUNTIME)
               and s.kind not in ("int8", "fp16")]
 
 
@@ -36,7 +46,7 @@ def test_future_tokens_scaled_by_1e4_leave_earlier_outputs_bit_identical(folder_
                                                                          request: pytest.FixtureRequest) -> None:
     """Guards the causal mask's value: a mask of -1e4 instead of -inf lets huge future scores leak."""
     folder = request.getfixturevalue(folder_fixture)
-    runner = OnnxRunner(folder, model=file)
+    runner = PteRunner(folder, model=file) if file.endswith(".pte") else OnnxRunner(folder, model=file)
     config = runner.config
     tokens = config.context_length
     x = np.random.default_rng(5).standard_normal((2, tokens, config.d_in)).astype(np.float32)

@@ -16,14 +16,13 @@ from click.testing import CliRunner
 
 from helpers import REPO
 from mha_export.cli import cli
-from mha_export.torchscript import torchscript_runner
+from mha_export.validate import artifact_runner
 from mha_runtime.config import MHAConfig
 from mha_runtime.decode import DecodeSession, golden_schedule, run_chunked
 from mha_runtime.golden import iter_cases, load_cases
 from mha_runtime.manifest import load_manifest
-from mha_runtime.runner import OnnxRunner
 from mha_runtime.tolerance import compare
-from mha_runtime.variants import CHOICES, DECODE, DECODE_RUNTIME, ONNX_RUNTIME, artifact_specs, tolerance_for
+from mha_runtime.variants import CHOICES, DECODE, DECODE_RUNTIME, artifact_specs, tolerance_for
 
 # A GPT-2-shaped layer, small: 4 heads of 16, context 32.
 GPT2_CONFIG = MHAConfig(d_in=64, d_out=16, num_heads=4, context_length=32, qkv_bias=True, out_proj=True)
@@ -126,8 +125,7 @@ def _inputs(config: MHAConfig, batch: int, tokens: int) -> torch.Tensor:
 def test_artifact_equals_the_original_module(sources: dict[str, Source], exported: dict[str, Path], source: str,
                                              spec: object) -> None:
     folder, src = exported[source], sources[source]
-    run = (OnnxRunner(folder, model=spec.file, provider="cpu").run if spec.runtime == ONNX_RUNTIME
-           else torchscript_runner(folder / spec.file))
+    run = artifact_runner(folder, spec)  # the runner users use: ONNX Runtime, torch.jit or ExecuTorch
     for batch, tokens in SHAPES:
         x = _inputs(src.config, batch, tokens)
         cmp = compare(run(x.numpy()), src.reference(x).numpy(), tolerance_for(spec.kind))

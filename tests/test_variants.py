@@ -138,12 +138,12 @@ def test_golden_check_covers_every_variant(seed_dir: Path) -> None:
     result = CliRunner().invoke(cli, ["check", str(seed_dir)])
     assert result.exit_code == 0, result.output
     checked = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("ok")}
-    assert checked == {"mha.onnx", "mha.pt", "mha.decode.onnx"} | set(VARIANT_FILES)
+    assert checked == {"mha.onnx", "mha.pt", "mha.decode.onnx", "mha.pte"} | set(VARIANT_FILES)
 
 
 @pytest.mark.parametrize("text,message", [
     ("int8-attention", "cannot be built: int8 dynamic quantization of the opset-23 Attention node"),
-    ("fused,int4", "unknown variant 'int4'; choose from fused, attention, contrib, blocks, fp16, int8, ort, decode"),
+    ("fused,int4", f"unknown variant 'int4'; choose from {', '.join(CHOICES)}"),
 ])
 def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ExportError, match=message):
