@@ -6,7 +6,8 @@ import { ArtifactError, bookRow, checkArtifacts, g3 } from './core.mjs';
 const ORT_URL = './node_modules/onnxruntime-web/dist/ort.wasm.min.mjs';  // fetches ort-wasm-simd-threaded.{mjs,wasm} beside it
 const query = new URLSearchParams(location.search);
 const artifact = (query.get('artifact') || 'artifacts/seed').replace(/^\/+|\/+$/g, '');
-const repeats = Number(query.get('repeats') || 3);
+const asked = Number.parseInt(query.get('repeats') ?? '', 10);
+const repeats = asked >= 1 ? asked : 3;  // timed runs per case, after one untimed run
 const base = new URL(`/${artifact}/`, location.origin);
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => `&#${c.charCodeAt(0)};`);
