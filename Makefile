@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
 GPU_ORT := onnxruntime-gpu==1.31.1
 
-.PHONY: venv export test lint bench native-build native-test clean
+.PHONY: venv export test lint bench native-build native-test web-build web-test web chromium portability clean
 
 venv: $(STAMP)
 
@@ -27,7 +27,7 @@ bench: $(STAMP)
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(VENV)/bin/mha bench --preset gpt2-small --artifacts artifacts --out artifacts/bench
 
-test: lint native-test
+test: lint native-test web-test
 	$(PY) -m pytest
 
 # ruff, pinned in the dev extra, configured in pyproject.toml.
@@ -35,8 +35,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # The non-Python runners, built from scratch into git-ignored folders, then checked on every preset.
+# Each check's output is kept in artifacts/checks/ (the wasm check's JSON in artifacts/web/): the README's
+# portability table is generated from them (make portability).
 NATIVE := runtime/native
 PRESETS := seed gpt2-small
+CHECKS := artifacts/checks
 
 native-build: $(STAMP)
 	rm -rf $(NATIVE)/c/build/mha_check $(NATIVE)/c/build/lib $(NATIVE)/node/node_modules $(NATIVE)/cpp-libtorch/build
@@ -48,15 +51,46 @@ artifacts/%/golden/cases.tsv: $(STAMP)
 	$(VENV)/bin/mha export --preset $* --out artifacts
 
 native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.tsv)
-	@set -eo pipefail; for p in $(PRESETS); do \
-	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p | tail -1; \
-	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p | tail -1; \
-	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p | tail -1; \
+	@mkdir -p $(CHECKS); set -eo pipefail; for p in $(PRESETS); do \
+	  echo "== $$p: Python (onnxruntime, torch for mha.pt)"; $(VENV)/bin/mha check artifacts/$$p | tee $(CHECKS)/python-$$p.txt | tail -1; \
+	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p | tee $(CHECKS)/c-$$p.txt | tail -1; \
+	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p | tee $(CHECKS)/node-$$p.txt | tail -1; \
+	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p | tee $(CHECKS)/cpp-$$p.txt | tail -1; \
 	done
 	@echo "== README embedding snippets on artifacts/seed"
 	node $(NATIVE)/node/example.js artifacts/seed
 	$(NATIVE)/c/build/example artifacts/seed/mha.onnx
 	$(NATIVE)/cpp-libtorch/build/example artifacts/seed/mha.pt
 
+# onnxruntime-web 1.30.0 + playwright-core (runtime/native/web/package-lock.json); no ONNX Runtime native parts.
+WEB := $(NATIVE)/web
+CHROMIUM := /usr/bin/chromium
+PORT ?= 8000
+
+web-build:
+	$(WEB)/build.sh
+
+# Debian's chromium for the browser test (tests/test_web.py); playwright-core never downloads a browser.
+chromium:
+	@test -x $(CHROMIUM) || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "error: $(CHROMIUM) missing: install it as root (apt-get install -y chromium)" >&2; exit 1; fi; \
+	  apt-get update -q && apt-get install -y -q chromium; }
+
+# The WebAssembly backend in Node.js, one thread: every golden case of every artifact it can load.
+web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.tsv)
+	@set -eo pipefail; for p in $(PRESETS); do \
+	  echo "== $$p: onnxruntime-web (wasm, Node.js)"; node $(WEB)/check.mjs artifacts/$$p --json artifacts/web/$$p.json | tail -2; \
+	done
+
+# The browser page on the artifacts/ folders: serves the repo root on loopback until Ctrl-C.
+web:
+	@test -d $(WEB)/node_modules/onnxruntime-web || $(WEB)/build.sh
+	@for p in $(PRESETS); do echo "open http://127.0.0.1:$(PORT)/$(WEB)/index.html?artifact=artifacts/$$p"; done
+	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1
+
+# Rewrite README.md's portability table from the check outputs of make native-test, web-test and the browser test.
+portability: $(STAMP)
+	$(PY) -m mha_export.portability --write README.md
+
 clean:
-	rm -rf artifacts/seed artifacts/gpt2-small artifacts/bench artifacts/.*staging* .pytest_cache
+	rm -rf artifacts/seed artifacts/gpt2-small artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache

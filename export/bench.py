@@ -42,6 +42,9 @@ SETTLE_S = 0.3
 # Decode steps are timed as a generation loop runs them: bursts of back-to-back steps from the same cache at
 # past_tokens = context_length - 1, the first reported apart as "first step after idle" (docs/bench.md).
 DECODE_BURST = 32
+# runtime/native/web/check.mjs --json writes <artifacts>/web/<name>.json (`make web-test`): onnxruntime-web's wasm
+# backend in Node.js on one thread, median ms per golden case; bench reports it beside its own figures.
+WASM_CHECK = Path("web")
 
 
 def _matmul_session(threads: int) -> Callable[[], Any]:
@@ -99,6 +102,22 @@ def cold_start(folder: Path, file: str, config: MHAConfig, threads: int, repeats
         OnnxRunner(folder, model=file, provider="cpu", threads=threads).run(x)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def wasm_medians(folder: Path, manifest: Manifest) -> dict[str, Any] | None:
+    """The wasm check's median ms per golden case of each artifact, when its JSON sits beside the artifact folder;
+    an entry whose sha256 is not the manifest's (an older export) is left out."""
+    path = Path(folder).parent / WASM_CHECK / f"{Path(folder).name}.json"
+    try:
+        doc = json.loads(path.read_text())
+        current = {a["file"] for a in doc["artifacts"] if a.get("loaded") and a["file"] in manifest.files
+                   and a["sha256"] == manifest.files[a["file"]].sha256}
+        medians = {a["file"]: {c["name"]: c["median_ms"] for c in a["cases"] if c["ok"]} for a in doc["artifacts"]
+                   if a["file"] in current}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {"source": str(path), "onnxruntime_web": doc.get("onnxruntime_web"), "host": doc.get("host"),
+            "threads": doc.get("threads"), "repeats": doc.get("repeats"), "median_ms": medians} if medians else None
 
 
 def _stats(samples: list[float]) -> dict[str, float]:
@@ -205,6 +224,9 @@ def run_bench(folder: Path, *, tokens: list[int] | None, threads: int, rounds: i
                                             "median_s": full["median_s"]},
                          "speedup_vs_full_recompute": full["median_s"] / statistics.median(decode_samples)}
     out["judged"] = judge(out, manifest)
+    wasm = wasm_medians(folder, manifest)
+    if wasm is not None:
+        out["wasm_node"] = wasm
     return out
 
 

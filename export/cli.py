@@ -263,6 +263,13 @@ def bench_cmd(preset: str, root: Path, tokens: str | None, threads: int, rounds:
                    "full recompute "
                    f"at T={full['tokens']} with {full['runner']}: {1e3 * full['median_s']:.2f} ms "
                    f"({d['speedup_vs_full_recompute']:.0f}x)")
+    if "wasm_node" in result:  # from runtime/native/web/check.mjs --json (make web-test)
+        wasm = result["wasm_node"]
+        names = list(dict.fromkeys(c for per in wasm["median_ms"].values() for c in per))
+        click.echo(f"\nonnxruntime-web {wasm['onnxruntime_web']} (wasm, {wasm['threads']} thread, {wasm['host']}): "
+                   f"median ms per golden case, from {wasm['source']}")
+        click.echo(table(["artifact", *names], [[f, *(f"{per[c]:.2f}" if c in per else "-" for c in names)]
+                                                for f, per in wasm["median_ms"].items()]))
     judged = result["judged"]
     if judged["targets"]:
         floors = judged["floors"]

@@ -1,0 +1,327 @@
+"""onnxruntime-web: the wasm check in Node.js (runtime/native/web/check.mjs) and the browser page in headless chromium.
+
+Needs `make web-build` (npm ci in runtime/native/web) and Debian's /usr/bin/chromium (`make chromium`); `make test`
+runs both first. The page runs are saved as artifacts/web/<preset>.png and .browser.json, which the README's
+portability table is generated from (export/portability.py); the last test keeps README.md equal to it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import onnx.helper as oh
+import pytest
+from onnx import TensorProto
+from test_model import EXPECTED, INPUTS
+
+from mha_export.bench import wasm_medians
+from mha_export.portability import BEGIN, END, collect, parse_json, parse_text, render, replace_block
+from mha_runtime.errors import ArtifactError
+from mha_runtime.manifest import load_manifest
+from mha_runtime.runner import OnnxRunner
+
+REPO = Path(__file__).resolve().parents[1]
+WEB = REPO / "runtime" / "native" / "web"
+OUT = REPO / "artifacts" / "web"
+CHROMIUM = Path("/usr/bin/chromium")
+PRESETS = ["seed", pytest.param("gpt2-small", marks=pytest.mark.slow)]
+FIXTURE = {"seed": "seed_dir", "gpt2-small": "gpt2_dir"}
+WEB_RUNTIMES = ("onnxruntime", "onnxruntime-decode")
+
+
+def _built() -> None:
+    assert (WEB / "node_modules" / "onnxruntime-web").is_dir(), "onnxruntime-web is missing: run `make web-build`"
+
+
+def _check(folder: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    _built()
+    return subprocess.run(["node", str(WEB / "check.mjs"), str(folder), *extra], capture_output=True, text=True,
+                          timeout=600)
+
+
+def _expected_cases(folder: Path) -> int:
+    doc = json.loads((folder / "golden" / "cases.json").read_text())
+    return len(doc["cases"]) * sum(a["runtime"] in WEB_RUNTIMES for a in doc["artifacts"])
+
+
+def _add_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) -> None:
+    """Append a golden case with the given input shape to cases.json (zeros in, zeros out)."""
+    golden = folder / "golden"
+    (golden / f"{name}.x.bin").write_bytes(np.zeros(shape, "<f4").tobytes())
+    (golden / f"{name}.context.bin").write_bytes(np.zeros((*shape[:2], width), "<f4").tobytes())
+    doc = json.loads((golden / "cases.json").read_text())
+    doc["cases"].append({"name": name, "input_shape": list(shape), "output_shape": [*shape[:2], width],
+                         "input_bin": f"{name}.x.bin", "output_bin": f"{name}.context.bin",
+                         "input_npy": f"{name}.x.npy", "output_npy": f"{name}.context.npy"})
+    for entry in doc["artifacts"]:
+        if "schedules" in entry:
+            entry["schedules"][name] = [shape[1]]
+    (golden / "cases.json").write_text(json.dumps(doc))
+
+
+def _alter(path: Path) -> None:
+    """Same size, different bytes: only the sha256 can tell."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _add_unloadable(folder: Path) -> str:
+    """A model with an op no ONNX Runtime build has, listed in the manifest (right sha256) and in cases.json."""
+    node = oh.make_node("NotARealOp", ["x"], ["context"], domain="com.microsoft")
+    graph = oh.make_graph([node], "bogus", [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", 3])],
+                          [oh.make_tensor_value_info("context", TensorProto.FLOAT, ["b", "t", 4])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("com.microsoft", 1)],
+                          ir_version=10)  # onnx 1.23 writes IR 14 by default; onnxruntime-web 1.30 stops at 13
+    data = model.SerializeToString()
+    (folder / "mha.bogus.onnx").write_bytes(data)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["mha.bogus.onnx"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    cases = json.loads((folder / "golden" / "cases.json").read_text())
+    cases["artifacts"].append({"file": "mha.bogus.onnx", "kind": "bogus", "runtime": "onnxruntime",
+                               "tolerance": {"atol": 1e-5, "rtol": 1e-5, "rel_l2": None}})
+    (folder / "golden" / "cases.json").write_text(json.dumps(cases))
+    return "mha.bogus.onnx"
+
+
+# --- the wasm check in Node.js ---------------------------------------------------------------------------------
+
+
+def test_wasm_check_passes_every_case_and_writes_json(seed_dir: Path, tmp_path: Path) -> None:
+    result = _check(seed_dir, "--json", str(tmp_path / "seed.json"), "--repeats", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = _expected_cases(seed_dir)
+    assert result.stdout.strip().splitlines()[-1] == f"{expected} passed, 0 failed"
+    doc = json.loads((tmp_path / "seed.json").read_text())
+    assert (doc["passed"], doc["failed"], doc["threads"], doc["onnxruntime_web"]) == (expected, 0, 1, "1.30.0")
+    manifest = load_manifest(seed_dir)
+    for artifact in doc["artifacts"]:
+        assert artifact["sha256"] == manifest.files[artifact["file"]].sha256
+        assert all(c["ok"] and c["max_abs"] is not None and c["median_ms"] > 0 for c in artifact["cases"]), artifact
+
+
+def test_wasm_check_refuses_an_altered_model(seed_copy: Path) -> None:
+    _alter(seed_copy / "mha.fused.onnx")
+    result = _check(seed_copy, "--repeats", "1")
+    assert result.returncode == 1
+    fused = [line for line in result.stdout.splitlines() if " mha.fused.onnx " in line]
+    assert fused and all(line.startswith("FAIL") and "differs from the manifest's" in line for line in fused)
+    cases = len(json.loads((seed_copy / "golden" / "cases.json").read_text())["cases"])
+    total = _expected_cases(seed_copy)
+    assert result.stdout.strip().splitlines()[-1] == f"{total - cases} passed, {cases} failed"
+
+
+def test_wasm_check_refuses_a_contract_breaking_case(seed_copy: Path) -> None:
+    _add_case(seed_copy, "too_long", (1, 7, 3), 4)
+    result = _check(seed_copy, "--repeats", "1")
+    assert result.returncode == 1
+    assert "expected 1 <= tokens <= context_length=6, got 7" in result.stdout
+    assert re.fullmatch(r"\d+ passed, [1-9]\d* failed", result.stdout.strip().splitlines()[-1])
+
+
+def test_wasm_check_lists_an_unloadable_artifact_and_counts_it_neither_way(seed_copy: Path, tmp_path: Path) -> None:
+    expected = _expected_cases(seed_copy)
+    bogus = _add_unloadable(seed_copy)
+    result = _check(seed_copy, "--repeats", "1", "--json", str(tmp_path / "out.json"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(line for line in result.stdout.splitlines() if bogus in line)
+    assert line.startswith("skip") and "not a registered function/op" in line  # the runtime's own reason
+    assert result.stdout.strip().splitlines()[-1] == f"{expected} passed, 0 failed"
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert [a["file"] for a in doc["not_loadable"]] == [bogus]
+    assert parse_json(tmp_path / "out.json").by_file[bogus].not_loadable
+
+
+@pytest.mark.parametrize("args,code,message", [
+    ([], 2, "usage: node check.mjs"),
+    (["{tmp}"], 1, "expected a manifest"),
+    (["{tmp}/nowhere"], 1, "expected a folder made by `mha export`"),
+])
+def test_wasm_check_errors_are_one_line(args: list[str], code: int, message: str, tmp_path: Path) -> None:
+    _built()
+    result = subprocess.run(["node", str(WEB / "check.mjs"), *(a.format(tmp=tmp_path) for a in args)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == code
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bench_reads_the_wasm_medians_of_current_files_only(seed_copy: Path) -> None:
+    result = _check(seed_copy, "--repeats", "1", "--json", str(seed_copy.parent / "web" / "seed.json"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = load_manifest(seed_copy)
+    wasm = wasm_medians(seed_copy, manifest)
+    assert wasm is not None and wasm["onnxruntime_web"] == "1.30.0"
+    cases = [c["name"] for c in json.loads((seed_copy / "golden" / "cases.json").read_text())["cases"]]
+    assert set(wasm["median_ms"]) == {f for f, a in manifest.artifacts.items() if a.runtime in WEB_RUNTIMES}
+    assert all(list(per) == cases and min(per.values()) > 0 for per in wasm["median_ms"].values())
+    doc = json.loads((seed_copy.parent / "web" / "seed.json").read_text())
+    doc["artifacts"][0]["sha256"] = "0" * 64  # as if measured on an older export of that file
+    (seed_copy.parent / "web" / "seed.json").write_text(json.dumps(doc))
+    assert doc["artifacts"][0]["file"] not in wasm_medians(seed_copy, manifest)["median_ms"]
+
+
+# --- the browser page ------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _served(root: Path, log: Path) -> Iterator[str]:
+    """`python -m http.server` on a free loopback port (port 0: the server picks one and prints it)."""
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+                                 "--directory", str(root)], stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        first = proc.stdout.readline() if proc.stdout else ""  # "Serving HTTP on 127.0.0.1 port N (...) ..."
+        port = re.search(r"port (\d+)", first)
+        assert port, f"http.server did not start: {first!r} {log.read_text()}"
+        yield f"http://127.0.0.1:{port[1]}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def _site(tmp_path: Path, presets: dict[str, Path]) -> Path:
+    """The repo root's layout (runtime/native/web/ with node_modules, artifacts/<preset>/) over the test's folders."""
+    root = tmp_path / "site"
+    (root / "artifacts").mkdir(parents=True)
+    (root / "runtime").symlink_to(REPO / "runtime")
+    for name, folder in presets.items():
+        (root / "artifacts" / name).symlink_to(folder)
+    return root
+
+
+def _drive(url: str, screenshot: Path, json_out: Path, timeout: int = 420) -> tuple[int, dict, str]:
+    """drive.mjs in its own process group, killed whole if it overruns: no chromium is left behind."""
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: run `make chromium` (apt-get install chromium)"
+    _built()
+    proc = subprocess.Popen(["node", str(WEB / "drive.mjs"), url, "--screenshot", str(screenshot), "--json",
+                             str(json_out), "--timeout", str(timeout)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=timeout + 60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    doc = json.loads(json_out.read_text()) if json_out.exists() else {}
+    if doc.get("profile"):  # the fresh --user-data-dir: gone, and no process still uses it
+        assert not Path(doc["profile"]).exists()
+        assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _cmdline_has(p, doc["profile"])]
+    return proc.returncode, doc, err
+
+
+def _cmdline_has(path: Path, text: str) -> bool:
+    try:
+        return text.encode() in path.read_bytes()
+    except OSError:  # the process ended meanwhile
+        return False
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_browser_page_passes_every_case(preset: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    folder: Path = request.getfixturevalue(FIXTURE[preset])
+    OUT.mkdir(parents=True, exist_ok=True)
+    shot, result_json = OUT / f"{preset}.png", OUT / f"{preset}.browser.json"
+    for stale in (shot, result_json):
+        stale.unlink(missing_ok=True)
+    with _served(_site(tmp_path, {preset: folder}), tmp_path / "http.log") as base:
+        code, doc, err = _drive(f"{base}/runtime/native/web/index.html?artifact=artifacts/{preset}", shot, result_json)
+    assert code == 0, err + json.dumps(doc.get("log"))
+    expected = _expected_cases(folder)
+    assert (doc["passed"], doc["failed"], doc["not_loadable"]) == (expected, 0, [])
+    assert all(c["ok"] and c["error"] is None for a in doc["artifacts"] for c in a["cases"])
+    assert doc["browser"] and doc["log"] == []  # no page error, failed request or console error
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    if preset == "seed":  # the tutorial's first row, computed in the page through mha.onnx
+        x = np.stack([INPUTS.numpy(), INPUTS.numpy()]).astype(np.float32)
+        python_row = OnnxRunner(folder, provider="cpu").run(x)[0, 0]
+        assert np.allclose(doc["book_row"], python_row, atol=1e-6)
+        assert np.array_equal(np.round(doc["book_row"], 4), np.round(EXPECTED[0].double().numpy(), 4))
+    else:
+        assert "book_row" not in doc
+
+
+def test_browser_page_checks_the_sha256(seed_copy: Path, tmp_path: Path) -> None:
+    _alter(seed_copy / "mha.blocks.onnx")
+    with _served(_site(tmp_path, {"seed": seed_copy}), tmp_path / "http.log") as base:
+        code, doc, _ = _drive(f"{base}/runtime/native/web/index.html?artifact=artifacts/seed&repeats=1",
+                              tmp_path / "shot.png", tmp_path / "result.json", timeout=180)
+    assert code == 1
+    blocks = next(a for a in doc["artifacts"] if a["file"] == "mha.blocks.onnx")
+    assert not blocks["loaded"] and "differs from the manifest's" in blocks["error"]
+    assert blocks["failed"] == len(blocks["cases"]) > 0 and doc["failed"] == blocks["failed"]
+
+
+def test_browser_page_reports_a_missing_folder_in_one_line(tmp_path: Path) -> None:
+    with _served(_site(tmp_path, {}), tmp_path / "http.log") as base:
+        code, doc, err = _drive(f"{base}/runtime/native/web/index.html?artifact=artifacts/nowhere",
+                                tmp_path / "shot.png", tmp_path / "result.json", timeout=120)
+    assert code == 1
+    assert "expected a manifest (made by `mha export`), found none" in doc["error"] and "\n" not in doc["error"]
+    assert err.strip().startswith("error: the page reports:")
+
+
+# --- the README's portability table ----------------------------------------------------------------------------
+
+
+def _write_outputs(root: Path, *, wasm_not_loadable: bool = False) -> None:
+    (root / "checks").mkdir(parents=True)
+    (root / "web").mkdir()
+    for preset in ("seed", "gpt2-small"):
+        lines = ["ok   mha.onnx  b1 max_abs=0", "FAIL mha.onnx  b2 max_abs=1", "ok   mha.pt  b1 max_abs=0"]
+        for key in ("python", "node", "c", "cpp"):
+            (root / "checks" / f"{key}-{preset}.txt").write_text("\n".join([*lines, "2 passed, 1 failed"]) + "\n")
+        doc = {"artifacts": [{"file": "mha.onnx", "not_loadable": None, "cases": [{"ok": True}, {"ok": True}]}]}
+        if wasm_not_loadable:
+            doc["artifacts"].append({"file": "mha.x.onnx", "not_loadable": "NotARealOp is not a registered op",
+                                     "cases": []})
+        for name in (f"{preset}.json", f"{preset}.browser.json"):
+            (root / "web" / name).write_text(json.dumps(doc))
+
+
+def test_portability_table_counts_what_the_outputs_say(tmp_path: Path) -> None:
+    _write_outputs(tmp_path, wasm_not_loadable=True)
+    table = render(collect(tmp_path))
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| ")]
+    rows = {row[0]: row[1:] for row in cells}
+    assert rows["`mha.onnx`"] == ["2/4"] * 4 + ["4/4"] * 2  # one of two cases passed per preset; wasm: both
+    assert rows["`mha.pt`"] == ["2/2"] * 4 + ["-"] * 2
+    assert rows["`mha.x.onnx`"][4] == "not loadable on seed [1]; not loadable on gpt2-small [1]"
+    assert "[1] NotARealOp is not a registered op" in table
+    assert rows["all, seed"] == ["2/3"] * 4 + ["2/2"] * 2
+
+
+def test_portability_refuses_a_truncated_output(tmp_path: Path) -> None:
+    _write_outputs(tmp_path)
+    (tmp_path / "checks" / "c-seed.txt").write_text("ok   mha.onnx  b1 max_abs=0\n")  # no summary line
+    with pytest.raises(ArtifactError, match="expected a complete check output"):
+        parse_text(tmp_path / "checks" / "c-seed.txt")
+    (tmp_path / "checks" / "c-seed.txt").unlink()
+    with pytest.raises(ArtifactError, match="written by make native-test"):
+        collect(tmp_path)
+
+
+@pytest.mark.slow  # reads the gpt2-small browser result of test_browser_page_passes_every_case
+def test_readme_portability_table_is_generated_from_the_check_outputs() -> None:
+    block = render(collect(REPO / "artifacts"))  # written by make native-test, make web-test and the tests above
+    readme = (REPO / "README.md").read_text()
+    assert replace_block(readme, block, "README.md") == readme, "README.md's table is stale: run `make portability`"
+    assert readme.count(BEGIN) == readme.count(END) == 1
+
+
+def test_readme_shows_a_committed_screenshot() -> None:
+    readme = (REPO / "README.md").read_text()
+    image = re.search(r"!\[[^\]]*\]\((docs/web-[^)]+\.png)\)", readme)
+    assert image, "README.md: expected a screenshot of the page (docs/web-*.png)"
+    assert (REPO / image[1]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
