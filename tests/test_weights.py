@@ -215,3 +215,27 @@ def test_a_pickle_that_runs_code_is_refused(tmp_path: Path) -> None:
     (tmp_path / "w.pt").write_bytes(pickle.dumps({"heads.0.W_query.weight": Exploit()}))
     with pytest.raises(ConfigError, match="cannot read it as weights"):
         load_model(SEED, tmp_path / "w.pt")
+
+
+def test_every_variant_carries_bias_and_projection() -> None:
+    from mha_runtime.variants import OPTIONAL_FIELDS, REGISTRY
+
+    assert all(v.carries == OPTIONAL_FIELDS for v in REGISTRY)
+
+
+def test_a_variant_that_cannot_carry_a_field_is_refused_before_any_work(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mechanism a future variant without out_proj support would hit: one line, exit 1, no folder."""
+    import dataclasses
+
+    import mha_runtime.variants as variants
+
+    limited = tuple(dataclasses.replace(v, carries=frozenset({"qkv_bias"})) if v.name == "fp16" else v
+                    for v in variants.REGISTRY)
+    monkeypatch.setattr(variants, "REGISTRY", limited)
+    monkeypatch.setattr(variants, "VARIANTS", {v.name: v for v in limited})
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG.to_dict()))
+    result = CliRunner().invoke(cli, ["export", "--config", str(tmp_path / "config.json"), "--name", "mine",
+                                      "--variants", "fp16", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "variant 'fp16' cannot carry out_proj=true" in result.stderr
+    assert not (tmp_path / "out").exists()
