@@ -23,6 +23,7 @@ from mha_runtime.contract import (
 from mha_runtime.variants import VARIANTS
 
 CONTRIB_OPSET = 18
+OUT_PROJ_MATMUL = "out_proj_matmul"  # int8 leaves this one in fp32 (export/variants.py)
 # onnx.helper would stamp its newest IR version (14), which onnxruntime-node 1.30 refuses ("max supported 13");
 # 10 is what the torch exporter writes for the other artifacts.
 IR_VERSION = 10
@@ -50,8 +51,8 @@ def output_projection(wrapper: MultiHeadAttentionWrapper, config: MHAConfig
         return OUTPUT_NAME, [], []
     weight = wrapper.out_proj.weight.detach().numpy().T.astype(np.float32)  # (H * d_out, H * d_out)
     bias = wrapper.out_proj.bias.detach().numpy().astype(np.float32)  # (H * d_out,)
-    nodes = [oh.make_node("MatMul", ["attention", "W_out"], ["projected"]),
-             oh.make_node("Add", ["projected", "b_out"], [OUTPUT_NAME])]
+    nodes = [oh.make_node("MatMul", ["attention", "W_out"], ["projected"], name=OUT_PROJ_MATMUL),
+             oh.make_node("Add", ["projected", "b_out"], [OUTPUT_NAME], name="out_proj_add")]
     return "attention", nodes, [numpy_helper.from_array(np.ascontiguousarray(weight), "W_out"),
                                 numpy_helper.from_array(bias, "b_out")]
 

@@ -180,3 +180,13 @@ def test_bench_runs_on_a_custom_folder(exported: dict[str, Path], tmp_path: Path
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["name"] == "book-mha" and data["tokens"] == [4, 32] and np.isfinite(data["matmul_peak"]["gflops"])
+
+
+def test_int8_keeps_the_output_projection_in_fp32(exported: dict[str, Path]) -> None:
+    """The projection's input (the attention context) loses too much to 8-bit activations on a GPT-2 layer."""
+    import onnx
+
+    graph = onnx.load(str(exported["hf-gpt2-safetensors"] / "mha.int8.onnx")).graph
+    projection = [n for n in graph.node if n.name == "out_proj_matmul"]
+    assert len(projection) == 1 and projection[0].op_type == "MatMul"
+    assert any(n.op_type == "MatMulInteger" for n in graph.node)  # the Q/K/V projection is quantized
