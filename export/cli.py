@@ -315,5 +315,27 @@ def loadtest_cmd(url: str, artifact_dir: Path, requests: int, concurrency: int, 
         sys.exit(1)
 
 
+@cli.command("triton")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("--out", "repo", type=click.Path(path_type=Path), required=True,
+              help="The model repository; other models already in it are left alone.")
+@click.option("--name", default=None, help="Model name prefix (default: the artifact's name).")
+@click.option("--model", default=ONNX.file, show_default=True, help="Which ONNX file of the folder.")
+@click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
+              help="max_batch_size of both configs.")
+def triton_cmd(artifact_dir: Path, repo: Path, name: str | None, model: str, max_batch: int) -> None:
+    """Write a Triton Inference Server model repository: <name>_onnx and <name>_torchscript."""
+    from mha_export.atomic import staged_folder
+    from mha_runtime.triton import triton_models
+
+    models = triton_models(artifact_dir, name=name, model=model, max_batch=max_batch)
+    for triton_model in models:  # each model folder swapped in whole, only once written
+        with staged_folder(repo / triton_model.name) as stage:
+            triton_model.write(stage)
+        click.echo(f"wrote {repo / triton_model.name} ({triton_model.platform}, {triton_model.input_name} -> "
+                   f"{triton_model.output_name})")
+    click.echo(f"serve it elsewhere with: tritonserver --model-repository={repo.resolve()}")
+
+
 def main() -> None:
     cli(prog_name="mha")
