@@ -6,8 +6,12 @@ import asyncio
 import http.client
 import io
 import json
+import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -27,7 +31,7 @@ from mha_runtime.errors import ContractError, RequestError, ServeError
 from mha_runtime.loadtest import Shot, check_answers, good_shots, loopback_target, run_load, summarize
 from mha_runtime.manifest import load_manifest
 from mha_runtime.runner import OnnxRunner
-from mha_runtime.server_process import ServerProcess, free_port
+from mha_runtime.server_process import ServerProcess, free_port, session_members
 from mha_runtime.service import Answer, ContextService, Reply
 from mha_runtime.wire import NPY, body_limit, decode_answer, decode_request, encode_answer, encode_request, npy_body
 
@@ -340,3 +344,45 @@ def test_sigterm_drains_the_requests_in_flight(seed_dir: Path, ray_home: Path, t
     assert exit_seconds < 60 and "draining the requests in flight" in process.stderr()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", process.port), timeout=2).close()  # nothing listens any more
+
+
+def test_address_joins_an_existing_cluster(seed_dir: Path, ray_home: Path, tmp_path: Path) -> None:
+    """`ray start --head` (token auth, as Ray 2.60 starts), then `mha serve --address`: the application runs on
+    that cluster; SIGTERM deletes it and leaves the cluster up; then the test stops the head."""
+    ray = Path(sys.executable).parent / "ray"
+    env = dict(os.environ, HOME=str(ray_home), RAY_TMPDIR=str(ray_home / "t"), RAY_AUTH_MODE="token",
+               RAY_USAGE_STATS_ENABLED="0")
+    (ray_home / "t").mkdir(exist_ok=True)
+    if not (ray_home / ".ray" / "auth_token").exists():
+        subprocess.run([ray, "get-auth-token", "--generate"], env=env, capture_output=True, check=True, timeout=60)
+    head_port = free_port()
+    with open(tmp_path / "head.txt", "wb") as log:
+        head = subprocess.Popen([ray, "start", "--head", "--block", "--port", str(head_port), "--num-cpus", "2",
+                                 "--include-dashboard", "false", "--disable-usage-stats"], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        process = ServerProcess(seed_dir, tmp_path / "log", "--address", f"127.0.0.1:{head_port}", home=ray_home)
+        with process:
+            assert _get(process, "/v1/health")[0] == 200
+            shots = good_shots(SEED, tokens=(1, 6), batches=(1, 2), fmt="npy", seed=5)
+            outcomes, seconds = run_load(process.url, shots, count=40, concurrency=4, max_seconds=60, timeout_s=60)
+            check_answers(outcomes, shots, OnnxRunner(seed_dir, provider="cpu").run,
+                          load_manifest(seed_dir).artifacts["mha.onnx"].tolerance)
+            assert summarize(outcomes, seconds, count=40)["errors"] == 0
+        assert process.returncode == 0 and process.leftovers == [], process.stderr()
+        assert "on the Ray cluster at" in process.stderr() and head.poll() is None  # the cluster is still up
+    finally:
+        head.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while session_members(head.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in session_members(head.pid):  # `ray start --block` takes its time: this cluster was the test's own
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        head.wait(30)
+        deadline = time.monotonic() + 10
+        while session_members(head.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)  # killed children linger as zombies until init reaps them
+        assert session_members(head.pid) == []
