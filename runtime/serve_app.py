@@ -14,7 +14,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mha_runtime.batching import run_padded
+from mha_runtime.batching import run_grouped, work
 from mha_runtime.runner import OnnxRunner
 from mha_runtime.service import Answer, ContextService
 
@@ -39,15 +39,16 @@ class ContextDeployment:
         # The decorator's settings, per replica process (its arguments below are placeholders).
         self.run_batch.set_max_batch_size(max_batch)
         self.run_batch.set_batch_wait_timeout_s(batch_wait_s)
+        self.cost = work(self.runner.config)
         self.service = ContextService(config=self.runner.config, info=info, max_body=max_body, infer=self.run_batch)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.0)
     async def run_batch(self, xs: list[np.ndarray]) -> list[Answer]:
-        """Requests of any lengths in one ONNX Runtime call (batching.py says why padding is exact). The call
-        runs on a thread so that this replica's event loop keeps accepting requests for the next batch."""
-        outs = await asyncio.to_thread(run_padded, self.runner.run, xs)
-        tokens = max(x.shape[1] for x in xs)
-        return [Answer(out, len(xs), tokens) for out in outs]
+        """Requests of any lengths, padded into one ONNX Runtime call per length group (batching.py says why
+        padding is exact, and when it is worth it). The calls run on a thread so that this replica's event loop
+        keeps accepting requests for the next batch."""
+        answers = await asyncio.to_thread(run_grouped, self.runner.run, xs, self.cost)
+        return [Answer(out, size, tokens) for out, size, tokens in answers]
 
     async def __call__(self, request: Request) -> Response:
         reply = await self.service.handle(request.method, request.url.path, request.headers, request.stream())

@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from mha_export.cli import cli
-from mha_runtime.batching import pad_batch, run_padded
-from mha_runtime.config import MHAConfig
+from mha_runtime.batching import length_groups, pad_batch, run_grouped, run_padded, work
+from mha_runtime.config import PRESETS, MHAConfig
 from mha_runtime.contract import check_input
 from mha_runtime.errors import ContractError, RequestError, ServeError
 from mha_runtime.loadtest import Shot, check_answers, good_shots, loopback_target, run_load, summarize
@@ -106,6 +106,18 @@ def test_padded_batching_is_exact_on_a_wider_model(mid_dir: Path) -> None:
     xs = [rng.standard_normal((1 if i % 2 else 3, t, 64)).astype(np.float32) for i, t in enumerate(lengths)]
     worst = max(float(np.abs(a - runner.run(x)).max()) for x, a in zip(xs, run_padded(runner.run, xs), strict=True))
     assert worst <= 1e-6, worst
+    grouped = run_grouped(runner.run, xs, work(runner.config))  # what a replica runs: padded per length group
+    assert all(np.abs(a - runner.run(x)).max() <= 1e-6 for x, (a, _, _) in zip(xs, grouped, strict=True))
+    assert [(size, tokens) for _, size, tokens in grouped][:2] == [(8, 48), (8, 48)]  # mid is small: one call
+
+
+def test_length_groups_pad_only_where_padding_costs_less_than_a_call() -> None:
+    def requests(*lengths: int) -> list[np.ndarray]:
+        return [np.zeros((1, t, 1), np.float32) for t in lengths]
+
+    gpt2 = work(PRESETS["gpt2-small"])  # a 16-token row padded to 64 costs 4x its own work: kept apart
+    assert length_groups(requests(16, 64, 16, 64, 63, 1), gpt2) == [[5], [0, 2], [4, 1, 3]]
+    assert length_groups(requests(6, 1, 3, 2), work(SEED)) == [[1, 3, 2, 0]]  # the toy model: one call for all
 
 
 # ---- the HTTP service without a server ------------------------------------------------------------------------
@@ -386,3 +398,4 @@ def test_address_joins_an_existing_cluster(seed_dir: Path, ray_home: Path, tmp_p
         while session_members(head.pid) and time.monotonic() < deadline:
             time.sleep(0.2)  # killed children linger as zombies until init reaps them
         assert session_members(head.pid) == []
+
