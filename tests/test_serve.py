@@ -399,3 +399,28 @@ def test_address_joins_an_existing_cluster(seed_dir: Path, ray_home: Path, tmp_p
             time.sleep(0.2)  # killed children linger as zombies until init reaps them
         assert session_members(head.pid) == []
 
+
+def test_serve_bench_judges_and_plots_a_result(tmp_path: Path) -> None:
+    """The bench's arithmetic on made-up figures (the bench itself runs in `make serve-bench`, never here)."""
+    from mha_export import serve_bench as sb
+
+    def run(server: str, load: str, round_: int, rps: float, p50: float = 10.0) -> dict[str, object]:
+        return {"server": server, "load": load, "round": round_, "answered": 100, "seconds": 100 / rps,
+                "requests_per_s": rps, "tokens_per_s": 40 * rps, "errors": 0, "wrong": 0, "not_sent": 0,
+                "latency_ms": {"p50": p50, "p90": 2 * p50, "p99": 3 * p50}, "batches": {"mean_requests": 2.0},
+                "load_average_before": 1.0}
+
+    runs = [run(s, load, r, {"batch16": 150.0, "batch1": 100.0}.get(s, 120.0))
+            for r in (1, 2) for s in sb.SERVERS for load in sb.THROUGHPUT_LOADS]
+    runs += [run("batch16", "c1 T16", r, 50.0, p50=4.0) for r in (1, 2)]
+    result = {"machine": {"cores": 2, "cpu": "test"}, "rounds": 2, "runs": runs,
+              "direct": {"tokens": 16, "p50": 1.0, "p90": 2.0, "rounds": [{"p50": 1.0, "p90": 2.0, "calls": 30}]}}
+    targets = {t["target"].split(" (")[0]: t for t in sb.judge(result)}
+    assert targets["batching vs --max-batch 1, c16, T16-64"]["value"] == pytest.approx(1.5)
+    assert targets["batching vs --max-batch 1, c16, T16-64"]["met"] is True
+    assert targets["server overhead vs direct runner, c1, T=16"]["value"] == pytest.approx(3.0)
+    assert targets["errors"]["met"] and targets["wrong answers over the bench"]["met"]
+    result["targets"] = sb.judge(result)
+    json_path, png_path = sb.write_outputs(result, tmp_path)
+    assert json.loads(json_path.read_text())["runs"] == runs and png_path.stat().st_size > 10_000
+    assert len(sb.summary_rows(result)) == len(runs) + 1
