@@ -166,6 +166,8 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
     print("draining the requests in flight ...", file=sys.stderr, flush=True)
     try:
         serve.delete(APP_NAME, _blocking=True)
+    except Exception as exc:
+        raise ServeError(f"draining failed: {first_line(exc)}") from None
     finally:
         _shutdown(local)
     print("stopped", file=out, flush=True)

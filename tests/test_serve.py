@@ -313,6 +313,25 @@ def test_server_still_answers_after_the_load(server: ServerProcess, seed_dir: Pa
     np.testing.assert_allclose(answer, OnnxRunner(seed_dir, provider="cpu").run(x), rtol=1e-5, atol=1e-5)
 
 
+def test_loadtest_command(server: ServerProcess, seed_dir: Path, mid_dir: Path, tmp_path: Path) -> None:
+    args = ["loadtest", server.url, "--artifact", str(seed_dir), "--requests", "60", "--concurrency", "4",
+            "--tokens", "1,6", "--batch", "1,3", "--format", "json", "--json", str(tmp_path / "load.json")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("60 of 60 requests in ") and "requests/s" in result.stdout
+    assert "errors      0 (0 lost, 0 wrong, 0 unexpected status); 0 not sent" in result.stdout
+    summary = json.loads((tmp_path / "load.json").read_text())
+    assert summary["answered"] == 60 and summary["errors"] == 0 and summary["format"] == "json"
+    for extra, says in ((["--tokens", "7"], "--tokens: expected counts in 1..6"),
+                        (["--artifact", str(mid_dir)], "not in"), (["--batch", "0"], "--batch: expected sizes >= 1")):
+        result = CliRunner().invoke(cli, [*args[:3], str(seed_dir), *args[4:], *extra])
+        assert result.exit_code == 1 and says in result.stderr and result.stderr.count("\n") == 1, result.output
+    result = CliRunner().invoke(cli, ["loadtest", "http://192.0.2.1:8000", "--artifact", str(seed_dir)])
+    assert result.exit_code == 1 and "loopback only" in result.stderr
+    result = CliRunner().invoke(cli, ["loadtest", f"http://127.0.0.1:{free_port()}", "--artifact", str(seed_dir)])
+    assert result.exit_code == 1 and "no answer" in result.stderr  # nothing listens there
+
+
 def test_sigterm_drains_the_requests_in_flight(seed_dir: Path, ray_home: Path, tmp_path: Path) -> None:
     """Six requests wait in a batch that fills for 3 s; SIGTERM lands meanwhile: all six are answered, right,
     then the server exits 0 and leaves no Ray process behind."""
