@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
 GPU_ORT := onnxruntime-gpu==1.31.1
 
-.PHONY: venv export test lint bench native-build native-test web-build web-test web chromium portability clean
+.PHONY: venv export test lint bench serve-bench native-build native-test web-build web-test web chromium portability clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,12 @@ export: $(STAMP)
 bench: $(STAMP)
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(VENV)/bin/mha bench --preset gpt2-small --artifacts artifacts --out artifacts/bench
+
+# mha serve on gpt2-small: batching against --max-batch 1, 2 replicas against 1, server against the direct runner
+# (docs/serving.md). Writes artifacts/bench/serve.json and serve.png.
+serve-bench: $(STAMP)
+	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
+	$(PY) -m mha_export.serve_bench --artifact artifacts/gpt2-small --out artifacts/bench
 
 test: lint native-test web-test
 	$(PY) -m pytest

@@ -29,6 +29,18 @@ class ExportError(MHAError):
     """An exporter produced something that breaks the artifact contract, or cannot build what was asked."""
 
 
+class ServeError(MHAError):
+    """A server cannot start (port taken, cluster unreachable, model unfit to serve), or a load test cannot run."""
+
+
+class RequestError(MHAError):
+    """An HTTP request the server refuses: malformed (400) or over the body limit (413)."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class _Failure(Protocol):
     def line(self) -> str: ...
 

@@ -63,3 +63,13 @@ def test_base_install_export_names_the_extra(base_venv: Path, tmp_path: Path) ->
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.strip().count("\n") == 0 and "pip install 'mha-export[export]'" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_base_install_serve_names_the_extra(base_venv: Path, seed_dir: Path, tmp_path: Path) -> None:
+    result = _run(base_venv / "bin" / "mha", "serve", seed_dir, "--port", "1", cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip().count("\n") == 0 and "pip install 'mha-export[serve]'" in result.stderr
+    assert "Traceback" not in result.stderr
+    repo = tmp_path / "repo"  # the Triton repository needs neither torch nor ray
+    triton = _run(base_venv / "bin" / "mha", "triton", seed_dir, "--out", repo, cwd=tmp_path)
+    assert triton.returncode == 0 and (repo / "seed_torchscript" / "1" / "model.pt").exists(), triton.stderr

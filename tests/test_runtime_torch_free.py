@@ -10,6 +10,7 @@ def test_runtime_imports_and_runs_without_torch(seed_dir: Path) -> None:
     code = (
         "import sys, numpy as np\n"
         "import mha_runtime, mha_runtime.golden, mha_runtime.arrays\n"
+        "import mha_runtime.serve, mha_runtime.serve_app, mha_runtime.loadtest, mha_runtime.triton\n"
         "from mha_runtime.runner import OnnxRunner\n"
         f"r = OnnxRunner({str(seed_dir)!r}, provider='cpu')\n"
         "y = r.run(np.ones((1, 2, 3), np.float32))\n"

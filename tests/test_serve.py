@@ -1,0 +1,445 @@
+"""`mha serve` and `mha loadtest`: the wire format, exact padded batching, the HTTP service without a server, and
+one real Ray Serve server on loopback under a bounded mixed load (plus one for the SIGTERM drain)."""
+from __future__ import annotations
+
+import asyncio
+import http.client
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from mha_export.cli import cli
+from mha_runtime.batching import length_groups, pad_batch, run_grouped, run_padded, work
+from mha_runtime.config import PRESETS, MHAConfig
+from mha_runtime.contract import check_input
+from mha_runtime.errors import ContractError, RequestError, ServeError
+from mha_runtime.loadtest import Shot, check_answers, good_shots, loopback_target, run_load, summarize
+from mha_runtime.manifest import load_manifest
+from mha_runtime.runner import OnnxRunner
+from mha_runtime.server_process import ServerProcess, free_port, session_members
+from mha_runtime.service import Answer, ContextService, Reply
+from mha_runtime.wire import NPY, body_limit, decode_answer, decode_request, encode_answer, encode_request, npy_body
+
+SEED = MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6)
+
+
+# ---- the wire format ------------------------------------------------------------------------------------------
+
+def test_requests_and_answers_round_trip_in_both_formats() -> None:
+    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
+    for fmt in ("npy", "json"):
+        body, content_type = encode_request(x, fmt)
+        array, answer_fmt = decode_request(body, content_type)
+        assert answer_fmt == fmt and np.array_equal(check_input(array, SEED), x)
+        assert np.array_equal(decode_answer(*encode_answer(x, fmt)), x)
+    big_endian = npy_body(x.astype(">f4"))
+    assert np.array_equal(check_input(decode_request(big_endian, NPY)[0], SEED), x)  # made native, then accepted
+
+
+@pytest.mark.parametrize(("body", "content_type", "says"), [
+    (b'{"x": [[[1, 2', "application/json", "expected JSON"),
+    (b'{"y": 1}', "application/json", 'expected a JSON object {"x"'),
+    (b'[1, 2]', "application/json", 'expected a JSON object {"x"'),
+    (b'{"x": [[[1, 2, 3]], [[1, 2]]]}', "application/json", "rectangular"),
+    (b'{"x": [[["1", "2", "3"]]]}', "application/json", "expected numbers"),
+    (b'{"x": [[[true, false, true]]]}', "application/json", "expected numbers"),
+    (b"[" * 100_000, "application/json", "expected JSON"),
+    (b"garbage", NPY, "no \\x93NUMPY magic"),
+    (npy_body(np.zeros((1, 2, 3), np.float32))[:-4], NPY, "the body holds"),
+    (npy_body(np.zeros((1, 2, 3), np.float32)).replace(b"(1, 2, 3)", b"(9, 9, 9)"), NPY, "the body holds"),
+    (b"x=1", "text/plain", "Content-Type: expected"),
+])
+def test_malformed_bodies_are_refused_in_one_line(body: bytes, content_type: str, says: str) -> None:
+    with pytest.raises(RequestError) as info:
+        decode_request(body, content_type)
+    assert info.value.status == 400 and says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_pickled_npy_is_refused() -> None:
+    stream = io.BytesIO()
+    np.lib.format.write_array_header_1_0(stream, {"descr": "|O", "fortran_order": False, "shape": (1,)})
+    with pytest.raises(RequestError, match="pickled objects refused"):
+        decode_request(stream.getvalue() + b"\0" * 8, NPY)
+
+
+def test_body_limit_follows_the_config_and_max_batch() -> None:
+    assert body_limit(SEED, 1) == 4096 + 6 * 3 * 32
+    assert body_limit(SEED, 8) - 4096 == 8 * (body_limit(SEED, 1) - 4096)
+
+
+# ---- exact padded batching ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lengths", [(1, 6), (6, 1, 3), (2, 2, 5, 1, 6, 4), (1,), (6, 6)])
+def test_padded_batch_answers_equal_single_request_answers(seed_dir: Path, lengths: tuple[int, ...]) -> None:
+    """Causal attention makes right-padding exact: position t never sees a later one."""
+    runner = OnnxRunner(seed_dir, provider="cpu", threads=1)
+    rng = np.random.default_rng(len(lengths))
+    xs = [rng.standard_normal((1 + i % 3, t, 3)).astype(np.float32) for i, t in enumerate(lengths)]  # batch 1..3
+    padded = pad_batch(xs)
+    assert padded.shape == (sum(x.shape[0] for x in xs), max(lengths), 3)
+    for x, answer in zip(xs, run_padded(runner.run, xs), strict=True):
+        alone = runner.run(x)
+        assert answer.shape == alone.shape
+        np.testing.assert_allclose(answer, alone, rtol=0, atol=1e-6)
+
+
+def test_padded_batching_is_exact_on_a_wider_model(mid_dir: Path) -> None:
+    """Mixed lengths 1..context_length (48) of the mid-size config, with q/k/v biases, several heads."""
+    runner = OnnxRunner(mid_dir, provider="cpu", threads=1)
+    rng = np.random.default_rng(7)
+    lengths = [1, 48, 17, 2, 47, 1, 30, 48]
+    xs = [rng.standard_normal((1 if i % 2 else 3, t, 64)).astype(np.float32) for i, t in enumerate(lengths)]
+    worst = max(float(np.abs(a - runner.run(x)).max()) for x, a in zip(xs, run_padded(runner.run, xs), strict=True))
+    assert worst <= 1e-6, worst
+    grouped = run_grouped(runner.run, xs, work(runner.config))  # what a replica runs: padded per length group
+    assert all(np.abs(a - runner.run(x)).max() <= 1e-6 for x, (a, _, _) in zip(xs, grouped, strict=True))
+    assert [(size, tokens) for _, size, tokens in grouped][:2] == [(8, 48), (8, 48)]  # mid is small: one call
+
+
+def test_length_groups_pad_only_where_padding_costs_less_than_a_call() -> None:
+    def requests(*lengths: int) -> list[np.ndarray]:
+        return [np.zeros((1, t, 1), np.float32) for t in lengths]
+
+    gpt2 = work(PRESETS["gpt2-small"])  # a 16-token row padded to 64 costs 4x its own work: kept apart
+    assert length_groups(requests(16, 64, 16, 64, 63, 1), gpt2) == [[5], [0, 2], [4, 1, 3]]
+    assert length_groups(requests(6, 1, 3, 2), work(SEED)) == [[1, 3, 2, 0]]  # the toy model: one call for all
+
+
+# ---- the HTTP service without a server ------------------------------------------------------------------------
+
+async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+def _service(infer_error: Exception | None = None) -> ContextService:
+    async def infer(x: np.ndarray) -> Answer:
+        if infer_error is not None:
+            raise infer_error
+        return Answer(x[..., :1].repeat(4, axis=-1), 1, x.shape[1])
+    return ContextService(config=SEED, info={"name": "seed"}, max_body=body_limit(SEED, 1), infer=infer)
+
+
+def _handle(service: ContextService, method: str, path: str, body: bytes = b"",
+            headers: dict[str, str] | None = None) -> Reply:
+    heads = {"content-type": "application/json", "content-length": str(len(body))} | (headers or {})
+    return asyncio.run(service.handle(method, path, heads, _chunks(body)))
+
+
+def _error(reply: Reply) -> str:
+    message = json.loads(reply.body)["error"]
+    assert isinstance(message, str) and "\n" not in message
+    return message
+
+
+def test_service_routes_and_status_codes() -> None:
+    service = _service()
+    assert _handle(service, "GET", "/v1/health").status == 200
+    assert json.loads(_handle(service, "GET", "/v1/contract/").body) == {"name": "seed"}
+    missing = _handle(service, "GET", "/nope")
+    assert missing.status == 404 and "no route /nope" in _error(missing)
+    assert _handle(service, "GET", "/v1/context").status == 405
+    ok = _handle(service, "POST", "/v1/context", json.dumps({"x": [[[1, 2, 3]]]}).encode())
+    assert ok.status == 200 and json.loads(ok.body) == {"context": [[[1.0, 1.0, 1.0, 1.0]]]}
+
+
+def test_service_contract_violation_is_400_with_the_runners_line() -> None:
+    x = np.zeros((1, 7, 3))
+    with pytest.raises(ContractError) as expected:
+        check_input(x, SEED)
+    reply = _handle(_service(), "POST", "/v1/context", json.dumps({"x": x.tolist()}).encode())
+    assert reply.status == 400 and _error(reply) == str(expected.value)
+
+
+def test_service_body_limit_is_413_declared_or_streamed() -> None:
+    limit = body_limit(SEED, 1)
+    declared = _handle(_service(), "POST", "/v1/context", b"", {"content-length": str(limit + 1)})
+    assert declared.status == 413 and "over the limit" in _error(declared)
+    service = _service()
+    streamed = asyncio.run(service.handle("POST", "/v1/context", {"content-type": "application/json"},
+                                          _chunks(*[b" " * 1024] * 20)))  # chunked: no Content-Length
+    assert streamed.status == 413
+
+
+def test_service_internal_failure_is_500_in_one_line() -> None:
+    reply = _handle(_service(RuntimeError("boom\nsecond line")), "POST", "/v1/context", b'{"x": [[[1, 2, 3]]]}')
+    assert reply.status == 500 and _error(reply) == "internal error: RuntimeError: boom"
+
+
+def test_loadtest_targets_loopback_only() -> None:
+    assert loopback_target("http://127.0.0.1:8000") == ("127.0.0.1", 8000)
+    assert loopback_target("localhost:9") == ("localhost", 9)
+    for url in ("http://example.com:8000", "https://127.0.0.1:8000", "http://10.0.0.1:8000"):
+        with pytest.raises(ServeError, match="loopback"):
+            loopback_target(url)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pydantic's, from ray's import
+def test_serve_refuses_before_starting_ray(seed_dir: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["serve", str(tmp_path / "none")])
+    assert result.exit_code == 1 and "found none" in result.stderr and result.stderr.count("\n") == 1
+    result = CliRunner().invoke(cli, ["serve", str(seed_dir), "--model", "mha.decode.onnx"])
+    assert result.exit_code == 1 and "cannot serve it" in result.stderr and "Traceback" not in result.output
+    with listening_port() as port:
+        result = CliRunner().invoke(cli, ["serve", str(seed_dir), "--port", str(port)])
+    assert result.exit_code == 1 and f"--port {port}: cannot listen" in result.stderr
+
+
+@contextmanager
+def listening_port() -> Iterator[int]:
+    """A loopback port held open, as another server would."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+# ---- a real server --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ray_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """HOME and Ray's temp dir for the servers: under the test tmp dir, unless that is too long for Ray's socket
+    paths (107 characters, Ray adds about 70), then a short folder under /tmp, removed afterwards."""
+    home = tmp_path_factory.mktemp("ray")
+    if len(str(home)) <= 36:
+        yield home
+        return
+    short = Path(tempfile.mkdtemp(prefix="mha-ray-", dir="/tmp"))
+    yield short
+    shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server(seed_dir: Path, ray_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(seed_dir, tmp_path_factory.mktemp("server-log"), "--max-batch", "8",
+                            "--batch-wait-ms", "20", home=ray_home)
+    with process:
+        yield process
+    assert process.returncode == 0, process.stderr()
+    assert process.leftovers == [], "Ray processes outlived the server"
+
+
+def _get(server: ServerProcess, path: str) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_server_health_and_contract(server: ServerProcess, seed_dir: Path) -> None:
+    assert _get(server, "/v1/health") == (200, b'{"status": "ok"}')
+    status, body = _get(server, "/v1/contract")
+    info, manifest = json.loads(body), load_manifest(seed_dir)
+    assert status == 200 and info["name"] == "seed" and info["model"] == "mha.onnx"
+    assert info["sha256"] == manifest.files["mha.onnx"].sha256 and info["config"] == manifest.config.to_dict()
+    assert info["contract"] == manifest.contract and info["body_limit_bytes"] == body_limit(manifest.config, 8)
+    assert _get(server, "/v1/nope")[0] == 404 and _get(server, "/v1/context")[0] == 405
+    assert server.stdout().startswith(f"serving seed (mha.onnx) at {server.url}/v1/context")
+
+
+def _bad_shots(config: MHAConfig, limit: int) -> list[Shot]:
+    """Malformed and contract-breaking requests, each with its status and, for a contract violation, the
+    runner's own line."""
+    def contract(x: np.ndarray, fmt: str) -> Shot:
+        with pytest.raises(ContractError) as expected:
+            check_input(x, config)
+        body, content_type = (npy_body(x), NPY) if fmt == "npy" else (
+            json.dumps({"x": x.tolist()}).encode(), "application/json")
+        return Shot(body, content_type, expect=400, error=str(expected.value))
+
+    width, ctx = config.d_in, config.context_length
+    return [
+        contract(np.ones((1, ctx + 1, width), np.float32), "npy"),  # tokens > context_length
+        Shot(b'{"x": [[[1, 2', "application/json", expect=400),  # malformed JSON
+        contract(np.ones((2, 3, width + 1)), "json"),  # wrong d_in
+        Shot(b"not an npy file", NPY, expect=400),
+        contract(np.full((1, 2, width), np.nan, np.float32), "npy"),  # NaN
+        contract(np.ones((3, width)), "json"),  # rank 2
+        contract(np.ones((1, 2, width), np.int32), "npy"),  # integer dtype
+        Shot(b'{"x": [[[true, false, true]]]}', "application/json", expect=400),
+        Shot(b" " * (limit + 1), "application/json", expect=413),  # over the body limit
+        Shot(b"x=1", "text/plain", expect=400),
+    ]
+
+
+def test_mixed_load_every_answer_right_every_refusal_one_line(server: ServerProcess, seed_dir: Path) -> None:
+    """240 requests from 8 connections: tokens 1..6, batch 1 and 3, npy and JSON, with a malformed or
+    contract-breaking request every fifth; nothing lost, nothing wrong, every refusal its status and line."""
+    config = load_manifest(seed_dir).config
+    good = {fmt: good_shots(config, tokens=range(1, 7), batches=(1, 3), fmt=fmt, seed=3) for fmt in ("npy", "json")}
+    bad = _bad_shots(config, body_limit(config, 8))
+
+    def shot(i: int) -> Shot:
+        return bad[(i // 5) % len(bad)] if i % 5 == 4 else good["npy" if i % 2 else "json"](i)
+
+    count = 240
+    outcomes, seconds = run_load(server.url, shot, count=count, concurrency=8, max_seconds=120, timeout_s=60)
+    runner = OnnxRunner(seed_dir, provider="cpu")
+    check_answers(outcomes, shot, runner.run, load_manifest(seed_dir).artifacts["mha.onnx"].tolerance)
+    summary = summarize(outcomes, seconds, count=count)
+    assert summary["errors"] == 0 and summary["not_sent"] == 0, summary["problems"]
+    assert summary["answered"] == count - count // 5 and summary["refused_as_expected"] == count // 5
+    assert {o.status for o in outcomes if not o.good} == {400, 413}
+    assert summary["batches"]["max_requests"] > 1 and summary["batches"]["padded"] > 0  # mixed lengths did share
+
+
+def test_server_still_answers_after_the_load(server: ServerProcess, seed_dir: Path) -> None:
+    assert _get(server, "/v1/health")[0] == 200
+    x = np.random.default_rng(11).standard_normal((3, 6, 3)).astype(np.float32)
+    body, content_type = encode_request(x, "npy")
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    connection.request("POST", "/v1/context", body=body, headers={"Content-Type": content_type})
+    response = connection.getresponse()
+    answer = decode_answer(response.read(), response.getheader("content-type"))
+    connection.close()
+    np.testing.assert_allclose(answer, OnnxRunner(seed_dir, provider="cpu").run(x), rtol=1e-5, atol=1e-5)
+
+
+def test_loadtest_command(server: ServerProcess, seed_dir: Path, mid_dir: Path, tmp_path: Path) -> None:
+    args = ["loadtest", server.url, "--artifact", str(seed_dir), "--requests", "60", "--concurrency", "4",
+            "--tokens", "1,6", "--batch", "1,3", "--format", "json", "--json", str(tmp_path / "load.json")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("60 of 60 requests in ") and "requests/s" in result.stdout
+    assert "errors      0 (0 lost, 0 wrong, 0 unexpected status); 0 not sent" in result.stdout
+    summary = json.loads((tmp_path / "load.json").read_text())
+    assert summary["answered"] == 60 and summary["errors"] == 0 and summary["format"] == "json"
+    for extra, says in ((["--tokens", "7"], "--tokens: expected counts in 1..6"),
+                        (["--artifact", str(mid_dir)], "not in"), (["--batch", "0"], "--batch: expected sizes >= 1")):
+        result = CliRunner().invoke(cli, [*args[:3], str(seed_dir), *args[4:], *extra])
+        assert result.exit_code == 1 and says in result.stderr and result.stderr.count("\n") == 1, result.output
+    result = CliRunner().invoke(cli, ["loadtest", "http://192.0.2.1:8000", "--artifact", str(seed_dir)])
+    assert result.exit_code == 1 and "loopback only" in result.stderr
+    result = CliRunner().invoke(cli, ["loadtest", f"http://127.0.0.1:{free_port()}", "--artifact", str(seed_dir)])
+    assert result.exit_code == 1 and "no answer" in result.stderr  # nothing listens there
+
+
+def test_sigterm_drains_the_requests_in_flight(seed_dir: Path, ray_home: Path, tmp_path: Path) -> None:
+    """Six requests wait in a batch that fills for 3 s; SIGTERM lands meanwhile: all six are answered, right,
+    then the server exits 0 and leaves no Ray process behind."""
+    runner = OnnxRunner(seed_dir, provider="cpu")
+    xs = [np.random.default_rng(i).standard_normal((1, 1 + i, 3)).astype(np.float32) for i in range(6)]
+    results: dict[int, tuple[int, np.ndarray | str]] = {}
+
+    def send(i: int, port: int) -> None:
+        body, content_type = encode_request(xs[i], "npy")
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            connection.request("POST", "/v1/context", body=body, headers={"Content-Type": content_type})
+            response = connection.getresponse()
+            data = response.read()
+            results[i] = (response.status, decode_answer(data, response.getheader("content-type"))
+                          if response.status == 200 else data.decode())
+        except Exception as exc:
+            results[i] = (0, repr(exc))
+        finally:
+            connection.close()
+
+    process = ServerProcess(seed_dir, tmp_path / "log", "--max-batch", "64", "--batch-wait-ms", "3000",
+                            home=ray_home, port=free_port())
+    with process:
+        threads = [threading.Thread(target=send, args=(i, process.port)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.5)  # the six are in the replica, waiting for the batch to fill
+        signalled = time.monotonic()
+        process.terminate()
+        for thread in threads:
+            thread.join(60)
+        assert process.process is not None
+        returncode = process.process.wait(60)
+        exit_seconds = time.monotonic() - signalled
+    assert returncode == 0 and process.leftovers == [], process.stderr()
+    for i, x in enumerate(xs):
+        status, answer = results[i]
+        assert status == 200, answer
+        np.testing.assert_allclose(answer, runner.run(x), rtol=1e-5, atol=1e-5)
+    assert exit_seconds < 60 and "draining the requests in flight" in process.stderr()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", process.port), timeout=2).close()  # nothing listens any more
+
+
+def test_address_joins_an_existing_cluster(seed_dir: Path, ray_home: Path, tmp_path: Path) -> None:
+    """`ray start --head` (token auth, as Ray 2.60 starts), then `mha serve --address`: the application runs on
+    that cluster; SIGTERM deletes it and leaves the cluster up; then the test stops the head."""
+    ray = Path(sys.executable).parent / "ray"
+    env = dict(os.environ, HOME=str(ray_home), RAY_TMPDIR=str(ray_home / "t"), RAY_AUTH_MODE="token",
+               RAY_USAGE_STATS_ENABLED="0")
+    (ray_home / "t").mkdir(exist_ok=True)
+    if not (ray_home / ".ray" / "auth_token").exists():
+        subprocess.run([ray, "get-auth-token", "--generate"], env=env, capture_output=True, check=True, timeout=60)
+    head_port = free_port()
+    with open(tmp_path / "head.txt", "wb") as log:
+        head = subprocess.Popen([ray, "start", "--head", "--block", "--port", str(head_port), "--num-cpus", "2",
+                                 "--include-dashboard", "false", "--disable-usage-stats"], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        process = ServerProcess(seed_dir, tmp_path / "log", "--address", f"127.0.0.1:{head_port}", home=ray_home)
+        with process:
+            assert _get(process, "/v1/health")[0] == 200
+            shots = good_shots(SEED, tokens=(1, 6), batches=(1, 2), fmt="npy", seed=5)
+            outcomes, seconds = run_load(process.url, shots, count=40, concurrency=4, max_seconds=60, timeout_s=60)
+            check_answers(outcomes, shots, OnnxRunner(seed_dir, provider="cpu").run,
+                          load_manifest(seed_dir).artifacts["mha.onnx"].tolerance)
+            assert summarize(outcomes, seconds, count=40)["errors"] == 0
+        assert process.returncode == 0 and process.leftovers == [], process.stderr()
+        assert "on the Ray cluster at" in process.stderr() and head.poll() is None  # the cluster is still up
+    finally:
+        head.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while session_members(head.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in session_members(head.pid):  # `ray start --block` takes its time: this cluster was the test's own
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        head.wait(30)
+        deadline = time.monotonic() + 10
+        while session_members(head.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)  # killed children linger as zombies until init reaps them
+        assert session_members(head.pid) == []
+
+
+def test_serve_bench_judges_and_plots_a_result(tmp_path: Path) -> None:
+    """The bench's arithmetic on made-up figures (the bench itself runs in `make serve-bench`, never here)."""
+    from mha_export import serve_bench as sb
+
+    def run(server: str, load: str, round_: int, rps: float, p50: float = 10.0) -> dict[str, object]:
+        return {"server": server, "load": load, "round": round_, "answered": 100, "seconds": 100 / rps,
+                "requests_per_s": rps, "tokens_per_s": 40 * rps, "errors": 0, "wrong": 0, "not_sent": 0,
+                "latency_ms": {"p50": p50, "p90": 2 * p50, "p99": 3 * p50}, "batches": {"mean_requests": 2.0},
+                "load_average_before": 1.0}
+
+    runs = [run(s, load, r, {"batch16": 150.0, "batch1": 100.0}.get(s, 120.0))
+            for r in (1, 2) for s in sb.SERVERS for load in sb.THROUGHPUT_LOADS]
+    runs += [run("batch16", "c1 T16", r, 50.0, p50=4.0) for r in (1, 2)]
+    result = {"machine": {"cores": 2, "cpu": "test"}, "rounds": 2, "runs": runs,
+              "direct": {"tokens": 16, "p50": 1.0, "p90": 2.0, "rounds": [{"p50": 1.0, "p90": 2.0, "calls": 30}]}}
+    targets = {t["target"].split(" (")[0]: t for t in sb.judge(result)}
+    assert targets["batching vs --max-batch 1, c16, T16-64"]["value"] == pytest.approx(1.5)
+    assert targets["batching vs --max-batch 1, c16, T16-64"]["met"] is True
+    assert targets["server overhead vs direct runner, c1, T=16"]["value"] == pytest.approx(3.0)
+    assert targets["errors"]["met"] and targets["wrong answers over the bench"]["met"]
+    result["targets"] = sb.judge(result)
+    json_path, png_path = sb.write_outputs(result, tmp_path)
+    assert json.loads(json_path.read_text())["runs"] == runs and png_path.stat().st_size > 10_000
+    assert len(sb.summary_rows(result)) == len(runs) + 1
