@@ -211,6 +211,20 @@ def _narrow_model(path: Path) -> None:
     _reseal(path.parent, path.name)
 
 
+def _narrow_pt(path: Path) -> None:
+    """mha.pt replaced by a TorchScript module with the seed's config.json that returns x[..., :2] (width 2, not 4)."""
+    import torch
+
+    class Narrow(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[..., :2]
+
+    extra = {"config.json": ""}
+    torch.jit.load(str(path), _extra_files=extra)
+    torch.jit.save(torch.jit.script(Narrow()), str(path), _extra_files=extra)
+    _reseal(path.parent, path.name)
+
+
 def _edit_model_config(folder: Path, runner: str, change: Callable[[dict], dict]) -> None:
     """Rewrite the config a model carries (ONNX metadata 'mha.config', or mha.pt's config.json), resealed."""
     if runner == "cpp":
@@ -328,6 +342,8 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
     "model-output-too-narrow": (lambda f: _narrow_model(f / "mha.onnx"), ONNX_RUNNERS,
                                 {"*": "output 'context': expected axis 2 of size 4, got 2",
                                  "node": "output 'context': expected 4 values [1,1,4], got 2"}),
+    "pt-output-too-narrow": (lambda f: _narrow_pt(f / "mha.pt"), ["cpp"],
+                             {"*": "output: expected float32 [1, 1, 4], got Float [1, 1, 2]"}),
     "manifest-missing": (lambda f: (f / "manifest.json").unlink(), RUNNERS,
                          {"*": "manifest.json: expected a manifest (made by `mha export`), found none"}),
     "manifest-truncated": (lambda f: (f / "manifest.json").write_bytes((f / "manifest.json").read_bytes()[:700]),
@@ -340,6 +356,8 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
     "manifest-huge-number": (lambda f: _edit_manifest_text(f, '"d_in": 3', '"d_in": 1e400'), RUNNERS,
                              {"*": "expected a finite number, got 1e400",
                               "node": "expected 'd_in' an integer from 1 to 16777216, got null"}),
+    "manifest-long-number": (lambda f: _edit_manifest_text(f, '"d_in": 3', '"d_in": 3.' + "0" * 100),
+                             ["c", "c-asan", "cpp"], {"*": "expected a number of at most 64 characters, got 102"}),
     "manifest-negative-size": (lambda f: _edit_manifest_text(f, '"size": 20405', '"size": -20405'), RUNNERS,
                                {"*": "files.mha.onnx: expected 'size' an integer"}),
     "manifest-format-1": (lambda f: _edit_manifest_text(f, '"format": 2', '"format": 1'), RUNNERS,
