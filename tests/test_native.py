@@ -581,7 +581,9 @@ def test_node_run_requires_the_manifest(seed_dir: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("runner", ["c", "node"])
 def test_concurrent_runs_on_one_output_path_all_succeed(runner: str, seed_dir: Path, tmp_path: Path) -> None:
     """8 processes write one path at once: each through its own temporary file, renamed into place."""
-    batch = 4096  # ~400 KB each: long enough writes for the runs to overlap
+    # 25 MB each, so that the writes overlap: Node with one shared '<out>.tmp' passed this test 3 times of 3 at batch
+    # 4096, failed it 2 times of 3 at 65536 and 4 of 4 at this size
+    batch = 262144
     x = np.random.default_rng(0).standard_normal((batch, 6, 3)).astype("<f4")
     _write_floats(tmp_path / "x.bin", x)
     out_dir = tmp_path / "out"

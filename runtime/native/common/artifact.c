@@ -206,8 +206,9 @@ int mha_read_file(const char *path, unsigned char **data, size_t *len, char *err
     *len = 0;
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
-        snprintf(err, n, "%s: expected a readable file, got: %s", path, strerror(errno));
-        return errno == ENOENT ? MHA_MISSING : MHA_ERROR;
+        int why = errno;
+        snprintf(err, n, "%s: expected a readable file, got: %s", path, strerror(why));
+        return why == ENOENT ? MHA_MISSING : MHA_ERROR;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
