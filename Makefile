@@ -40,7 +40,8 @@ test: lint native-test web-test
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# The non-Python runners, built from scratch into git-ignored folders, then checked on every preset.
+# The non-Python runners, built from scratch into git-ignored folders, then checked on every preset; the C
+# runner also as built with AddressSanitizer + UBSan (a memory error aborts it, failing the target).
 # Each check's output is kept in artifacts/checks/ (the wasm check's JSON in artifacts/web/): the README's
 # portability table is generated from them (make portability).
 NATIVE := runtime/native
@@ -48,7 +49,7 @@ PRESETS := seed gpt2-small
 CHECKS := artifacts/checks
 
 native-build: $(STAMP)
-	rm -rf $(NATIVE)/c/build/mha_check $(NATIVE)/c/build/lib $(NATIVE)/node/node_modules $(NATIVE)/cpp-libtorch/build
+	rm -rf $(NATIVE)/c/build/mha_check $(NATIVE)/c/build/mha_check_asan $(NATIVE)/c/build/json_fuzz_asan $(NATIVE)/c/build/lib $(NATIVE)/node/node_modules $(NATIVE)/cpp-libtorch/build
 	PYTHON=$(abspath $(PY)) $(NATIVE)/c/build.sh
 	$(NATIVE)/node/build.sh
 	PYTHON=$(abspath $(PY)) $(NATIVE)/cpp-libtorch/build.sh
@@ -60,9 +61,12 @@ native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.tsv)
 	@mkdir -p $(CHECKS); set -eo pipefail; for p in $(PRESETS); do \
 	  echo "== $$p: Python (onnxruntime, torch for mha.pt)"; $(VENV)/bin/mha check artifacts/$$p | tee $(CHECKS)/python-$$p.txt | tail -1; \
 	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p | tee $(CHECKS)/c-$$p.txt | tail -1; \
+	  echo "== $$p: C under AddressSanitizer + UBSan"; $(NATIVE)/c/build/mha_check_asan check artifacts/$$p | tail -1; \
 	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p | tee $(CHECKS)/node-$$p.txt | tail -1; \
 	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p | tee $(CHECKS)/cpp-$$p.txt | tail -1; \
 	done
+	@echo "== the manifest reader under AddressSanitizer + UBSan: truncations and random edits"
+	$(NATIVE)/c/build/json_fuzz_asan artifacts/seed/manifest.json 5000
 	@echo "== README embedding snippets on artifacts/seed"
 	node $(NATIVE)/node/example.js artifacts/seed
 	$(NATIVE)/c/build/example artifacts/seed/mha.onnx

@@ -1,12 +1,21 @@
 """The native runners (built by `make native-build`, which `make test` runs first): bad fixtures and bad files.
 
-The golden checks themselves run in `make native-test`; these tests feed each runner deliberately broken input.
+The golden checks on both presets run in `make native-test`; these tests feed each runner deliberately broken
+input: fixtures that break the contract or do not add up, files that differ from manifest.json, non-finite
+values, near misses of each tolerance, concurrent writers. The C runner is run twice: as built and as built
+with AddressSanitizer + UBSan (`c-asan`), where a memory error aborts the process.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 import shutil
+import struct
 import subprocess
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,22 +25,72 @@ from mha_export.fixtures import cases_tsv
 from mha_runtime.golden import GoldenCases
 
 NATIVE = Path(__file__).resolve().parents[1] / "runtime" / "native"
-C_CHECK = NATIVE / "c" / "build" / "mha_check"
+C_BUILD = NATIVE / "c" / "build"
+C_CHECK = C_BUILD / "mha_check"
+C_ASAN = C_BUILD / "mha_check_asan"
+JSON_FUZZ = C_BUILD / "json_fuzz_asan"
 CPP_CHECK = NATIVE / "cpp-libtorch" / "build" / "mha_ts"
 NODE_CLI = NATIVE / "node" / "cli.js"
-RUNNERS = {
-    "c": lambda d: [str(C_CHECK), "check", str(d)],
-    "node": lambda d: ["node", str(NODE_CLI), "check", str(d)],
-    "cpp": lambda d: [str(CPP_CHECK), "check", str(d)],
-}
-MODEL_OF = {"c": "mha.onnx", "node": "mha.onnx", "cpp": "mha.pt"}
+NODE_ORT = NATIVE / "node" / "node_modules" / "onnxruntime-node"
+COMMAND = {"c": [str(C_CHECK)], "c-asan": [str(C_ASAN)], "node": ["node", str(NODE_CLI)], "cpp": [str(CPP_CHECK)]}
+BUILT = {"c": C_CHECK, "c-asan": C_ASAN, "node": NODE_ORT, "cpp": CPP_CHECK}
+RUNNERS = list(COMMAND)
+ONNX_RUNNERS = ["c", "c-asan", "node"]  # the ones that load .onnx (and have a `run` mode)
+MODEL_OF = {"c": "mha.onnx", "c-asan": "mha.onnx", "node": "mha.onnx", "cpp": "mha.pt"}
+SANITIZER_WORDS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "runtime error:")
+TSV = {"batch": 7, "tokens": 8, "d_in": 9, "width": 10, "rel_l2": 5, "schedule": 13}  # cases.tsv columns
+
+
+def _command(runner: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    assert BUILT[runner].exists(), f"{BUILT[runner]} is missing: build the native runners first (make native-build)"
+    return subprocess.run([*COMMAND[runner], *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 def _run(runner: str, folder: Path) -> subprocess.CompletedProcess[str]:
-    built = {"c": C_CHECK, "cpp": CPP_CHECK, "node": NATIVE / "node" / "node_modules" / "onnxruntime-node"}[runner]
-    assert built.exists(), f"{built} is missing: build the native runners first (make native-build)"
-    return subprocess.run(RUNNERS[runner](folder), capture_output=True, text=True, timeout=300)
+    return _command(runner, "check", folder)
 
+
+def _no_crash(result: subprocess.CompletedProcess[str]) -> str:
+    """stdout + stderr, after asserting the process exited by itself with no sanitizer report."""
+    out = result.stdout + result.stderr
+    assert result.returncode >= 0, f"killed by signal {-result.returncode}:\n{out}"  # a crash or a sanitizer abort
+    assert not any(word in out for word in SANITIZER_WORDS), out
+    return out
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _reseal(folder: Path, *names: str) -> None:
+    """Record the current size and sha256 of `names` in manifest.json, as a consistent (if hostile) export would."""
+    path = folder / "manifest.json"
+    doc = json.loads(path.read_text())
+    for name in names:
+        data = (folder / name).read_bytes()
+        doc["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _refused(runner: str, folder: Path, message: str) -> str:
+    """Run `check` on a hostile folder: exit 1, no crash, `message` on one line, and the folder unchanged."""
+    before = _snapshot(folder)
+    result = _run(runner, folder)
+    out = _no_crash(result)
+    assert result.returncode == 1, out
+    assert message in out, out
+    assert _snapshot(folder) == before
+    return out
+
+
+def _line_of(out: str, model: str, case: str) -> str:
+    lines = [line for line in out.splitlines() if line.split()[1:3] == [model, case]]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+# --- editing fixtures the way a buggy or hostile exporter would (the manifest resealed to match) ---------------
 
 def _add_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) -> None:
     """Append a golden case with the given input shape to cases.json and cases.tsv (outputs are zeros)."""
@@ -49,47 +108,561 @@ def _add_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) 
             entry["schedules"][name] = [shape[1]]
     (golden / "cases.json").write_text(json.dumps(doc))
     (golden / "cases.tsv").write_text(cases_tsv(GoldenCases.from_dict(doc, "cases.json")))
+    _reseal(folder, "golden/cases.json", "golden/cases.tsv", f"golden/{name}.x.bin", f"golden/{name}.context.bin")
 
 
-@pytest.mark.parametrize("runner", list(RUNNERS))
+def _edit_case(folder: Path, case: str, *, batch: int | None = None, tokens: int | None = None,
+               schedule: list[int] | None = None, reseal: bool = True) -> None:
+    """Set a case's batch / tokens / decode schedule in both cases.json (Node) and cases.tsv (C, C++), unchecked."""
+    golden = folder / "golden"
+    doc = json.loads((golden / "cases.json").read_text())
+    for c in doc["cases"]:
+        if c["name"] == case:
+            for axis, value in ((0, batch), (1, tokens)):
+                if value is not None:
+                    c["input_shape"][axis] = c["output_shape"][axis] = value
+    for entry in doc["artifacts"]:
+        if schedule is not None and "schedules" in entry:
+            entry["schedules"][case] = schedule
+    (golden / "cases.json").write_text(json.dumps(doc, indent=2) + "\n")
+    lines = (golden / "cases.tsv").read_text().splitlines()
+    for i, line in enumerate(lines):
+        row = line.split("\t")
+        if line.startswith("#") or row[6] != case:
+            continue
+        if batch is not None:
+            row[TSV["batch"]] = str(batch)
+        if tokens is not None:
+            row[TSV["tokens"]] = str(tokens)
+        if schedule is not None and row[TSV["schedule"]] != "-":
+            row[TSV["schedule"]] = ",".join(map(str, schedule))
+        lines[i] = "\t".join(row)
+    (golden / "cases.tsv").write_text("\n".join(lines) + "\n")
+    if reseal:
+        _reseal(folder, "golden/cases.json", "golden/cases.tsv")
+
+
+def _append_tsv(folder: Path, line: str) -> None:
+    tsv = folder / "golden" / "cases.tsv"
+    tsv.write_text(tsv.read_text() + line + "\n")
+    _reseal(folder, "golden/cases.tsv")
+
+
+def _edit_floats(folder: Path, name: str, change: Callable[[np.ndarray], np.ndarray]) -> None:
+    path = folder / "golden" / name
+    path.write_bytes(np.asarray(change(np.fromfile(path, "<f4")), "<f4").tobytes())
+    _reseal(folder, f"golden/{name}")
+
+
+def _write_floats(path: Path, values: np.ndarray) -> None:
+    path.write_bytes(np.asarray(values, "<f4").tobytes())
+
+
+def _resize_bin(folder: Path, name: str, nbytes: int) -> None:
+    path = folder / "golden" / name
+    data = path.read_bytes()
+    path.write_bytes(data[:nbytes] + b"\0" * max(0, nbytes - len(data)))
+    _reseal(folder, f"golden/{name}")
+
+
+def _flip_onnx_byte(path: Path) -> None:
+    """Flip one bit of the causal-mask initializer: same size, and ONNX Runtime still loads and runs it."""
+    import onnx
+    import onnxruntime as ort
+
+    data = bytearray(path.read_bytes())
+    model = onnx.load_from_string(bytes(data))
+    raw = max((init.raw_data for init in model.graph.initializer), key=len)
+    at = bytes(data).find(raw)
+    assert at >= 0 and bytes(data).count(raw) == 1
+    data[at + len(raw) - 1] ^= 1
+    path.write_bytes(bytes(data))
+    session = ort.InferenceSession(bytes(data), providers=["CPUExecutionProvider"])
+    session.run(None, {"x": np.zeros((1, 2, 3), np.float32)})  # loadable: only the sha256 can refuse it
+
+
+def _flip_pt_byte(path: Path) -> None:
+    """Flip one bit of a weight inside mha.pt (the zip stores tensors uncompressed; libtorch checks no CRC)."""
+    import torch
+
+    data = bytearray(path.read_bytes())
+    info = zipfile.ZipFile(path).getinfo("mha/data/1")
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    data[info.header_offset + 30 + name_len + extra_len] ^= 1
+    path.write_bytes(bytes(data))
+    torch.jit.load(str(path))(torch.zeros(1, 2, 3))  # loadable: only the sha256 can refuse it
+
+
+def _narrow_model(path: Path) -> None:
+    """A valid model with the seed's config that breaks its promise: context = x[..., :2], width 2 instead of 4."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    meta = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    axes = [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("starts", 0), ("ends", 2), ("axes", 2))]
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["context"])], "narrow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "tokens", 3])],
+        [helper.make_tensor_value_info("context", TensorProto.FLOAT, ["batch", "tokens", 2])], axes)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    helper.set_model_props(model, meta)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    _reseal(path.parent, path.name)
+
+
+def _narrow_pt(path: Path) -> None:
+    """mha.pt replaced by a TorchScript module with the seed's config.json that returns x[..., :2] (width 2, not 4)."""
+    import torch
+
+    class Narrow(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[..., :2]
+
+    extra = {"config.json": ""}
+    torch.jit.load(str(path), _extra_files=extra)
+    torch.jit.save(torch.jit.script(Narrow()), str(path), _extra_files=extra)
+    _reseal(path.parent, path.name)
+
+
+def _edit_model_config(folder: Path, runner: str, change: Callable[[dict], dict]) -> None:
+    """Rewrite the config a model carries (ONNX metadata 'mha.config', or mha.pt's config.json), resealed."""
+    if runner == "cpp":
+        import torch
+
+        extra = {"config.json": ""}
+        module = torch.jit.load(str(folder / "mha.pt"), _extra_files=extra)
+        config = json.dumps(change(json.loads(extra["config.json"])))
+        torch.jit.save(module, str(folder / "mha.pt"), _extra_files={"config.json": config})
+        _reseal(folder, "mha.pt")
+        return
+    import onnx
+
+    model = onnx.load(str(folder / "mha.onnx"))
+    for prop in model.metadata_props:
+        if prop.key == "mha.config":
+            prop.value = json.dumps(change(json.loads(prop.value)))
+    onnx.save(model, str(folder / "mha.onnx"))
+    _reseal(folder, "mha.onnx")
+
+
+def _edit_manifest_text(folder: Path, old: str, new: str) -> None:
+    path = folder / "manifest.json"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+# --- the golden cases -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("runner", RUNNERS)
 def test_golden_cases_pass(runner: str, seed_dir: Path) -> None:
     result = _run(runner, seed_dir)
+    _no_crash(result)
     assert result.returncode == 0, result.stdout + result.stderr
     last = result.stdout.strip().splitlines()[-1]
     assert last.endswith("passed, 0 failed") and not last.startswith("0 ")
 
 
-@pytest.mark.parametrize("runner", list(RUNNERS))
+@pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("shape,message", [
     ((1, 7, 3), "expected 1 <= tokens <= context_length=6, got 7"),
     ((1, 2, 5), "expected last axis d_in=3, got 5"),
 ])
 def test_contract_breaking_fixture_is_refused(runner: str, shape: tuple[int, int, int], message: str,
-                                              seed_dir: Path, tmp_path: Path) -> None:
-    folder = Path(shutil.copytree(seed_dir, tmp_path / "seed"))
-    _add_case(folder, "bad", shape, 4)
-    result = _run(runner, folder)
-    assert result.returncode == 1
-    assert message in result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1].endswith(" failed") and " 0 failed" not in result.stdout
+                                              seed_copy: Path) -> None:
+    _add_case(seed_copy, "bad", shape, 4)
+    out = _refused(runner, seed_copy, message)
+    assert out.strip().splitlines()[-1].endswith(" failed") and " 0 failed" not in out
 
 
-@pytest.mark.parametrize("runner", list(RUNNERS))
-def test_corrupted_model_is_an_error_not_a_crash(runner: str, seed_dir: Path, tmp_path: Path) -> None:
-    folder = Path(shutil.copytree(seed_dir, tmp_path / "seed"))
-    model = folder / MODEL_OF[runner]
+# --- hostile fixtures: one line, exit 1, no crash, nothing written ----------------------------------------------
+
+def _schedule(chunks: list[int]) -> Callable[[Path], None]:
+    return lambda folder: _edit_case(folder, "b1_t6", schedule=chunks)
+
+
+HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, str]]] = {
+    # name: (edit the copied seed folder, runners it applies to, {runner or "*": message})
+    "schedule-sum-over": (_schedule([3, 1, 1, 1, 1]), ["c", "c-asan", "node"],
+                          {"*": "schedule 3,1,1,1,1 adds up to 7, expected tokens=6"}),
+    "schedule-sum-under": (_schedule([3, 1]), ["c", "c-asan", "node"],
+                           {"*": "schedule 3,1 adds up to 4, expected tokens=6"}),
+    "schedule-negative": (_schedule([9, -3]), ["c", "c-asan", "node"],
+                          {"*": "schedule 9,-3: expected chunks of 1 to tokens=6 tokens, got '9'"}),
+    "schedule-negative-inside": (_schedule([4, -1, 3]), ["c", "c-asan", "node"],
+                                 {"*": "schedule 4,-1,3: expected chunks of 1 to tokens=6 tokens, got '-1'"}),
+    "schedule-zero": (_schedule([3, 0, 3]), ["c", "c-asan", "node"],
+                      {"*": "schedule 3,0,3: expected chunks of 1 to tokens=6 tokens, got '0'"}),
+    "schedule-too-many": (_schedule([1] * 7), ["c", "c-asan", "node"],
+                          {"*": "expected at most tokens=6 chunks, got 7"}),
+    "batch-huge": (lambda f: _edit_case(f, "b1_t1", batch=10**15), RUNNERS,
+                   {"*": "expected 3000000000000000 float32 values (12000000000000000 bytes), found 12 bytes"}),
+    "batch-overflows": (lambda f: _edit_case(f, "b1_t1", batch=2**62), RUNNERS,
+                        {"*": "expected batch * tokens * width float32 values to fit in memory",
+                         "node": "expected input_shape and output_shape [batch, tokens, width] of integers"}),
+    "batch-zero": (lambda f: _edit_case(f, "b1_t1", batch=0), RUNNERS, {"*": "expected batch >= 1, got 0"}),
+    "tokens-huge": (lambda f: _edit_case(f, "b1_t1", tokens=2**40), RUNNERS,
+                    {"*": "expected 1 <= tokens <= context_length=6, got 1099511627776"}),
+    "input-truncated": (lambda f: _resize_bin(f, "b1_t1.x.bin", 8), RUNNERS,
+                        {"*": "b1_t1.x.bin: expected 3 float32 values (12 bytes), found 8 bytes"}),
+    "input-oversized": (lambda f: _resize_bin(f, "b1_t1.x.bin", 16), RUNNERS,
+                        {"*": "b1_t1.x.bin: expected 3 float32 values (12 bytes), found 16 bytes"}),
+    "output-truncated": (lambda f: _resize_bin(f, "b1_t6.context.bin", 40), RUNNERS,
+                         {"*": "b1_t6.context.bin: expected 24 float32 values (96 bytes), found 40 bytes"}),
+    "input-nan": (lambda f: _edit_floats(f, "b1_t1.x.bin", lambda x: np.r_[np.nan, x[1:]]), RUNNERS,
+                  {"*": "b1_t1.x.bin: expected finite float32 values, found nan at index 0"}),
+    "input-inf": (lambda f: _edit_floats(f, "b2_t3.x.bin", lambda x: np.r_[x[:4], -np.inf, x[5:]]), RUNNERS,
+                  {"*": "b2_t3.x.bin: expected finite float32 values, found -inf at index 4"}),
+    "golden-output-nan": (lambda f: _edit_floats(f, "b1_t1.context.bin", lambda y: np.r_[y[:2], np.nan, y[3:]]),
+                          RUNNERS, {"*": "b1_t1.context.bin: expected finite float32 values, found nan at index 2"}),
+    "input-altered-unsealed": (lambda f: (f / "golden" / "b1_t1.x.bin").write_bytes(b"\0" * 12), RUNNERS,
+                               {"*": "b1_t1.x.bin: sha256 "}),
+    "input-truncated-unsealed": (lambda f: (f / "golden" / "b1_t1.x.bin").write_bytes(b"\0" * 8), RUNNERS,
+                                 {"*": "b1_t1.x.bin: expected 12 bytes (manifest), found 8"}),
+    "fixtures-edited-unsealed": (lambda f: _edit_case(f, "b1_t6", schedule=[1, 1, 1, 3], reseal=False), RUNNERS,
+                                 {"*": "cases.tsv: sha256 ", "node": "cases.json: sha256 "}),
+    "fixture-not-in-manifest": (lambda f: _add_case(f, "extra", (1, 2, 3), 4) or _edit_manifest_text(
+        f, '"golden/extra.x.bin"', '"golden/unlisted.x.bin"'), RUNNERS,
+        {"*": "golden/extra.x.bin: expected it listed in"}),
+    "manifest-wrong-model-sha256": (lambda f: _edit_manifest_text(
+        f, json.loads((f / "manifest.json").read_text())["files"]["mha.onnx"]["sha256"], "0" * 64), ONNX_RUNNERS,
+        {"*": "differs from the manifest's 000000000000..."}),
+    "manifest-wrong-pt-sha256": (lambda f: _edit_manifest_text(
+        f, json.loads((f / "manifest.json").read_text())["files"]["mha.pt"]["sha256"], "f" * 64), ["cpp"],
+        {"*": "differs from the manifest's ffffffffffff..."}),
+    "onnx-flipped-byte": (lambda f: _flip_onnx_byte(f / "mha.onnx"), ONNX_RUNNERS,
+                          {"*": "mha.onnx: sha256 "}),
+    "pt-flipped-byte": (lambda f: _flip_pt_byte(f / "mha.pt"), ["cpp"], {"*": "mha.pt: sha256 "}),
+    "fused-copied-over-plain": (lambda f: shutil.copyfile(f / "mha.fused.onnx", f / "mha.onnx"), ONNX_RUNNERS,
+                                {"*": "mha.onnx: expected 20405 bytes (manifest), found 29381"}),
+    "fused-copied-over-plain-resized": (lambda f: _edit_manifest_text(f, '"size": 20405', '"size": 29381')
+                                        or shutil.copyfile(f / "mha.fused.onnx", f / "mha.onnx"), ONNX_RUNNERS,
+                                        {"*": "mha.onnx: sha256 "}),
+    "model-output-too-narrow": (lambda f: _narrow_model(f / "mha.onnx"), ONNX_RUNNERS,
+                                {"*": "output 'context': expected axis 2 of size 4, got 2",
+                                 "node": "output 'context': expected 4 values [1,1,4], got 2"}),
+    "pt-output-too-narrow": (lambda f: _narrow_pt(f / "mha.pt"), ["cpp"],
+                             {"*": "output: expected float32 [1, 1, 4], got Float [1, 1, 2]"}),
+    "manifest-missing": (lambda f: (f / "manifest.json").unlink(), RUNNERS,
+                         {"*": "manifest.json: expected a manifest (made by `mha export`), found none"}),
+    "manifest-truncated": (lambda f: (f / "manifest.json").write_bytes((f / "manifest.json").read_bytes()[:700]),
+                           RUNNERS, {"*": "manifest.json: expected JSON, got a parse error"}),
+    "manifest-config-key-missing": (lambda f: _edit_manifest_text(f, '"d_in": 3,', ''), RUNNERS,
+                                    {"*": "config: expected an integer field 'd_in', found none"}),
+    "manifest-huge-integer": (lambda f: _edit_manifest_text(f, '"context_length": 6', '"context_length": '
+                                                            '99999999999999999999999'), RUNNERS,
+                              {"*": "expected 'context_length' an integer from 1 to 16777216"}),
+    "manifest-huge-number": (lambda f: _edit_manifest_text(f, '"d_in": 3', '"d_in": 1e400'), RUNNERS,
+                             {"*": "expected a finite number, got 1e400",
+                              "node": "expected 'd_in' an integer from 1 to 16777216, got null"}),
+    "manifest-long-number": (lambda f: _edit_manifest_text(f, '"d_in": 3', '"d_in": 3.' + "0" * 100),
+                             ["c", "c-asan", "cpp"], {"*": "expected a number of at most 64 characters, got 102"}),
+    "manifest-negative-size": (lambda f: _edit_manifest_text(f, '"size": 20405', '"size": -20405'), RUNNERS,
+                               {"*": "files.mha.onnx: expected 'size' an integer"}),
+    "manifest-format-1": (lambda f: _edit_manifest_text(f, '"format": 2', '"format": 1'), RUNNERS,
+                          {"*": "expected manifest format 2, got"}),
+    "tsv-short-line": (lambda f: _append_tsv(f, "mha.onnx\tonnx\tonnxruntime"), ["c", "c-asan", "cpp"],
+                       {"*": "expected 14 tab-separated fields"}),
+    "tsv-path-escape": (lambda f: _append_tsv(f, "mha.pt\ttorchscript\ttorchscript\t1e-05\t1e-05\t-\tb1_t1\t1\t1"
+                                                 "\t3\t4\t../../etc/passwd\tb1_t1.context.bin\t-"), ["cpp"],
+                           {"*": "expected a file name inside the artifact folder, got '../../etc/passwd'"}),
+    "model-config-key-missing": (lambda f: None, ["c", "c-asan", "cpp"], {
+        "*": "metadata 'mha.config': expected an integer field 'd_in', found none",
+        "cpp": "embedded config.json: expected an integer field 'd_in', found none"}),
+    "model-config-differs": (lambda f: None, ["c", "c-asan", "cpp"], {
+        "*": "says d_in=5, ", "cpp": "says d_in=5, "}),
+}
+MODEL_CONFIG_EDITS = {"model-config-key-missing": lambda c: {k: v for k, v in c.items() if k != "d_in"},
+                      "model-config-differs": lambda c: c | {"d_in": 5}}
+
+
+@pytest.mark.parametrize("runner,name", [(r, n) for n, (_, runners, _) in HOSTILE_FIXTURES.items() for r in runners])
+def test_hostile_fixture_is_one_line_exit_1_nothing_written(runner: str, name: str, seed_copy: Path) -> None:
+    edit, _, messages = HOSTILE_FIXTURES[name]
+    if name in MODEL_CONFIG_EDITS:
+        _edit_model_config(seed_copy, runner, MODEL_CONFIG_EDITS[name])
+    else:
+        edit(seed_copy)
+    message = messages.get(runner, messages["*"])
+    out = _refused(runner, seed_copy, message)
+    lines = [line for line in out.splitlines() if message in line]
+    assert lines and all(line.startswith(("FAIL ", "error: ")) for line in lines), out
+
+
+def test_hostile_schedule_no_longer_crashes_the_c_runner(seed_copy: Path) -> None:
+    """The issue's reproduction: 3,1,1,1,1 for T=6 was `free(): invalid next size` (rc 134), 9,-3 a SIGSEGV."""
+    for chunks in ([3, 1, 1, 1, 1], [9, -3]):
+        _edit_case(seed_copy, "b1_t6", schedule=chunks)
+        result = _run("c-asan", seed_copy)
+        _no_crash(result)
+        fails = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+        assert result.returncode == 1 and len(fails) == 1 and "mha.decode.onnx" in fails[0], result.stdout
+        assert result.stdout.strip().endswith("29 passed, 1 failed")
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_corrupted_model_is_an_error_not_a_crash(runner: str, seed_copy: Path) -> None:
+    model = seed_copy / MODEL_OF[runner]
     model.write_bytes(b"\x00garbage" + model.read_bytes()[100:])
-    result = _run(runner, folder)
-    assert result.returncode == 1, result.stdout + result.stderr  # a crash would be a signal (negative code)
-    out = result.stdout + result.stderr
-    assert {"c": "cannot load model", "node": "truncated or replaced", "cpp": "torch::jit::load failed"}[runner] in out
+    _reseal(seed_copy, MODEL_OF[runner])  # past the sha256 check: the loader itself must fail cleanly
+    message = "torch::jit::load failed" if runner == "cpp" else "ONNX Runtime cannot load it"
+    _refused(runner, seed_copy, message)
 
 
-@pytest.mark.parametrize("runner", list(RUNNERS))
+@pytest.mark.parametrize("runner", RUNNERS)
 def test_no_fixtures_is_a_failure(runner: str, tmp_path: Path) -> None:
     result = _run(runner, tmp_path)
+    _no_crash(result)
     assert result.returncode == 1 and "expected golden fixtures" in result.stderr
 
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_manifest_errors_are_one_line_on_stderr(runner: str, seed_copy: Path) -> None:
+    (seed_copy / "manifest.json").write_text('{"format": 2, "config": {"d_in": 3, "d_out"')
+    result = _run(runner, seed_copy)
+    _no_crash(result)
+    assert result.returncode == 1 and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+
+
+# --- near misses: just over one bound must FAIL -----------------------------------------------------------------
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_golden_output_just_over_atol_fails_that_case(runner: str, seed_copy: Path) -> None:
+    # |got - want| ~ 6e-8 for fp32; move one value by 1.5x its bound (atol 1e-5 + rtol 1e-5 * |want|)
+    _edit_floats(seed_copy, "b1_t1.context.bin", lambda y: y + np.r_[1.5e-5 * (1 + abs(y[0])), np.zeros(len(y) - 1)])
+    out = _refused(runner, seed_copy, "atol=")
+    model = MODEL_OF[runner]
+    assert _line_of(out, model, "b1_t1").startswith("FAIL"), out
+    assert _line_of(out, model, "b2_t3").startswith("ok"), out
+    if runner != "cpp":  # the same value is well inside fp16's atol 5e-3: a near miss, not a broken fixture
+        assert _line_of(out, "mha.fp16.onnx", "b1_t1").startswith("ok"), out
+
+
+def _int8_output(folder: Path, case: str, shape: tuple[int, int, int]) -> np.ndarray:
+    import onnxruntime as ort
+
+    x = np.fromfile(folder / "golden" / f"{case}.x.bin", "<f4").reshape(shape)
+    session = ort.InferenceSession(str(folder / "mha.int8.onnx"), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0].ravel()
+
+
+@pytest.mark.parametrize("runner", ONNX_RUNNERS)
+def test_golden_output_over_rel_l2_only_fails_int8(runner: str, seed_copy: Path) -> None:
+    want = np.fromfile(seed_copy / "golden" / "b1_t6.context.bin", "<f4")
+    got = _int8_output(seed_copy, "b1_t6", (1, 6, 3))
+    scaled = (want * np.float32(1.06)).astype("<f4")  # every value moved a little: the L2 norm moves a lot
+    diff = np.abs(got.astype(np.float64) - scaled)
+    rel_l2 = np.sqrt((diff**2).sum() / (scaled.astype(np.float64) ** 2).sum())
+    assert diff.max() < 0.1 * 0.8 and rel_l2 > 0.03 * 1.2  # inside int8's atol 0.1, over its rel_l2 0.03
+    _write_floats(seed_copy / "golden" / "b1_t6.context.bin", scaled)
+    _reseal(seed_copy, "golden/b1_t6.context.bin")
+    out = _refused(runner, seed_copy, "rel_l2<=0.03")
+    assert _line_of(out, "mha.int8.onnx", "b1_t6").startswith("FAIL"), out
+    assert _line_of(out, "mha.int8.onnx", "b2_t3").startswith("ok"), out
+
+
+def test_golden_output_over_rel_l2_only_fails_torchscript(seed_copy: Path) -> None:
+    """mha.pt has no rel_l2 bound of its own: give its rows one, then a change inside atol but over it."""
+    tsv = seed_copy / "golden" / "cases.tsv"
+    rows = [line.split("\t") for line in tsv.read_text().splitlines()]
+    for row in rows:
+        if row[0] == "mha.pt":
+            row[TSV["rel_l2"]] = "1e-07"
+    tsv.write_text("\n".join("\t".join(row) for row in rows) + "\n")
+    _edit_floats(seed_copy, "b1_t6.context.bin", lambda y: y * np.float32(1 + 1e-6))  # |diff| <= 1e-6 < atol
+    _reseal(seed_copy, "golden/cases.tsv")
+    out = _refused("cpp", seed_copy, "rel_l2<=1e-07")
+    assert _line_of(out, "mha.pt", "b1_t6").startswith("FAIL") and "max_abs=" in _line_of(out, "mha.pt", "b1_t6")
+    assert _line_of(out, "mha.pt", "b2_t3").startswith("ok"), out
+
+
+# --- `run`: one input, one output file ---------------------------------------------------------------------------
+
+def _run_one(runner: str, model: Path, x: Path, batch: str, tokens: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return _command(runner, "run", model, x, batch, tokens, out)
+
+
+@pytest.mark.parametrize("runner", ONNX_RUNNERS)
+def test_run_writes_the_golden_output(runner: str, seed_copy: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out" / "context.bin"
+    out.parent.mkdir()
+    result = _run_one(runner, seed_copy / "mha.onnx", seed_copy / "golden" / "b2_t3.x.bin", "2", "3", out)
+    _no_crash(result)
+    assert result.returncode == 0, result.stderr
+    want = np.fromfile(seed_copy / "golden" / "b2_t3.context.bin", "<f4")
+    np.testing.assert_allclose(np.fromfile(out, "<f4"), want, atol=1e-5, rtol=1e-5)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["context.bin"]  # no temporary left behind
+    assert oct(out.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _bad_input(kind: str, folder: Path, tmp: Path) -> tuple[Path, str, str]:
+    """(input file, BATCH, TOKENS) for one hostile `run`."""
+    x = np.fromfile(folder / "golden" / "b2_t3.x.bin", "<f4")
+    path = tmp / "x.bin"
+    values = {"nan": np.r_[x[:5], np.nan, x[6:]], "inf": np.r_[np.inf, x[1:]], "short": x[:-1], "long": np.r_[x, 1]}
+    _write_floats(path, values.get(kind, x))
+    args = {"tokens-over": ("2", "7"), "tokens-zero": ("2", "0"), "batch-zero": ("0", "3"), "batch-text": ("2x", "3"),
+            "batch-huge": ("99999999999999999999999", "3"), "batch-negative": ("-2", "3")}
+    return (path, *args.get(kind, ("2", "3")))
+
+
+RUN_MESSAGES = {
+    "nan": "x.bin: expected finite float32 values, found nan at index 5",
+    "inf": "x.bin: expected finite float32 values, found inf at index 0",
+    "short": "x.bin: expected 18 float32 values (72 bytes), found 68 bytes",
+    "long": "x.bin: expected 18 float32 values (72 bytes), found 76 bytes",
+    "tokens-over": "TOKENS: expected 1 <= tokens <= context_length=6, got '7'",
+    "tokens-zero": "TOKENS: expected 1 <= tokens <= context_length=6, got '0'",
+    "batch-zero": "BATCH: expected an integer from 1 to 1048576, got '0'",
+    "batch-text": "BATCH: expected an integer from 1 to 1048576, got '2x'",
+    "batch-huge": "BATCH: expected an integer from 1 to 1048576, got '99999999999999999999999'",
+    "batch-negative": "BATCH: expected an integer from 1 to 1048576, got '-2'",
+    "model-flipped": "mha.onnx: sha256 ",
+    "model-unlisted": "mha.onnx: expected it listed in",
+    "output-folder-missing": "missing/context.bin: cannot ",
+}
+
+
+@pytest.mark.parametrize("runner", ONNX_RUNNERS)
+@pytest.mark.parametrize("kind", list(RUN_MESSAGES))
+def test_run_refuses_bad_input_and_leaves_the_output_alone(runner: str, kind: str, seed_copy: Path,
+                                                           tmp_path: Path) -> None:
+    x, batch, tokens = _bad_input(kind, seed_copy, tmp_path)
+    if kind == "model-flipped":
+        _flip_onnx_byte(seed_copy / "mha.onnx")
+    if kind == "model-unlisted":
+        doc = json.loads((seed_copy / "manifest.json").read_text())
+        doc["files"]["renamed.onnx"] = doc["files"].pop("mha.onnx")
+        (seed_copy / "manifest.json").write_text(json.dumps(doc))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "context.bin" if kind != "output-folder-missing" else tmp_path / "missing" / "context.bin"
+    if out.parent.exists():
+        out.write_bytes(b"previous result")
+    result = _run_one(runner, seed_copy / "mha.onnx", x, batch, tokens, out)
+    _no_crash(result)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr  # one line
+    assert RUN_MESSAGES[kind] in result.stderr and result.stderr.startswith("error: "), result.stderr
+    assert sorted(p.name for p in out_dir.iterdir()) == (["context.bin"] if out.parent == out_dir else [])
+    if out.parent == out_dir:
+        assert out.read_bytes() == b"previous result"
+
+
+@pytest.mark.parametrize("runner", ["c", "c-asan"])
+def test_c_run_of_a_lone_model_says_unverified(runner: str, seed_dir: Path, tmp_path: Path) -> None:
+    shutil.copyfile(seed_dir / "mha.onnx", tmp_path / "mha.onnx")
+    out = tmp_path / "context.bin"
+    result = _run_one(runner, tmp_path / "mha.onnx", seed_dir / "golden" / "b2_t3.x.bin", "2", "3", out)
+    _no_crash(result)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("warning: unverified: no manifest.json beside ") and \
+        len(result.stderr.splitlines()) == 1, result.stderr
+    want = np.fromfile(seed_dir / "golden" / "b2_t3.context.bin", "<f4")
+    np.testing.assert_allclose(np.fromfile(out, "<f4"), want, atol=1e-5, rtol=1e-5)
+
+
+def test_node_run_requires_the_manifest(seed_dir: Path, tmp_path: Path) -> None:
+    shutil.copyfile(seed_dir / "mha.onnx", tmp_path / "mha.onnx")
+    result = _run_one("node", tmp_path / "mha.onnx", seed_dir / "golden" / "b2_t3.x.bin", "2", "3",
+                      tmp_path / "context.bin")
+    assert result.returncode == 1 and "expected a manifest" in result.stderr
+    assert not (tmp_path / "context.bin").exists()
+
+
+@pytest.mark.parametrize("runner", ["c", "node"])
+def test_concurrent_runs_on_one_output_path_all_succeed(runner: str, seed_dir: Path, tmp_path: Path) -> None:
+    """8 processes write one path at once: each through its own temporary file, renamed into place."""
+    # 25 MB each, so that the writes overlap: Node with one shared '<out>.tmp' passed this test 3 times of 3 at batch
+    # 4096, failed it 2 times of 3 at 65536 and 4 of 4 at this size
+    batch = 262144
+    x = np.random.default_rng(0).standard_normal((batch, 6, 3)).astype("<f4")
+    _write_floats(tmp_path / "x.bin", x)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "context.bin"
+    assert BUILT[runner].exists()
+    procs = [subprocess.Popen([*COMMAND[runner], "run", str(seed_dir / "mha.onnx"), str(tmp_path / "x.bin"),
+                               str(batch), "6", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(8)]
+    results = [(*p.communicate(timeout=300), p.returncode) for p in procs]
+    assert [r[2] for r in results] == [0] * 8, results
+    assert sorted(p.name for p in out_dir.iterdir()) == ["context.bin"]
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(seed_dir / "mha.onnx"), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0].ravel()
+    got = np.fromfile(out, "<f4")
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+# --- the C runner's own building blocks: SHA-256, the manifest reader, the sanitizer build -----------------------
+
+NIST_VECTORS = {
+    b"": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    b"abc": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+    b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq":
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1",
+    b"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu":
+        "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1",
+    b"a" * 1_000_000: "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0",
+}
+
+
+@pytest.mark.parametrize("runner", ["c", "c-asan"])
+def test_c_sha256_matches_nist_vectors_and_hashlib(runner: str, seed_dir: Path, tmp_path: Path) -> None:
+    files = []
+    for i, data in enumerate(NIST_VECTORS):
+        files.append(tmp_path / f"nist{i}")
+        files[-1].write_bytes(data)
+    rng = np.random.default_rng(7)
+    for size in [*range(0, 130), 1000, 4095, 4096, 4097, 3 * 2**20 + 13]:  # every padding boundary, and large
+        files.append(tmp_path / f"random{size}")
+        files[-1].write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+    files += sorted(p for p in seed_dir.rglob("*") if p.is_file())
+    result = _command(runner, "sha256", *files)
+    _no_crash(result)
+    assert result.returncode == 0, result.stderr
+    digests = dict(line.split("  ", 1)[::-1] for line in result.stdout.splitlines())
+    assert len(digests) == len(files)
+    for path in files:
+        assert digests[str(path)] == hashlib.sha256(path.read_bytes()).hexdigest(), path
+    for i, want in enumerate(NIST_VECTORS.values()):
+        assert digests[str(tmp_path / f"nist{i}")] == want
+
+
+@pytest.mark.parametrize("document", ["manifest", "minimal-manifest"])
+def test_manifest_reader_survives_fuzzing_under_asan(document: str, seed_dir: Path, tmp_path: Path) -> None:
+    """Truncations, random edits and deep nesting of a real manifest (and a model config), in a sanitizer build."""
+    if document == "manifest":
+        source = seed_dir / "manifest.json"
+    else:
+        source = tmp_path / "config.json"
+        source.write_text(json.dumps({"format": 2, "config": json.loads((seed_dir / "manifest.json").read_text())[
+            "config"], "files": {"mha.onnx": {"size": 1, "sha256": "0" * 64}}}))
+    assert JSON_FUZZ.exists(), f"{JSON_FUZZ} is missing: build the native runners first (make native-build)"
+    result = subprocess.run([str(JSON_FUZZ), str(source), "3000", "11"], capture_output=True, text=True, timeout=600)
+    _no_crash(result)
+    assert result.returncode == 0, result.stdout + result.stderr
+    inputs, accepted, refused, bad = map(int, re.findall(r"\d+", result.stdout))
+    assert inputs > 3000 and refused > inputs // 2 and accepted >= 1 and bad == 0, result.stdout
+
+
+def test_sanitizer_build_is_instrumented() -> None:
+    linked = subprocess.run(["ldd", str(C_ASAN)], capture_output=True, text=True, check=True).stdout
+    assert "libasan" in linked and "libubsan" in linked, linked
+
+
+# --- docs ---------------------------------------------------------------------------------------------------------
 
 def test_embedding_snippets_are_the_built_examples() -> None:
     readme = (Path(__file__).resolve().parents[1] / "docs" / "embedding.md").read_text()

@@ -36,8 +36,18 @@ ort_lib="$("$py" -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.pat
 mkdir -p "$build/lib"
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so.1"  # the library's SONAME
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so"
-gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/mha_check.c" -o "$build/mha_check" \
+common="$here/../common"
+sources=("$here/mha_check.c" "$common/artifact.c" "$common/json.c" "$common/sha256.c")
+warn=(-std=c11 -Wall -Wextra -Werror -Wshadow -Wformat=2)
+gcc "${warn[@]}" -O2 -I"$include" -I"$common" "${sources[@]}" -o "$build/mha_check" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm
 gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/example.c" -o "$build/example" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib"
-echo "built $build/mha_check (headers: ORT_API_VERSION $(grep -m1 -o 'ORT_API_VERSION [0-9]*' "$include/onnxruntime_c_api.h" | cut -d' ' -f2), library: $(basename "$ort_lib"))"
+# The same runner under AddressSanitizer and UBSan (a report aborts: sanitizer_options.c), and the
+# in-process fuzzer of the manifest reader; `make native-test` and tests/test_native.py run both.
+asan=(-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+gcc "${warn[@]}" "${asan[@]}" -I"$include" -I"$common" "${sources[@]}" "$here/sanitizer_options.c" \
+  -o "$build/mha_check_asan" -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm
+gcc "${warn[@]}" "${asan[@]}" -I"$common" "$here/json_fuzz.c" "$common/artifact.c" "$common/json.c" \
+  "$common/sha256.c" "$here/sanitizer_options.c" -o "$build/json_fuzz_asan" -lm
+echo "built $build/mha_check, mha_check_asan, json_fuzz_asan (headers: ORT_API_VERSION $(grep -m1 -o 'ORT_API_VERSION [0-9]*' "$include/onnxruntime_c_api.h" | cut -d' ' -f2), library: $(basename "$ort_lib"))"

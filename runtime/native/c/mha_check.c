@@ -1,18 +1,32 @@
 /* mha_check: run the mha-export ONNX artifacts through the ONNX Runtime C API.
  *
- *   mha_check check ARTIFACT_DIR                      every golden case in golden/cases.tsv
- *   mha_check run MODEL.onnx IN.bin BATCH TOKENS OUT.bin   one input (raw little-endian float32)
+ *   mha_check check ARTIFACT_DIR                          every golden case in golden/cases.tsv
+ *   mha_check run MODEL.onnx IN.bin BATCH TOKENS OUT.bin  one input (raw little-endian float32)
+ *   mha_check sha256 FILE...                              the digests it checks files with (like sha256sum)
  *
- * The input contract (d_in, context_length) is read from the model's metadata ("mha.config").
+ * `check` trusts nothing it has not verified: manifest.json is required, and cases.tsv, every golden
+ * file and every model are checked against its size and sha256 before use; each line of cases.tsv is
+ * validated against the manifest's config (shapes, counts, decode schedules) before a buffer is sized
+ * from it; the model's own config ("mha.config" metadata) must equal the manifest's; inputs must be
+ * finite. `run` does the same with the manifest.json beside MODEL, and says "unverified" when there
+ * is none. Every failure is one line; the output file is written under a unique temporary name and
+ * renamed into place, so concurrent runs never see each other's half-written files.
+ *
  * Built against the headers of Debian's libonnxruntime-dev and the libonnxruntime.so.1 of the
  * onnxruntime Python wheel; the C API is backward compatible, so older headers work with it.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <onnxruntime_c_api.h>
+
+#include "artifact.h"
+#include "sha256.h"
 
 #if ORT_API_VERSION < 16
 #error "onnxruntime_c_api.h older than API 16: need headers from onnxruntime >= 1.16"
@@ -22,250 +36,423 @@ static const OrtApi *ort;
 static OrtEnv *env;
 static OrtMemoryInfo *cpu;
 
-typedef struct { long d_in, d_out, num_heads, context_length; } Config;
-
-/* Print ORT's message for a failed call and return 1 (0 when the call succeeded). */
-static int failed(OrtStatus *status, const char *what, const char *path) {
+/* ORT's message for a failed call, as one line in why; 1 when the call failed. */
+static int failed(OrtStatus *status, const char *what, char *why, size_t n) {
     if (status == NULL) return 0;
-    fprintf(stderr, "error: %s %s: %s\n", what, path, ort->GetErrorMessage(status));
+    const char *msg = ort->GetErrorMessage(status);
+    size_t len = strcspn(msg, "\n");
+    snprintf(why, n, "%s: %.*s", what, (int)(len > 300 ? 300 : len), msg);
     ort->ReleaseStatus(status);
     return 1;
 }
 
-static long json_int(const char *json, const char *key) {
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\":", key);
-    const char *at = strstr(json, pattern);
-    return at ? strtol(at + strlen(pattern), NULL, 10) : -1;
-}
-
-/* Open a session and read the config from its metadata; NULL (after a message) on any failure. */
-static OrtSession *open_model(const char *path, Config *cfg) {
-    OrtSessionOptions *opts;
+/* A session from model bytes already read (and verified when a manifest is given); the config from its
+ * "mha.config" metadata, which must equal the manifest's. NULL with the reason in why. */
+static OrtSession *open_model(const unsigned char *bytes, size_t len, const char *path, const MhaManifest *m,
+                              MhaConfig *cfg, char *why, size_t n) {
+    OrtSessionOptions *opts = NULL;
     OrtSession *session = NULL;
-    if (failed(ort->CreateSessionOptions(&opts), "session options for", path)) return NULL;
-    failed(ort->SetIntraOpNumThreads(opts, 1), "threads for", path);
-    OrtStatus *st = ort->CreateSession(env, path, opts, &session);
+    OrtModelMetadata *meta = NULL;
+    OrtAllocator *alloc = NULL;
+    char *text = NULL, what[4200];
+    snprintf(what, sizeof what, "%s: ONNX Runtime cannot load it", path);
+    if (failed(ort->CreateSessionOptions(&opts), what, why, n) ||
+        failed(ort->SetIntraOpNumThreads(opts, 1), what, why, n) ||
+        failed(ort->CreateSessionFromArray(env, bytes, len, opts, &session), what, why, n)) {
+        if (opts) ort->ReleaseSessionOptions(opts);
+        return NULL;
+    }
     ort->ReleaseSessionOptions(opts);
-    if (failed(st, "cannot load model", path)) return NULL;
-    OrtModelMetadata *meta;
-    OrtAllocator *alloc;
-    char *text = NULL;
-    if (failed(ort->GetAllocatorWithDefaultOptions(&alloc), "allocator for", path)) return NULL;
-    if (failed(ort->SessionGetModelMetadata(session, &meta), "metadata of", path)) return NULL;
-    failed(ort->ModelMetadataLookupCustomMetadataMap(meta, alloc, "mha.config", &text), "metadata of", path);
-    ort->ReleaseModelMetadata(meta);
+    snprintf(what, sizeof what, "%s: metadata", path);
+    if (failed(ort->GetAllocatorWithDefaultOptions(&alloc), what, why, n) ||
+        failed(ort->SessionGetModelMetadata(session, &meta), what, why, n) ||
+        failed(ort->ModelMetadataLookupCustomMetadataMap(meta, alloc, "mha.config", &text), what, why, n))
+        goto fail;
     if (text == NULL) {
-        fprintf(stderr, "error: %s: expected 'mha.config' in the model's metadata, found none\n", path);
-        ort->ReleaseSession(session);
-        return NULL;
+        snprintf(why, n, "%s: expected 'mha.config' in the model's metadata, found none", path);
+        goto fail;
     }
-    cfg->d_in = json_int(text, "d_in");
-    cfg->d_out = json_int(text, "d_out");
-    cfg->num_heads = json_int(text, "num_heads");
-    cfg->context_length = json_int(text, "context_length");
+    snprintf(what, sizeof what, "%s: metadata 'mha.config'", path);
+    int bad = mha_config_parse(text, strlen(text), what, cfg, why, n);
+    if (!bad && m) bad = mha_config_same(cfg, what, &m->config, m->path, why, n);
     alloc->Free(alloc, text);
+    if (bad) goto fail;
+    ort->ReleaseModelMetadata(meta);
     return session;
+fail:
+    if (meta) ort->ReleaseModelMetadata(meta);
+    ort->ReleaseSession(session);
+    return NULL;
 }
 
-/* The contract check, before ONNX Runtime sees the data; 0 when the shape fits. */
-static int check_shape(const Config *cfg, long batch, long tokens, long d_in, char *why, size_t n) {
-    if (d_in != cfg->d_in)
-        snprintf(why, n, "expected last axis d_in=%ld, got %ld", cfg->d_in, d_in);
-    else if (batch < 1)
-        snprintf(why, n, "expected batch >= 1, got %ld", batch);
-    else if (tokens < 1 || tokens > cfg->context_length)
-        snprintf(why, n, "expected 1 <= tokens <= context_length=%ld, got %ld", cfg->context_length, tokens);
-    else
-        return 0;
-    return 1;
-}
-
-static float *read_floats(const char *path, size_t count) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fprintf(stderr, "error: %s: cannot open\n", path); return NULL; }
-    float *data = malloc(count * sizeof(float) + 1);
-    size_t got = fread(data, sizeof(float), count, f);
-    int extra = fgetc(f) != EOF;
-    fclose(f);
-    if (got != count || extra) {
-        fprintf(stderr, "error: %s: expected %zu float32 values, found %s\n", path, count, extra ? "more" : "fewer");
-        free(data);
-        return NULL;
-    }
-    return data;
-}
-
-static OrtValue *tensor(float *data, const int64_t *shape, size_t rank) {
+static OrtValue *tensor(float *data, const int64_t *shape, size_t rank, char *why, size_t n) {
     size_t count = 1;
     for (size_t i = 0; i < rank; i++) count *= (size_t)shape[i];
     static float dummy;  /* a zero-size cache still needs a valid pointer */
     OrtValue *value = NULL;
     if (failed(ort->CreateTensorWithDataAsOrtValue(cpu, count ? data : &dummy, count * sizeof(float), shape, rank,
-                                                   ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &value), "tensor", ""))
+                                                   ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &value), "input tensor", why, n))
         return NULL;
     return value;
 }
 
-/* x (B, T, d_in) -> out (B, T, H*d_out) in one call. */
-static int run_plain(OrtSession *s, const Config *c, float *x, long B, long T, float *out) {
-    int64_t shape[3] = {B, T, c->d_in};
-    OrtValue *in = tensor(x, shape, 3), *result = NULL;
-    const char *in_names[] = {"x"}, *out_names[] = {"context"};
-    if (!in || failed(ort->Run(s, NULL, in_names, (const OrtValue *const *)&in, 1, out_names, 1, &result), "run", ""))
-        return 1;
-    float *y;
-    if (failed(ort->GetTensorMutableData(result, (void **)&y), "output", "")) return 1;
-    memcpy(out, y, (size_t)(B * T * c->num_heads * c->d_out) * sizeof(float));
-    ort->ReleaseValue(in);
-    ort->ReleaseValue(result);
-    return 0;
+/* The float data of an output, after checking that it is float32 of exactly `shape`. */
+static float *output_data(OrtValue *value, const char *name, const int64_t *shape, size_t rank, char *why, size_t n) {
+    OrtTensorTypeAndShapeInfo *info = NULL;
+    ONNXTensorElementDataType type;
+    size_t got_rank = 0;
+    int64_t dims[8];
+    float *data = NULL;
+    if (failed(ort->GetTensorTypeAndShape(value, &info), name, why, n)) return NULL;
+    int bad = failed(ort->GetTensorElementType(info, &type), name, why, n) ||
+              failed(ort->GetDimensionsCount(info, &got_rank), name, why, n);
+    if (!bad && (type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT || got_rank != rank)) {
+        snprintf(why, n, "output '%s': expected float32 of rank %zu, got element type %d of rank %zu", name, rank,
+                 (int)type, got_rank);
+        bad = 1;
+    }
+    if (!bad) bad = failed(ort->GetDimensions(info, dims, rank), name, why, n);
+    for (size_t i = 0; !bad && i < rank; i++)
+        if (dims[i] != shape[i]) {
+            snprintf(why, n, "output '%s': expected axis %zu of size %lld, got %lld", name, i, (long long)shape[i],
+                     (long long)dims[i]);
+            bad = 1;
+        }
+    ort->ReleaseTensorTypeAndShapeInfo(info);
+    if (!bad && failed(ort->GetTensorMutableData(value, (void **)&data), name, why, n)) bad = 1;
+    return bad ? NULL : data;
 }
 
-/* The decode form: feed x in chunks from an empty key/value cache, gather each chunk's context. */
-static int run_decode(OrtSession *s, const Config *c, float *x, long B, long T, const char *schedule, float *out) {
-    long H = c->num_heads, d = c->d_out, D = H * d, past = 0;
-    float *key = NULL, *value = NULL;
+/* x (B, T, d_in) -> out (B, T, H*d_out) in one call. */
+static int run_plain(OrtSession *s, const MhaConfig *c, float *x, long long B, long long T, float *out, char *why,
+                     size_t n) {
+    int64_t shape[3] = {B, T, c->d_in}, want[3] = {B, T, c->num_heads * c->d_out};
+    OrtValue *in = tensor(x, shape, 3, why, n), *result = NULL;
+    const char *in_names[] = {"x"}, *out_names[] = {"context"};
+    if (!in) return 1;
+    int bad = failed(ort->Run(s, NULL, in_names, (const OrtValue *const *)&in, 1, out_names, 1, &result),
+                     "ONNX Runtime run", why, n);
+    float *y = bad ? NULL : output_data(result, "context", want, 3, why, n);
+    if (y) memcpy(out, y, (size_t)(B * T * want[2]) * sizeof(float));
+    ort->ReleaseValue(in);
+    if (result) ort->ReleaseValue(result);
+    return y == NULL;
+}
+
+/* The decode form: feed x in the (validated) schedule's chunks from an empty key/value cache, gather each
+ * chunk's context. The schedule adds up to T, so every copy below stays inside x and out. */
+static int run_decode(OrtSession *s, const MhaConfig *c, const float *x, long long B, long long T,
+                      const long long *schedule, size_t chunks, float *out, char *why, size_t n) {
+    long long H = c->num_heads, d = c->d_out, D = H * d, past = 0;
+    float *key = NULL, *value = NULL, *chunk = NULL;
     const char *in_names[] = {"x", "past_key", "past_value"};
     const char *out_names[] = {"context", "present_key", "present_value"};
-    for (const char *p = schedule; *p;) {
-        char *end;
-        long n = strtol(p, &end, 10);
-        p = *end == ',' ? end + 1 : end;
-        float *chunk = malloc((size_t)(B * n * c->d_in) * sizeof(float) + 1);
-        for (long b = 0; b < B; b++)  /* x[:, past:past+n] as its own contiguous block */
-            memcpy(chunk + b * n * c->d_in, x + (b * T + past) * c->d_in, (size_t)(n * c->d_in) * sizeof(float));
-        int64_t xs[3] = {B, n, c->d_in}, cs[4] = {B, H, past, d};
-        OrtValue *inputs[3] = {tensor(chunk, xs, 3), tensor(key, cs, 4), tensor(value, cs, 4)};
+    int bad = 0;
+    for (size_t i = 0; !bad && i < chunks; i++) {
+        long long len = schedule[i];
+        if (len < 1 || past + len > T) {  /* mha_case_parse refuses such schedules; never trust a caller */
+            snprintf(why, n, "schedule: chunk %lld at token %lld passes tokens=%lld", len, past, T);
+            bad = 1;
+            break;
+        }
+        chunk = malloc((size_t)(B * len * c->d_in) * sizeof(float));
+        if (!chunk) { snprintf(why, n, "out of memory"); bad = 1; break; }
+        for (long long b = 0; b < B; b++)  /* x[:, past:past+len] as its own contiguous block */
+            memcpy(chunk + b * len * c->d_in, x + (b * T + past) * c->d_in, (size_t)(len * c->d_in) * sizeof(float));
+        int64_t xs[3] = {B, len, c->d_in}, cs[4] = {B, H, past, d};
+        int64_t ctx_shape[3] = {B, len, D}, cache_shape[4] = {B, H, past + len, d};
+        OrtValue *inputs[3] = {tensor(chunk, xs, 3, why, n), tensor(key, cs, 4, why, n), tensor(value, cs, 4, why, n)};
         OrtValue *outputs[3] = {NULL, NULL, NULL};
-        if (failed(ort->Run(s, NULL, in_names, (const OrtValue *const *)inputs, 3, out_names, 3, outputs), "run", ""))
-            return 1;
-        float *ctx, *pk, *pv;
-        if (failed(ort->GetTensorMutableData(outputs[0], (void **)&ctx), "output", "") ||
-            failed(ort->GetTensorMutableData(outputs[1], (void **)&pk), "output", "") ||
-            failed(ort->GetTensorMutableData(outputs[2], (void **)&pv), "output", ""))
-            return 1;
-        for (long b = 0; b < B; b++)
-            memcpy(out + (b * T + past) * D, ctx + b * n * D, (size_t)(n * D) * sizeof(float));
-        past += n;
-        size_t cache = (size_t)(B * H * past * d) * sizeof(float);
-        free(key); free(value);
-        key = malloc(cache + 1); value = malloc(cache + 1);
-        memcpy(key, pk, cache); memcpy(value, pv, cache);
-        for (int i = 0; i < 3; i++) { ort->ReleaseValue(inputs[i]); ort->ReleaseValue(outputs[i]); }
+        bad = !inputs[0] || !inputs[1] || !inputs[2] ||
+              failed(ort->Run(s, NULL, in_names, (const OrtValue *const *)inputs, 3, out_names, 3, outputs),
+                     "ONNX Runtime run", why, n);
+        float *ctx = bad ? NULL : output_data(outputs[0], "context", ctx_shape, 3, why, n);
+        float *pk = ctx ? output_data(outputs[1], "present_key", cache_shape, 4, why, n) : NULL;
+        float *pv = pk ? output_data(outputs[2], "present_value", cache_shape, 4, why, n) : NULL;
+        if (!bad && !pv) bad = 1;
+        if (!bad) {
+            for (long long b = 0; b < B; b++)
+                memcpy(out + (b * T + past) * D, ctx + b * len * D, (size_t)(len * D) * sizeof(float));
+            past += len;
+            size_t cache = (size_t)(B * H * past * d) * sizeof(float);
+            free(key);
+            free(value);
+            key = malloc(cache ? cache : 1);
+            value = malloc(cache ? cache : 1);
+            if (!key || !value) { snprintf(why, n, "out of memory"); bad = 1; }
+            else { memcpy(key, pk, cache); memcpy(value, pv, cache); }
+        }
+        for (int j = 0; j < 3; j++) {
+            if (inputs[j]) ort->ReleaseValue(inputs[j]);
+            if (outputs[j]) ort->ReleaseValue(outputs[j]);
+        }
         free(chunk);
+        chunk = NULL;
     }
-    free(key); free(value);
-    if (past != T) { fprintf(stderr, "error: schedule %s adds up to %ld, expected %ld\n", schedule, past, T); return 1; }
-    return 0;
+    free(key);
+    free(value);
+    if (!bad && past != T) { snprintf(why, n, "schedule adds up to %lld, expected tokens=%lld", past, T); bad = 1; }
+    return bad;
+}
+
+/* golden/NAME read against the manifest, as count finite float32 values. */
+static float *golden_floats(const MhaManifest *m, const char *dir, const char *name, size_t count, char *why,
+                            size_t n) {
+    char rel[300], path[4400];
+    unsigned char *bytes;
+    size_t len;
+    float *values = NULL;
+    snprintf(rel, sizeof rel, "golden/%s", name);
+    if (mha_read_verified(m, dir, rel, &bytes, &len, why, n)) return NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    mha_floats(bytes, len, count, path, &values, why, n);
+    free(bytes);
+    return values;
+}
+
+typedef struct {
+    char file[256];
+    OrtSession *session;
+    MhaConfig cfg;
+    char error[1024];  /* why the model was refused, for each of its cases */
+} Loaded;
+
+static void load(Loaded *l, const char *dir, const char *file, const MhaManifest *m) {
+    if (strcmp(l->file, file) == 0) return;
+    if (l->session) ort->ReleaseSession(l->session);
+    l->session = NULL;
+    l->error[0] = '\0';
+    snprintf(l->file, sizeof l->file, "%s", file);
+    unsigned char *bytes;
+    size_t len;
+    char path[4400];
+    if (mha_read_verified(m, dir, file, &bytes, &len, l->error, sizeof l->error)) return;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    l->session = open_model(bytes, len, path, m, &l->cfg, l->error, sizeof l->error);
+    free(bytes);
+}
+
+/* One case of cases.tsv: 1 passed, 0 failed (its line printed either way). */
+static int check_case(const char *dir, const MhaManifest *m, Loaded *l, const MhaCase *c) {
+    char why[1024] = "";
+    float *x = NULL, *want = NULL, *got = NULL;
+    MhaCompare r = {0, 0, 0};
+    load(l, dir, c->file, m);
+    if (!l->session) snprintf(why, sizeof why, "%s", l->error);
+    if (!why[0]) x = golden_floats(m, dir, c->input_bin, c->input_count, why, sizeof why);
+    if (!why[0]) want = golden_floats(m, dir, c->output_bin, c->output_count, why, sizeof why);
+    if (!why[0] && !(got = calloc(c->output_count ? c->output_count : 1, sizeof(float))))
+        snprintf(why, sizeof why, "out of memory for %zu values", c->output_count);
+    if (!why[0]) {
+        if (c->schedule) run_decode(l->session, &l->cfg, x, c->batch, c->tokens, c->schedule, c->chunks, got, why, sizeof why);
+        else run_plain(l->session, &l->cfg, x, c->batch, c->tokens, got, why, sizeof why);
+    }
+    if (!why[0]) r = mha_compare(got, want, c->output_count, c->atol, c->rtol, c->has_rel_l2, c->rel_l2);
+    if (why[0])
+        printf("FAIL %-20s %-10s %s\n", c->file, c->name, why);
+    else if (r.ok)
+        printf("ok   %-20s %-10s max_abs=%.3g rel_l2=%.3g\n", c->file, c->name, r.max_abs, r.rel_l2);
+    else if (c->has_rel_l2)
+        printf("FAIL %-20s %-10s max_abs=%.3g rel_l2=%.3g atol=%g rel_l2<=%g\n", c->file, c->name, r.max_abs, r.rel_l2,
+               c->atol, c->rel_l2);
+    else
+        printf("FAIL %-20s %-10s max_abs=%.3g rel_l2=%.3g atol=%g\n", c->file, c->name, r.max_abs, r.rel_l2, c->atol);
+    free(x);
+    free(want);
+    free(got);
+    return !why[0] && r.ok;
 }
 
 static int check_dir(const char *dir) {
-    static char line[1 << 16];  /* a decode schedule lists one chunk per token: long lines */
-    char path[4096];
+    MhaManifest m;
+    char err[1024], path[4400];
     snprintf(path, sizeof path, "%s/golden/cases.tsv", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) { fprintf(stderr, "error: %s: expected golden fixtures (made by `mha export`), found none\n", path); return 1; }
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "error: %s: expected golden fixtures (made by `mha export`), found none\n", path);
+        return 1;
+    }
+    if (mha_manifest_load(dir, &m, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
+    unsigned char *tsv;
+    size_t len;
+    if (mha_read_verified(&m, dir, "golden/cases.tsv", &tsv, &len, err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+        mha_manifest_free(&m);
+        return 1;
+    }
+    if (memchr(tsv, '\0', len)) {
+        fprintf(stderr, "error: %s: expected text, found a NUL byte\n", path);
+        free(tsv);
+        mha_manifest_free(&m);
+        return 1;
+    }
+    char *text = realloc(tsv, len + 1);
+    if (!text) { fprintf(stderr, "error: out of memory\n"); free(tsv); mha_manifest_free(&m); return 1; }
+    text[len] = '\0';
     int passed = 0, failures = 0;
-    char loaded[512] = "";
-    OrtSession *session = NULL;
-    Config cfg = {0};
-    while (fgets(line, sizeof line, f)) {
-        if (line[0] == '#' || line[0] == '\n') continue;
-        static char sched[1 << 16];
-        char file[512], kind[64], runtime[64], rel[32], name[128], xin[512], yout[512];
-        double atol, rtol;
-        long B, T, d_in, D;
-        if (sscanf(line, "%511s %63s %63s %lf %lf %31s %127s %ld %ld %ld %ld %511s %511s %65535s", file, kind, runtime,
-                   &atol, &rtol, rel, name, &B, &T, &d_in, &D, xin, yout, sched) != 14) {
-            fprintf(stderr, "error: %s: malformed line: %s", path, line);
-            failures++;
+    Loaded loaded = {"", NULL, {0, 0, 0, 0}, ""};
+    long number = 0;
+    for (char *line = text, *next; line; line = next) {
+        char *nl = strchr(line, '\n');
+        next = nl ? nl + 1 : NULL;
+        if (nl) *nl = '\0';
+        number++;
+        if (line[0] == '#' || line[0] == '\0') continue;
+        MhaCase c;
+        if (mha_case_parse(line, &m.config, &c, err, sizeof err)) {
+            if (!c.split) {
+                printf("FAIL %s line %ld: %s\n", path, number, err);
+                failures++;
+            } else if (strcmp(c.runtime, "onnxruntime") == 0 || strcmp(c.runtime, MHA_DECODE_RUNTIME) == 0) {
+                printf("FAIL %-20s %-10s %s\n", c.file, c.name, err);
+                failures++;
+            }  /* else another runner's line (TorchScript: the C++ runner's) */
+            mha_case_free(&c);
             continue;
         }
-        int decode = strcmp(runtime, "onnxruntime-decode") == 0;
-        if (strcmp(runtime, "onnxruntime") != 0 && !decode) continue;  /* TorchScript: the C++ runner's job */
-        if (strcmp(file, loaded) != 0) {
-            if (session) ort->ReleaseSession(session);
-            snprintf(path, sizeof path, "%s/%s", dir, file);
-            session = open_model(path, &cfg);
-            snprintf(loaded, sizeof loaded, "%s", file);
-        }
-        char why[256] = "";
-        if (!session) {
-            snprintf(why, sizeof why, "model did not load");
-        } else if (check_shape(&cfg, B, T, d_in, why, sizeof why) == 0 && D != cfg.num_heads * cfg.d_out) {
-            snprintf(why, sizeof why, "expected output width %ld, got %ld", cfg.num_heads * cfg.d_out, D);
-        }
-        float *x = NULL, *want = NULL, *got = NULL;
-        if (!why[0]) {
-            snprintf(path, sizeof path, "%s/golden/%s", dir, xin);
-            x = read_floats(path, (size_t)(B * T * d_in));
-            snprintf(path, sizeof path, "%s/golden/%s", dir, yout);
-            want = read_floats(path, (size_t)(B * T * D));
-            got = calloc((size_t)(B * T * D), sizeof(float));
-            if (!x || !want) snprintf(why, sizeof why, "fixture files unreadable");
-            else if (decode ? run_decode(session, &cfg, x, B, T, sched, got) : run_plain(session, &cfg, x, B, T, got))
-                snprintf(why, sizeof why, "ONNX Runtime failed");
-        }
-        double max_abs = 0, diff2 = 0, ref2 = 0;
-        int ok = !why[0];
-        for (long i = 0; ok && i < B * T * D; i++) {
-            double a = got[i], e = want[i], diff = fabs(a - e);
-            if (!isfinite(a) || diff > atol + rtol * fabs(e)) ok = 0;
-            if (diff > max_abs || !isfinite(a)) max_abs = isfinite(a) ? diff : INFINITY;
-            diff2 += diff * diff;
-            ref2 += e * e;
-        }
-        double rel_l2 = ref2 > 0 ? sqrt(diff2 / ref2) : sqrt(diff2);
-        if (ok && strcmp(rel, "-") != 0 && rel_l2 > atof(rel)) ok = 0;
-        if (ok) {
-            passed++;
-            printf("ok   %-20s %-10s max_abs=%.3g rel_l2=%.3g\n", file, name, max_abs, rel_l2);
-        } else {
-            failures++;
-            if (why[0]) printf("FAIL %-20s %-10s %s\n", file, name, why);
-            else printf("FAIL %-20s %-10s max_abs=%.3g rel_l2=%.3g atol=%g\n", file, name, max_abs, rel_l2, atol);
-        }
-        free(x); free(want); free(got);
+        if (strcmp(c.runtime, "onnxruntime") == 0 || strcmp(c.runtime, MHA_DECODE_RUNTIME) == 0)
+            check_case(dir, &m, &loaded, &c) ? passed++ : failures++;
+        mha_case_free(&c);
     }
-    fclose(f);
-    if (session) ort->ReleaseSession(session);
+    free(text);
+    if (loaded.session) ort->ReleaseSession(loaded.session);
+    mha_manifest_free(&m);
     printf("%d passed, %d failed\n", passed, failures);
-    if (passed + failures == 0) fprintf(stderr, "error: %s/golden/cases.tsv: no ONNX case found\n", dir);
+    if (passed + failures == 0) fprintf(stderr, "error: %s: no ONNX case found\n", path);
     return failures > 0 || passed == 0;
 }
 
-static int run_one(char **argv) {
-    Config cfg;
-    OrtSession *s = open_model(argv[2], &cfg);
-    if (!s) return 1;
-    long B = strtol(argv[4], NULL, 10), T = strtol(argv[5], NULL, 10);
-    char why[256];
-    if (check_shape(&cfg, B, T, cfg.d_in, why, sizeof why)) { fprintf(stderr, "error: input: %s\n", why); return 1; }
-    float *x = read_floats(argv[3], (size_t)(B * T * cfg.d_in));
-    if (!x) return 1;
-    size_t n = (size_t)(B * T * cfg.num_heads * cfg.d_out);
-    float *y = malloc(n * sizeof(float));
-    if (run_plain(s, &cfg, x, B, T, y)) return 1;
+/* A whole decimal argument in [lo, hi]. */
+static int arg_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    if (!*s || !(*s == '-' || (*s >= '0' && *s <= '9'))) return 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+/* Write n floats to path through a unique temporary file in the same folder, then rename it into place. */
+static int write_atomically(const char *path, const float *y, size_t count, char *why, size_t n) {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", argv[6]);
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(y, sizeof(float), n, f) != n || fclose(f) != 0 || rename(tmp, argv[6]) != 0) {
-        fprintf(stderr, "error: %s: cannot write\n", argv[6]);
-        remove(tmp);
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp) {
+        snprintf(why, n, "%s: expected a shorter output path", path);
         return 1;
     }
-    printf("wrote %s [%ld, %ld, %ld]\n", argv[6], B, T, cfg.num_heads * cfg.d_out);
-    return 0;
+    int fd = mkstemp(tmp);
+    if (fd < 0) { snprintf(why, n, "%s: cannot create a temporary file beside it", path); return 1; }
+    mode_t mask = umask(0);  /* mkstemp makes 0600; give the file the mode a plain fopen would */
+    umask(mask);
+    FILE *f = fdopen(fd, "wb");
+    int bad = !f || fchmod(fd, 0666 & ~mask) != 0;
+    for (size_t i = 0; !bad && i < count; i++) {  /* little-endian, whatever the host */
+        uint32_t bits;
+        memcpy(&bits, &y[i], 4);
+        unsigned char b[4] = {(unsigned char)bits, (unsigned char)(bits >> 8), (unsigned char)(bits >> 16),
+                              (unsigned char)(bits >> 24)};
+        bad = fwrite(b, 1, 4, f) != 4;
+    }
+    if (f) bad = fclose(f) != 0 || bad;
+    else close(fd);
+    if (!bad) bad = rename(tmp, path) != 0;
+    if (bad) {
+        snprintf(why, n, "%s: cannot write it", path);
+        remove(tmp);
+    }
+    return bad;
+}
+
+static int run_one(char **argv) {
+    const char *model = argv[2], *input = argv[3], *output = argv[6];
+    char why[1024] = "", dir[4096];
+    MhaManifest m;
+    int have_manifest = 0;
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    long long B, T;
+    OrtSession *s = NULL;
+    float *x = NULL, *y = NULL;
+    const char *slash = strrchr(model, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - model) : 1, slash ? model : ".");
+    if (slash == model) snprintf(dir, sizeof dir, "/");
+    int rc = mha_manifest_load(dir, &m, why, sizeof why);
+    if (rc == MHA_MISSING) {
+        fprintf(stderr, "warning: unverified: no manifest.json beside %s; its sha256 and config are not checked\n", model);
+        why[0] = '\0';
+        rc = mha_read_file(model, &bytes, &len, why, sizeof why);
+    } else if (rc == MHA_OK) {
+        have_manifest = 1;
+        rc = mha_read_verified(&m, dir, slash ? slash + 1 : model, &bytes, &len, why, sizeof why);
+    }
+    MhaConfig cfg;
+    if (!rc && !(s = open_model(bytes, len, model, have_manifest ? &m : NULL, &cfg, why, sizeof why))) rc = 1;
+    free(bytes);
+    bytes = NULL;
+    if (!rc && !arg_int(argv[4], 1, 1 << 20, &B)) {
+        snprintf(why, sizeof why, "BATCH: expected an integer from 1 to %d, got '%.30s'", 1 << 20, argv[4]);
+        rc = 1;
+    }
+    if (!rc && !arg_int(argv[5], 1, cfg.context_length, &T)) {
+        snprintf(why, sizeof why, "TOKENS: expected 1 <= tokens <= context_length=%lld, got '%.30s'",
+                 cfg.context_length, argv[5]);
+        rc = 1;
+    }
+    size_t in_count = 0, out_count = 0;
+    if (!rc) {
+        size_t bt = (size_t)B * (size_t)T;  /* B <= 2^20, T <= 2^24: fits */
+        if (__builtin_mul_overflow(bt, (size_t)cfg.d_in, &in_count) ||
+            __builtin_mul_overflow(bt, (size_t)(cfg.num_heads * cfg.d_out), &out_count) || out_count > SIZE_MAX / 4) {
+            snprintf(why, sizeof why, "BATCH * TOKENS: expected a size that fits in memory, got %lld * %lld", B, T);
+            rc = 1;
+        } else if (mha_read_file(input, &bytes, &len, why, sizeof why) || mha_floats(bytes, len, in_count, input, &x, why, sizeof why))
+            rc = 1;
+        free(bytes);
+    }
+    if (!rc && !(y = malloc(out_count * sizeof(float)))) { snprintf(why, sizeof why, "out of memory"); rc = 1; }
+    if (!rc && run_plain(s, &cfg, x, B, T, y, why, sizeof why)) rc = 1;
+    if (!rc && write_atomically(output, y, out_count, why, sizeof why)) rc = 1;
+    if (!rc) printf("wrote %s [%lld, %lld, %lld]\n", output, B, T, cfg.num_heads * cfg.d_out);
+    else fprintf(stderr, "error: %s\n", why);
+    free(x);
+    free(y);
+    if (s) ort->ReleaseSession(s);
+    if (have_manifest) mha_manifest_free(&m);
+    return rc ? 1 : 0;
+}
+
+/* The digest of each file, as sha256sum prints it: what `check` compares with the manifest. */
+static int sha256_files(int argc, char **argv) {
+    int bad = 0;
+    for (int i = 2; i < argc; i++) {
+        unsigned char *bytes;
+        size_t len;
+        char why[1024], hex[65];
+        if (mha_read_file(argv[i], &bytes, &len, why, sizeof why)) { fprintf(stderr, "error: %s\n", why); bad = 1; continue; }
+        sha256_hex(bytes, len, hex);
+        printf("%s  %s\n", hex, argv[i]);
+        free(bytes);
+    }
+    return bad;
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "sha256") == 0) return sha256_files(argc, argv);
+    int check = argc == 3 && strcmp(argv[1], "check") == 0, run = argc == 7 && strcmp(argv[1], "run") == 0;
+    if (!check && !run) {
+        fprintf(stderr, "usage: mha_check check ARTIFACT_DIR | mha_check run MODEL.onnx IN.bin BATCH TOKENS OUT.bin"
+                        " | mha_check sha256 FILE...\n");
+        return 2;
+    }
     ort = OrtGetApiBase()->GetApi(ORT_API_VERSION);
     if (!ort) { fprintf(stderr, "error: libonnxruntime does not offer C API version %d\n", ORT_API_VERSION); return 1; }
-    if (failed(ort->CreateEnv(ORT_LOGGING_LEVEL_ERROR, "mha_check", &env), "environment", "")) return 1;
-    if (failed(ort->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &cpu), "memory info", "")) return 1;
-    if (argc == 3 && strcmp(argv[1], "check") == 0) return check_dir(argv[2]);
-    if (argc == 7 && strcmp(argv[1], "run") == 0) return run_one(argv);
-    fprintf(stderr, "usage: mha_check check ARTIFACT_DIR | mha_check run MODEL.onnx IN.bin BATCH TOKENS OUT.bin\n");
-    return 2;
+    char why[1024];
+    if (failed(ort->CreateEnv(ORT_LOGGING_LEVEL_FATAL, "mha_check", &env), "environment", why, sizeof why) ||
+        failed(ort->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &cpu), "memory info", why, sizeof why)) {
+        fprintf(stderr, "error: %s\n", why);
+        return 1;
+    }
+    int rc = check ? check_dir(argv[2]) : run_one(argv);
+    ort->ReleaseMemoryInfo(cpu);
+    ort->ReleaseEnv(env);
+    return rc;
 }

@@ -2,112 +2,219 @@
 //
 //   mha_ts check ARTIFACT_DIR      every TorchScript case of golden/cases.tsv; last line "N passed, N failed"
 //
-// The contract (d_in, context_length) comes from the config.json embedded in mha.pt.
+// Like the C runner (and with its code: runtime/native/common/), nothing is used before it is verified:
+// manifest.json is required; cases.tsv, each golden file and mha.pt are checked against its size and
+// sha256 (the model is loaded from the verified bytes); each line of cases.tsv is validated against
+// the manifest's config before a buffer is sized from it; the config.json embedded in mha.pt must
+// equal the manifest's; inputs must be finite. Every libtorch call runs inside a try: a failure is
+// that case's FAIL line, never a crash.
 #include <torch/script.h>
 
 #include <cmath>
-#include <fstream>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <sys/stat.h>
 #include <vector>
 
-struct Config { long d_in = -1, d_out = -1, num_heads = -1, context_length = -1; };
+#include "artifact.h"
 
-static long json_int(const std::string& json, const std::string& key) {
-  auto at = json.find("\"" + key + "\":");
-  return at == std::string::npos ? -1 : std::stol(json.substr(at + key.size() + 3));
-}
+namespace {
 
-static bool read_floats(const std::string& path, std::vector<float>& out, size_t count) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f || static_cast<size_t>(f.tellg()) != count * sizeof(float)) {
-    std::cerr << "error: " << path << ": expected " << count << " float32 values\n";
-    return false;
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// An owner for the malloc'd buffers the C helpers return.
+struct Freer { void operator()(void* p) const { std::free(p); } };
+template <typename T> using CBuffer = std::unique_ptr<T, Freer>;
+
+struct Manifest {
+  MhaManifest m{};
+  ~Manifest() { mha_manifest_free(&m); }
+};
+
+struct CaseLine {
+  MhaCase c{};
+  ~CaseLine() { mha_case_free(&c); }
+};
+
+// golden/NAME read against the manifest as count finite float32 values; empty with why set on failure.
+std::vector<float> golden(const MhaManifest& m, const std::string& dir, const std::string& name, size_t count,
+                          std::string& why) {
+  char err[1024];
+  unsigned char* raw = nullptr;
+  size_t len = 0;
+  const std::string rel = "golden/" + name;
+  if (mha_read_verified(&m, dir.c_str(), rel.c_str(), &raw, &len, err, sizeof err)) {
+    why = err;
+    return {};
   }
-  out.resize(count);
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(count * sizeof(float)));
-  return true;  // little-endian on every machine this runs on (x86-64, arm64)
+  CBuffer<unsigned char> bytes(raw);
+  float* values = nullptr;
+  if (mha_floats(bytes.get(), len, count, (dir + "/" + rel).c_str(), &values, err, sizeof err)) {
+    why = err;
+    return {};
+  }
+  CBuffer<float> owned(values);
+  return std::vector<float>(values, values + count);
 }
+
+struct Loaded {
+  std::string file;
+  torch::jit::Module module;
+  MhaConfig cfg{};
+  std::string error;  // why the model was refused, for each of its cases
+  bool ok = false;
+};
+
+// mha.pt from its verified bytes; its embedded config.json must equal the manifest's config.
+void load(Loaded& l, const std::string& dir, const std::string& file, const MhaManifest& m) {
+  if (l.file == file) return;
+  l = Loaded{};
+  l.file = file;
+  char err[1024];
+  unsigned char* raw = nullptr;
+  size_t len = 0;
+  if (mha_read_verified(&m, dir.c_str(), file.c_str(), &raw, &len, err, sizeof err)) {
+    l.error = err;
+    return;
+  }
+  CBuffer<unsigned char> bytes(raw);
+  const std::string path = dir + "/" + file;
+  torch::jit::ExtraFilesMap extra{{"config.json", ""}};
+  try {
+    std::istringstream stream(std::string(reinterpret_cast<const char*>(bytes.get()), len));
+    l.module = torch::jit::load(stream, torch::kCPU, extra);
+    l.module.eval();
+  } catch (const std::exception& e) {
+    l.error = path + ": torch::jit::load failed: " + first_line(e.what());
+    return;
+  } catch (...) {
+    l.error = path + ": torch::jit::load failed with an unknown exception";
+    return;
+  }
+  const std::string& json = extra["config.json"];
+  const std::string where = path + ": embedded config.json";
+  if (json.empty()) {
+    l.error = where + ": expected the config, found none";
+    return;
+  }
+  if (mha_config_parse(json.data(), json.size(), where.c_str(), &l.cfg, err, sizeof err) ||
+      mha_config_same(&l.cfg, where.c_str(), &m.config, m.path, err, sizeof err)) {
+    l.error = err;
+    return;
+  }
+  l.ok = true;
+}
+
+// One TorchScript case: true when it passed (its line printed either way).
+bool check_case(const std::string& dir, const MhaManifest& m, Loaded& l, const MhaCase& c) {
+  std::string why;
+  MhaCompare r{0, 0, 0};
+  load(l, dir, c.file, m);
+  if (!l.ok) why = l.error;
+  std::vector<float> x, want;
+  if (why.empty()) x = golden(m, dir, c.input_bin, c.input_count, why);
+  if (why.empty()) want = golden(m, dir, c.output_bin, c.output_count, why);
+  if (why.empty()) {
+    try {
+      torch::NoGradGuard no_grad;
+      auto input = torch::from_blob(x.data(), {c.batch, c.tokens, c.d_in}, torch::kFloat32);  // (B, T, d_in)
+      auto result = l.module.forward({input});
+      if (!result.isTensor()) {
+        why = "forward: expected a tensor, got " + result.tagKind();
+      } else {
+        auto out = result.toTensor();  // (B, T, H * d_out)
+        const std::vector<int64_t> expected{c.batch, c.tokens, c.width};
+        if (out.scalar_type() != torch::kFloat32 || out.sizes().vec() != expected) {
+          std::ostringstream shape;
+          shape << out.sizes();
+          why = "output: expected float32 [" + std::to_string(c.batch) + ", " + std::to_string(c.tokens) + ", " +
+                std::to_string(c.width) + "], got " + std::string(c10::toString(out.scalar_type())) + " " + shape.str();
+        } else {
+          out = out.contiguous();
+          r = mha_compare(out.data_ptr<float>(), want.data(), c.output_count, c.atol, c.rtol, c.has_rel_l2, c.rel_l2);
+        }
+      }
+    } catch (const std::exception& e) {
+      why = std::string("libtorch: ") + first_line(e.what());
+    } catch (...) {
+      why = "libtorch: unknown exception";
+    }
+  }
+  std::ostringstream line;
+  line << (why.empty() && r.ok ? "ok   " : "FAIL ") << c.file << " " << c.name << " ";
+  if (!why.empty()) line << why;
+  else line << "max_abs=" << r.max_abs << " rel_l2=" << r.rel_l2 << (r.ok ? "" : " atol=" + std::to_string(c.atol));
+  if (why.empty() && !r.ok && c.has_rel_l2) line << " rel_l2<=" << c.rel_l2;
+  std::cout << line.str() << "\n";
+  return why.empty() && r.ok;
+}
+
+int check_dir(const std::string& dir) {
+  const std::string tsv_path = dir + "/golden/cases.tsv";
+  struct stat st;
+  if (stat(tsv_path.c_str(), &st) != 0) {
+    std::cerr << "error: " << tsv_path << ": expected golden fixtures (made by `mha export`), found none\n";
+    return 1;
+  }
+  Manifest manifest;
+  char err[1024];
+  if (mha_manifest_load(dir.c_str(), &manifest.m, err, sizeof err)) {
+    std::cerr << "error: " << err << "\n";
+    return 1;
+  }
+  unsigned char* raw = nullptr;
+  size_t len = 0;
+  if (mha_read_verified(&manifest.m, dir.c_str(), "golden/cases.tsv", &raw, &len, err, sizeof err)) {
+    std::cerr << "error: " << err << "\n";
+    return 1;
+  }
+  std::string text(reinterpret_cast<const char*>(raw), len);
+  std::free(raw);
+  if (text.find('\0') != std::string::npos) {
+    std::cerr << "error: " << tsv_path << ": expected text, found a NUL byte\n";
+    return 1;
+  }
+  Loaded loaded;
+  int passed = 0, failed = 0;
+  std::istringstream lines(text);
+  long number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    if (line.empty() || line[0] == '#') continue;
+    CaseLine parsed;
+    MhaCase& c = parsed.c;
+    if (mha_case_parse(line.data(), &manifest.m.config, &c, err, sizeof err)) {
+      if (!c.split) {
+        std::cout << "FAIL " << tsv_path << " line " << number << ": " << err << "\n";
+        ++failed;
+      } else if (std::string(c.runtime) == "torchscript") {
+        std::cout << "FAIL " << c.file << " " << c.name << " " << err << "\n";
+        ++failed;
+      }
+      continue;
+    }
+    if (std::string(c.runtime) != "torchscript") continue;  // ONNX: the C and Node runners' job
+    check_case(dir, manifest.m, loaded, c) ? ++passed : ++failed;
+  }
+  std::cout << passed << " passed, " << failed << " failed\n";
+  if (passed + failed == 0) std::cerr << "error: " << tsv_path << ": no TorchScript case found\n";
+  return failed > 0 || passed == 0 ? 1 : 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3 || std::string(argv[1]) != "check") {
     std::cerr << "usage: mha_ts check ARTIFACT_DIR\n";
     return 2;
   }
-  const std::string dir = argv[2];
-  std::ifstream tsv(dir + "/golden/cases.tsv");
-  if (!tsv) {
-    std::cerr << "error: " << dir << "/golden/cases.tsv: expected golden fixtures (made by `mha export`), found none\n";
+  try {
+    return check_dir(argv[2]);
+  } catch (const std::exception& e) {  // std::bad_alloc and the like: still one line, never a crash
+    std::cerr << "error: " << first_line(e.what()) << "\n";
     return 1;
   }
-  torch::NoGradGuard no_grad;
-  torch::jit::Module module;
-  Config cfg;
-  std::string loaded;
-  bool load_failed = false;
-  int passed = 0, failed = 0;
-  for (std::string line; std::getline(tsv, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream in(line);
-    std::string file, kind, runtime, rel, name, xin, yout, sched;
-    double atol, rtol;
-    long B, T, d_in, D;
-    if (!(in >> file >> kind >> runtime >> atol >> rtol >> rel >> name >> B >> T >> d_in >> D >> xin >> yout >> sched)) {
-      std::cerr << "error: malformed line in cases.tsv: " << line << "\n";
-      ++failed;
-      continue;
-    }
-    if (runtime != "torchscript") continue;
-    if (file != loaded) {
-      loaded = file;
-      torch::jit::ExtraFilesMap extra{{"config.json", ""}};
-      try {
-        module = torch::jit::load(dir + "/" + file, torch::kCPU, extra);
-        module.eval();
-        load_failed = false;
-      } catch (const std::exception& e) {
-        std::string msg = e.what();
-        std::cerr << "error: " << dir << "/" << file << ": torch::jit::load failed: " << msg.substr(0, msg.find('\n')) << "\n";
-        load_failed = true;
-      }
-      const std::string& json = extra["config.json"];
-      cfg = {json_int(json, "d_in"), json_int(json, "d_out"), json_int(json, "num_heads"), json_int(json, "context_length")};
-    }
-    std::string why;
-    if (load_failed) why = "model did not load";
-    else if (d_in != cfg.d_in) why = "expected last axis d_in=" + std::to_string(cfg.d_in) + ", got " + std::to_string(d_in);
-    else if (B < 1) why = "expected batch >= 1, got " + std::to_string(B);
-    else if (T < 1 || T > cfg.context_length)
-      why = "expected 1 <= tokens <= context_length=" + std::to_string(cfg.context_length) + ", got " + std::to_string(T);
-    std::vector<float> x, want;
-    double max_abs = 0, diff2 = 0, ref2 = 0;
-    bool ok = why.empty();
-    if (ok && !(read_floats(dir + "/golden/" + xin, x, B * T * d_in) && read_floats(dir + "/golden/" + yout, want, B * T * D))) {
-      why = "fixture files unreadable";
-      ok = false;
-    }
-    if (ok) {
-      auto input = torch::from_blob(x.data(), {B, T, d_in}, torch::kFloat32);  // (B, T, d_in)
-      auto out = module.forward({input}).toTensor().contiguous();               // (B, T, H * d_out)
-      if (out.numel() != B * T * D) { why = "output has the wrong size"; ok = false; }
-      for (long i = 0; ok && i < B * T * D; ++i) {
-        double a = out.data_ptr<float>()[i], e = want[i], diff = std::fabs(a - e);
-        if (!std::isfinite(a) || diff > atol + rtol * std::fabs(e)) ok = false;
-        max_abs = std::max(max_abs, std::isfinite(a) ? diff : INFINITY);
-        diff2 += diff * diff;
-        ref2 += e * e;
-      }
-    }
-    double rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-    if (ok && rel != "-" && rel_l2 > std::stod(rel)) ok = false;
-    std::cout << (ok ? "ok   " : "FAIL ") << file << " " << name << " ";
-    if (!why.empty()) std::cout << why << "\n";
-    else std::cout << "max_abs=" << max_abs << " rel_l2=" << rel_l2 << "\n";
-    ok ? ++passed : ++failed;
-  }
-  std::cout << passed << " passed, " << failed << " failed\n";
-  if (passed + failed == 0) std::cerr << "error: " << dir << "/golden/cases.tsv: no TorchScript case found\n";
-  return failed > 0 || passed == 0 ? 1 : 0;
 }

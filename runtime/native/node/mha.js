@@ -1,7 +1,8 @@
 'use strict';
 // Load and run the mha-export ONNX artifacts from Node.js with onnxruntime-node.
-// The contract (d_in, context_length, heads) comes from the folder's manifest.json, and every model
-// file is checked against the manifest's sha256 before it is loaded.
+// The contract (d_in, context_length, heads) comes from the folder's manifest.json (checked field by field),
+// and every file used (model, cases.json, golden .bin) is checked against the manifest's size and sha256
+// before use; golden cases and decode schedules are validated against the config before any buffer is sized.
 const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
@@ -10,20 +11,62 @@ const ort = require('onnxruntime-node');
 class ContractError extends Error {}
 class ArtifactError extends Error {}
 
+const MANIFEST_FORMAT = 2;
+const MAX_DIM = 2 ** 24;  // any one of d_in, d_out, num_heads, context_length (as the C runner)
+const CONFIG_KEYS = ['d_in', 'd_out', 'num_heads', 'context_length'];
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+// A file name inside the artifact folder: no absolute path, no '.', '..' or empty part, no backslash.
+function plainName(name) {
+  return typeof name === 'string' && name !== '' && !name.startsWith('/') && !name.includes('\\')
+    && name.split('/').every((p) => p !== '' && p !== '.' && p !== '..');
+}
+
+function checkConfig(config, where) {
+  if (!isObject(config)) throw new ArtifactError(`${where}: expected a config object, got ${JSON.stringify(config)}`);
+  for (const key of CONFIG_KEYS) {
+    const v = config[key];
+    if (v === undefined) throw new ArtifactError(`${where}: expected an integer field '${key}', found none`);
+    if (!Number.isInteger(v) || v < 1 || v > MAX_DIM) {
+      throw new ArtifactError(`${where}: expected '${key}' an integer from 1 to ${MAX_DIM}, got ${JSON.stringify(v)}`);
+    }
+  }
+  return config;
+}
+
 function loadManifest(dir) {
   const file = path.join(dir, 'manifest.json');
   if (!fs.existsSync(file)) throw new ArtifactError(`${file}: expected a manifest (made by \`mha export\`), found none`);
+  let doc;
   try {
-    return JSON.parse(fs.readFileSync(file, 'utf8'));
+    doc = JSON.parse(fs.readFileSync(file, 'utf8'));
   } catch (e) {
-    throw new ArtifactError(`${file}: expected JSON, got a parse error (${e.message})`);
+    throw new ArtifactError(`${file}: expected JSON, got a parse error (${e.message.split('\n')[0]})`);
   }
+  if (!isObject(doc)) throw new ArtifactError(`${file}: expected a JSON object`);
+  if (doc.format !== MANIFEST_FORMAT) {
+    throw new ArtifactError(`${file}: expected manifest format ${MANIFEST_FORMAT}, got ${JSON.stringify(doc.format)} `
+      + "(re-export the folder with this version's `mha export`)");
+  }
+  checkConfig(doc.config, `${file}: config`);
+  if (!isObject(doc.files)) throw new ArtifactError(`${file}: expected a 'files' object, got ${JSON.stringify(doc.files)}`);
+  for (const [name, entry] of Object.entries(doc.files)) {
+    if (!plainName(name)) throw new ArtifactError(`${file}: files: expected a file name inside the artifact folder, got '${name}'`);
+    if (!isObject(entry) || !Number.isSafeInteger(entry.size) || entry.size < 0) {
+      throw new ArtifactError(`${file}: files.${name}: expected 'size' an integer >= 0, got ${JSON.stringify(entry?.size)}`);
+    }
+    if (typeof entry.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(entry.sha256)) {
+      throw new ArtifactError(`${file}: files.${name}: expected 'sha256' of 64 lowercase hex digits, got ${JSON.stringify(entry.sha256)}`);
+    }
+  }
+  return doc;
 }
 
 function verifiedBytes(dir, name, manifest) {
-  const entry = manifest.files[name];
+  const entry = Object.hasOwn(manifest.files, name) ? manifest.files[name] : undefined;
   const file = path.join(dir, name);
-  if (!entry) throw new ArtifactError(`${name}: not listed in ${path.join(dir, 'manifest.json')}`);
+  if (!entry) throw new ArtifactError(`${name}: expected it listed in ${path.join(dir, 'manifest.json')}, found no entry`);
   if (!fs.existsSync(file)) throw new ArtifactError(`${file}: listed in the manifest but missing`);
   const bytes = fs.readFileSync(file);
   if (bytes.length !== entry.size) {
@@ -37,10 +80,26 @@ function verifiedBytes(dir, name, manifest) {
   return bytes;
 }
 
+// count little-endian float32 values from exactly 4 * count bytes; finite ones only.
+function floats(bytes, count, where) {
+  if (bytes.length !== count * 4) {
+    throw new ArtifactError(`${where}: expected ${count} float32 values (${count * 4} bytes), found ${bytes.length} bytes`);
+  }
+  const out = new Float32Array(count);
+  for (let i = 0; i < count; i++) {
+    out[i] = bytes.readFloatLE(4 * i);
+    if (!Number.isFinite(out[i])) {
+      throw new ContractError(`${where}: expected finite float32 values, found ${out[i] > 0 ? 'inf' : out[i] < 0 ? '-inf' : 'nan'} at index ${i}`);
+    }
+  }
+  return out;
+}
+
 // Refuse what breaks the contract before ONNX Runtime sees it. dims: [batch, tokens, d_in].
 function checkInput(data, dims, config, pastTokens = 0) {
   if (!(data instanceof Float32Array)) throw new ContractError(`input 'x': expected a Float32Array, got ${data?.constructor?.name}`);
-  if (dims.length !== 3) throw new ContractError(`input 'x': expected rank 3 [batch, tokens, ${config.d_in}], got rank ${dims.length}`);
+  if (!Array.isArray(dims) || dims.length !== 3) throw new ContractError(`input 'x': expected rank 3 [batch, tokens, ${config.d_in}], got rank ${dims?.length}`);
+  if (!dims.every(Number.isSafeInteger)) throw new ContractError(`input 'x': expected integer dims [batch, tokens, d_in], got ${JSON.stringify(dims)}`);
   const [batch, tokens, dIn] = dims;
   const maxTokens = config.context_length - pastTokens;
   if (dIn !== config.d_in) throw new ContractError(`input 'x': expected last axis d_in=${config.d_in}, got ${dIn}`);
@@ -50,7 +109,11 @@ function checkInput(data, dims, config, pastTokens = 0) {
     throw new ContractError(`input 'x': expected 1 <= tokens <= ${limit}, got ${tokens}`);
   }
   if (data.length !== batch * tokens * dIn) throw new ContractError(`input 'x': expected ${batch * tokens * dIn} values for ${JSON.stringify(dims)}, got ${data.length}`);
-  if (!data.every(Number.isFinite)) throw new ContractError("input 'x': expected finite float32 values");
+  const bad = data.findIndex((v) => !Number.isFinite(v));
+  if (bad >= 0) {
+    const v = data[bad];
+    throw new ContractError(`input 'x': expected finite float32 values, found ${v > 0 ? 'inf' : v < 0 ? '-inf' : 'nan'} at index ${bad}`);
+  }
 }
 
 async function openSession(artifact, model) {
@@ -112,58 +175,116 @@ class DecodeSession {
   }
 }
 
-function readBin(file, count) {
-  const buf = fs.readFileSync(file);
-  if (buf.length !== count * 4) throw new ArtifactError(`${file}: expected ${count} float32 values, found ${buf.length / 4}`);
-  const out = new Float32Array(count);
-  for (let i = 0; i < count; i++) out[i] = buf.readFloatLE(4 * i);
-  return out;
+// A golden case against the manifest's config, before any buffer is sized from it: the same checks and
+// words as the C and C++ runners (runtime/native/common/artifact.c).
+function checkCase(c, config, schedule) {
+  const shape = (v) => Array.isArray(v) && v.length === 3 && v.every((n) => Number.isSafeInteger(n));
+  if (!shape(c.input_shape) || !shape(c.output_shape)) {
+    throw new ContractError(`expected input_shape and output_shape [batch, tokens, width] of integers, got ${JSON.stringify(c.input_shape)} and ${JSON.stringify(c.output_shape)}`);
+  }
+  if (!plainName(c.input_bin) || !plainName(c.output_bin)) {
+    throw new ArtifactError(`golden file: expected a file name inside the artifact folder, got ${JSON.stringify(c.input_bin)} and ${JSON.stringify(c.output_bin)}`);
+  }
+  const [b, t, dIn] = c.input_shape;
+  const [ob, ot, width] = c.output_shape;
+  if (dIn !== config.d_in) throw new ContractError(`expected last axis d_in=${config.d_in}, got ${dIn}`);
+  if (b < 1) throw new ContractError(`expected batch >= 1, got ${b}`);
+  if (t < 1 || t > config.context_length) throw new ContractError(`expected 1 <= tokens <= context_length=${config.context_length}, got ${t}`);
+  if (width !== config.num_heads * config.d_out) throw new ContractError(`expected output width num_heads*d_out=${config.num_heads * config.d_out}, got ${width}`);
+  if (ob !== b || ot !== t) throw new ContractError(`expected output [batch, tokens] = [${b}, ${t}], got [${ob}, ${ot}]`);
+  if (!Number.isSafeInteger(b * t * dIn) || !Number.isSafeInteger(b * t * width)) {
+    throw new ContractError(`expected batch * tokens * width float32 values to fit in memory, got batch=${b} tokens=${t}`);
+  }
+  if (schedule === undefined) return;
+  const shown = Array.isArray(schedule) ? schedule.join(',') : JSON.stringify(schedule);
+  if (!Array.isArray(schedule) || schedule.length < 1) throw new ContractError(`schedule ${shown}: expected a list of chunks`);
+  if (schedule.length > t) throw new ContractError(`schedule ${shown}: expected at most tokens=${t} chunks, got ${schedule.length}`);
+  for (const n of schedule) {
+    if (!Number.isInteger(n) || n < 1 || n > t) throw new ContractError(`schedule ${shown}: expected chunks of 1 to tokens=${t} tokens, got '${n}'`);
+  }
+  const total = schedule.reduce((p, q) => p + q, 0);
+  if (total !== t) throw new ContractError(`schedule ${shown} adds up to ${total}, expected tokens=${t}`);
 }
 
 function compare(got, want, tol) {
-  let maxAbs = 0, diff2 = 0, ref2 = 0, ok = got.length === want.length;
-  for (let i = 0; ok && i < want.length; i++) {
+  if (got.length !== want.length) return { ok: false, maxAbs: Infinity, relL2: Infinity };
+  let maxAbs = 0, diff2 = 0, ref2 = 0, ok = true;
+  for (let i = 0; i < want.length; i++) {
     const diff = Math.abs(got[i] - want[i]);
-    if (!Number.isFinite(got[i]) || diff > tol.atol + tol.rtol * Math.abs(want[i])) ok = false;
-    maxAbs = Math.max(maxAbs, Number.isFinite(got[i]) ? diff : Infinity);
+    if (!Number.isFinite(got[i])) { ok = false; maxAbs = Infinity; continue; }
+    if (!(diff <= tol.atol + tol.rtol * Math.abs(want[i]))) ok = false;
+    maxAbs = Math.max(maxAbs, diff);
     diff2 += diff * diff;
     ref2 += want[i] * want[i];
   }
-  const relL2 = ref2 > 0 ? Math.sqrt(diff2 / ref2) : Math.sqrt(diff2);
-  if (tol.rel_l2 !== null && tol.rel_l2 !== undefined && relL2 > tol.rel_l2) ok = false;
+  const relL2 = maxAbs === Infinity ? Infinity : ref2 > 0 ? Math.sqrt(diff2 / ref2) : Math.sqrt(diff2);
+  if (tol.rel_l2 !== null && tol.rel_l2 !== undefined && !(relL2 <= tol.rel_l2)) ok = false;
   return { ok, maxAbs, relL2 };
 }
 
-// Every golden case on every ONNX artifact of cases.json, each with its own tolerance.
+function checkTolerance(tol, where) {
+  const number = (v) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+  if (!isObject(tol) || !number(tol.atol) || !number(tol.rtol) || !(tol.rel_l2 === null || tol.rel_l2 === undefined || number(tol.rel_l2))) {
+    throw new ArtifactError(`${where}: expected a tolerance {atol, rtol, rel_l2} of numbers >= 0, got ${JSON.stringify(tol)}`);
+  }
+}
+
+// Every golden case on every ONNX artifact of cases.json, each with its own tolerance. The manifest is
+// required: cases.json, the golden files and the models are all checked against it.
 async function check(dir, log = console.log) {
   const casesFile = path.join(dir, 'golden', 'cases.json');
   if (!fs.existsSync(casesFile)) throw new ArtifactError(`${casesFile}: expected golden fixtures (made by \`mha export\`), found none`);
-  const cases = JSON.parse(fs.readFileSync(casesFile, 'utf8'));
+  const manifest = loadManifest(dir);
+  const config = manifest.config;
+  let cases;
+  try {
+    cases = JSON.parse(verifiedBytes(dir, 'golden/cases.json', manifest).toString('utf8'));
+  } catch (e) {
+    if (e instanceof ArtifactError) throw e;
+    throw new ArtifactError(`${casesFile}: expected JSON, got a parse error (${e.message.split('\n')[0]})`);
+  }
+  if (!isObject(cases) || !Array.isArray(cases.cases) || !Array.isArray(cases.artifacts)) {
+    throw new ArtifactError(`${casesFile}: expected an object with 'cases' and 'artifacts' arrays`);
+  }
+  const golden = new Map();  // golden/NAME -> verified bytes, read once
+  const goldenFloats = (name, count) => {
+    const rel = `golden/${name}`;
+    if (!golden.has(rel)) golden.set(rel, verifiedBytes(dir, rel, manifest));
+    return floats(golden.get(rel), count, path.join(dir, rel));
+  };
   let passed = 0, failed = 0;
   for (const entry of cases.artifacts) {
-    if (entry.runtime !== 'onnxruntime' && entry.runtime !== 'onnxruntime-decode') continue;
+    if (!isObject(entry) || (entry.runtime !== 'onnxruntime' && entry.runtime !== 'onnxruntime-decode')) continue;
+    const decode = entry.runtime === 'onnxruntime-decode';
+    const file = String(entry.file);
     let runner = null, error = null;
     try {
-      runner = entry.runtime === 'onnxruntime' ? await MhaRunner.create(dir, { model: entry.file })
-        : await DecodeSession.create(dir, { model: entry.file });
+      if (!plainName(entry.file)) throw new ArtifactError(`file: expected a file name inside the artifact folder, got ${JSON.stringify(entry.file)}`);
+      checkTolerance(entry.tolerance, `${file}: tolerance`);
+      if (decode && !isObject(entry.schedules)) throw new ArtifactError(`${file}: expected 'schedules' for the decode runtime`);
+      runner = decode ? await DecodeSession.create(dir, { model: file }) : await MhaRunner.create(dir, { model: file });
     } catch (e) {
       error = e.message;
     }
     for (const c of cases.cases) {
+      const name = isObject(c) ? String(c.name) : '?';
       let line;
       try {
         if (error) throw new Error(error);
+        if (!isObject(c)) throw new ArtifactError(`expected a case object, got ${JSON.stringify(c)}`);
+        const schedule = decode ? (Object.hasOwn(entry.schedules, name) ? entry.schedules[name] : null) : undefined;
+        checkCase(c, config, schedule);
         const [b, t, dIn] = c.input_shape;
-        const x = readBin(path.join(dir, 'golden', c.input_bin), b * t * dIn);
-        const want = readBin(path.join(dir, 'golden', c.output_bin), c.output_shape.reduce((p, q) => p * q, 1));
+        const x = goldenFloats(c.input_bin, b * t * dIn);
+        const want = goldenFloats(c.output_bin, c.output_shape.reduce((p, q) => p * q, 1));
         let got;
-        if (entry.runtime === 'onnxruntime') {
+        if (!decode) {
           got = (await runner.run(x, c.input_shape)).data;
-        } else {  // decode: the case's schedule of chunks, from an empty cache
+        } else {  // decode: the case's (validated) schedule of chunks, from an empty cache
           runner.reset();
           const parts = [];
           let start = 0;
-          for (const n of entry.schedules[c.name]) {
+          for (const n of schedule) {
             const chunk = new Float32Array(b * n * dIn);
             for (let i = 0; i < b; i++) chunk.set(x.subarray((i * t + start) * dIn, (i * t + start + n) * dIn), i * n * dIn);
             parts.push({ n, out: (await runner.step(chunk, [b, n, dIn])).data });
@@ -177,11 +298,15 @@ async function check(dir, log = console.log) {
             at += n;
           }
         }
+        if (got.length !== want.length) {
+          throw new ContractError(`output 'context': expected ${want.length} values ${JSON.stringify(c.output_shape)}, got ${got.length}`);
+        }
         const r = compare(got, want, entry.tolerance);
-        line = `${r.ok ? 'ok  ' : 'FAIL'} ${entry.file.padEnd(20)} ${c.name.padEnd(10)} max_abs=${r.maxAbs.toPrecision(3)} rel_l2=${r.relL2.toPrecision(3)}`;
+        line = `${r.ok ? 'ok  ' : 'FAIL'} ${file.padEnd(20)} ${name.padEnd(10)} max_abs=${r.maxAbs.toPrecision(3)} rel_l2=${r.relL2.toPrecision(3)}`
+          + (r.ok ? '' : ` atol=${entry.tolerance.atol}` + (entry.tolerance.rel_l2 == null ? '' : ` rel_l2<=${entry.tolerance.rel_l2}`));
         r.ok ? passed++ : failed++;
       } catch (e) {
-        line = `FAIL ${entry.file.padEnd(20)} ${c.name.padEnd(10)} ${e.message}`;
+        line = `FAIL ${file.padEnd(20)} ${name.padEnd(10)} ${e.message.split('\n')[0]}`;
         failed++;
       }
       log(line);
@@ -190,4 +315,6 @@ async function check(dir, log = console.log) {
   return { passed, failed };
 }
 
-module.exports = { MhaRunner, DecodeSession, check, checkInput, loadManifest, ContractError, ArtifactError };
+module.exports = {
+  MhaRunner, DecodeSession, check, checkInput, checkCase, floats, loadManifest, ContractError, ArtifactError,
+};

@@ -1,0 +1,85 @@
+/* What the C and C++ runners trust, and only after checking it: manifest.json (format 2: the config and
+ * every file's size and sha256), each file read against it, each line of golden/cases.tsv validated
+ * against the config before any buffer is sized from it, and the comparison with a tolerance row.
+ * Every failure is one line in err (no newline), naming what was expected and what came. */
+#ifndef MHA_ARTIFACT_H
+#define MHA_ARTIFACT_H
+
+#include <stddef.h>
+
+#include "json.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MHA_MANIFEST_FORMAT 2
+#define MHA_MAX_DIM (1LL << 24)          /* any one of d_in, d_out, num_heads, context_length */
+#define MHA_MAX_FILE ((size_t)1 << 34)   /* 16 GiB: far above any attention layer's file */
+
+enum { MHA_OK = 0, MHA_ERROR = 1, MHA_MISSING = 2 };
+
+typedef struct { long long d_in, d_out, num_heads, context_length; } MhaConfig;
+
+typedef struct { char *name; long long size; char sha256[65]; } MhaFile;
+
+typedef struct {
+    char path[4096];  /* DIR/manifest.json, for messages */
+    MhaConfig config;
+    MhaFile *files;
+    size_t nfiles;
+} MhaManifest;
+
+/* config{d_in, d_out, num_heads, context_length}: integers in 1..MHA_MAX_DIM. */
+int mha_config_from(const JsonValue *config, const char *where, MhaConfig *c, char *err, size_t n);
+int mha_config_parse(const char *text, size_t len, const char *where, MhaConfig *c, char *err, size_t n);
+/* MHA_OK when the model's own config (metadata, embedded config.json) equals the manifest's. */
+int mha_config_same(const MhaConfig *model, const char *model_where, const MhaConfig *manifest,
+                    const char *manifest_where, char *err, size_t n);
+
+int mha_manifest_parse(const char *text, size_t len, const char *where, MhaManifest *m, char *err, size_t n);
+/* DIR/manifest.json; MHA_MISSING (with a message) when there is none. */
+int mha_manifest_load(const char *dir, MhaManifest *m, char *err, size_t n);
+void mha_manifest_free(MhaManifest *m);
+const MhaFile *mha_manifest_find(const MhaManifest *m, const char *name);
+
+/* The whole file (at most MHA_MAX_FILE bytes) in a new buffer (free it). */
+int mha_read_file(const char *path, unsigned char **data, size_t *len, char *err, size_t n);
+/* DIR/NAME, checked against the manifest's size and sha256 before it is returned. */
+int mha_read_verified(const MhaManifest *m, const char *dir, const char *name, unsigned char **data, size_t *len,
+                      char *err, size_t n);
+/* count little-endian float32 values from bytes[0:len] (exactly 4 * count bytes); finite ones only. */
+int mha_floats(const unsigned char *bytes, size_t len, size_t count, const char *where, float **out, char *err,
+               size_t n);
+
+/* One line of golden/cases.tsv. */
+typedef struct {
+    int split;  /* the 14 fields were found: file, runtime and name are usable for a FAIL line */
+    char file[256], kind[64], runtime[64], name[128], input_bin[256], output_bin[256];
+    double atol, rtol, rel_l2;
+    int has_rel_l2;
+    long long batch, tokens, d_in, width;
+    size_t input_count, output_count;  /* batch * tokens * d_in, batch * tokens * width */
+    long long *schedule;               /* onnxruntime-decode: chunks adding up to tokens */
+    size_t chunks;
+} MhaCase;
+
+#define MHA_DECODE_RUNTIME "onnxruntime-decode"
+
+/* line: one NUL-terminated line without its newline (modified in place). */
+int mha_case_parse(char *line, const MhaConfig *cfg, MhaCase *c, char *err, size_t n);
+void mha_case_free(MhaCase *c);
+
+typedef struct { int ok; double max_abs, rel_l2; } MhaCompare;
+/* ok when every |got - want| <= atol + rtol * |want|, every value is finite, and (when has_rel_l2)
+ * ||got - want|| / ||want|| <= rel_l2. */
+MhaCompare mha_compare(const float *got, const float *want, size_t count, double atol, double rtol, int has_rel_l2,
+                       double rel_l2);
+
+/* snprintf that reports truncation: MHA_OK, or MHA_ERROR with "path too long" in err. */
+int mha_join(char *out, size_t size, const char *a, const char *b, char *err, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
