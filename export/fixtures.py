@@ -13,7 +13,13 @@ from mha_runtime.config import MHAConfig
 from mha_runtime.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.decode import golden_schedule
 from mha_runtime.golden import CASES_NAME, CASES_TSV, GOLDEN_DIR, CaseArtifact, GoldenCase, GoldenCases
-from mha_runtime.variants import DECODE_RUNTIME, EXECUTORCH_RUNTIME, PTE_MAX_BATCH, ArtifactSpec
+from mha_runtime.variants import (
+    DECODE_INPLACE_RUNTIME,
+    DECODE_RUNTIME,
+    EXECUTORCH_RUNTIME,
+    PTE_MAX_BATCH,
+    ArtifactSpec,
+)
 
 FIXTURE_SEED = 2024
 
@@ -36,7 +42,7 @@ def _entry(spec: ArtifactSpec, cases: list[GoldenCase]) -> CaseArtifact:
     """cases.json's line for one artifact; the decode form also says how each case is fed."""
     if spec.runtime == EXECUTORCH_RUNTIME:
         return CaseArtifact(spec.file, spec.kind, spec.runtime, spec.tolerance, batch_max=PTE_MAX_BATCH)
-    if spec.runtime != DECODE_RUNTIME:
+    if spec.runtime not in (DECODE_RUNTIME, DECODE_INPLACE_RUNTIME):
         return CaseArtifact(spec.file, spec.kind, spec.runtime, spec.tolerance)
     return CaseArtifact(spec.file, spec.kind, spec.runtime, spec.tolerance,
                         schedule="from an empty cache: a prefill of ceil(tokens / 2) tokens, then one token per step",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from mha_runtime.variants import (
     WEIGHTS_FILE,
     Variant,
     artifact_specs,
+    buildable,
     check_carries,
     with_needs,
 )
@@ -81,6 +83,9 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
     check_folder_name(name)
     config = config or preset(name)
     check_opset(opset)
+    variants, notes = buildable(config, variants)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     check_carries([f for f in OPTIONAL_FIELDS if getattr(config, f)], variants)
     model, weights_info = load_model(config, weights, layer=layer)
     artifacts = artifact_specs(variants)

@@ -17,11 +17,12 @@ from mha_export.example import example_tokens
 from mha_export.torchscript import torchscript_runner
 from mha_runtime.config import MHAConfig
 from mha_runtime.decode import SCHEDULES, DecodeSession, run_chunked
+from mha_runtime.decode_inplace import InPlaceDecodeSession
 from mha_runtime.errors import ValidationError
 from mha_runtime.manifest import ArtifactRecord
 from mha_runtime.runner import OnnxRunner
 from mha_runtime.tolerance import Tolerance, compare
-from mha_runtime.variants import DECODE_RUNTIME, EXECUTORCH_RUNTIME, ONNX_RUNTIME, ArtifactSpec
+from mha_runtime.variants import DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, EXECUTORCH_RUNTIME, ONNX_RUNTIME, ArtifactSpec
 
 SWEEP_BATCHES = (1, 3)
 SWEEP_SEEDS = (0, 1)
@@ -81,11 +82,19 @@ def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], 
         session = DecodeSession(Path(folder) / spec.file, provider="cpu")
         schedules = itertools.cycle(SCHEDULES.values())
         return lambda x: run_chunked(session, x, next(schedules)(x.shape[1]))
+    if spec.runtime == DECODE_INPLACE_RUNTIME:  # chunks after a past only at batch 1 (the form's limit)
+        inplace = InPlaceDecodeSession(Path(folder) / spec.file, provider="cpu")
+        rotation = itertools.cycle(SCHEDULES)
+        return lambda x: run_chunked(inplace, x, SCHEDULES[_inplace_schedule(next(rotation), x.shape[0])](x.shape[1]))
     if spec.runtime == EXECUTORCH_RUNTIME:
         from mha_export.pte import PteRunner
 
         return PteRunner(Path(folder) / spec.file).run
     return torchscript_runner(Path(folder) / spec.file)
+
+
+def _inplace_schedule(name: str, batch: int) -> str:
+    return name if batch == 1 or name in ("prefill", "token-by-token", "golden") else "golden"
 
 
 def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts: Sequence[ArtifactSpec], *,

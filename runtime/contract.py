@@ -81,6 +81,41 @@ class DecodeContract:
         }, sort_keys=True)
 
 
+PAST_TOKENS = "past_tokens"  # the in-place decode form's (batch,) int32 input: rows of the buffer in use
+
+
+@dataclass(frozen=True)
+class InPlaceDecodeContract:
+    """The in-place decode form: the cache is one buffer of context_length rows that each step writes into.
+
+    past_key/past_value and present_key/present_value are the same (batch, H, context_length, d_out) buffer
+    (bind one OrtValue to both to write in place; rows at and after past_tokens are never read); past_tokens
+    says how many rows hold keys and values already.
+    """
+
+    config: MHAConfig
+
+    def signature(self) -> dict[str, list[str | int]]:
+        """Names and shapes, inputs first, in graph order."""
+        buffer = [BATCH_AXIS, self.config.num_heads, self.config.context_length, self.config.d_out]
+        return {INPUT_NAME: [BATCH_AXIS, NEW_AXIS, self.config.d_in], PAST_KEY: buffer, PAST_VALUE: buffer,
+                PAST_TOKENS: [BATCH_AXIS], OUTPUT_NAME: [BATCH_AXIS, NEW_AXIS, self.config.d_model],
+                PRESENT_KEY: buffer, PRESENT_VALUE: buffer}
+
+    def to_json(self) -> str:
+        sig = self.signature()
+        dtype = {PAST_TOKENS: "int32"}
+        inputs, outputs = (INPUT_NAME, PAST_KEY, PAST_VALUE, PAST_TOKENS), (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)
+        return json.dumps({
+            "inputs": [{"name": n, "dtype": dtype.get(n, DTYPE), "shape": sig[n]} for n in inputs],
+            "outputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in outputs],
+            "limits": {"batch_min": 1, "new_tokens_min": 1, "past_tokens_min": 0,
+                       "past_plus_new_max": self.config.context_length,
+                       "new_tokens_after_a_past_needs_batch": 1},
+            "in_place": "bind present_key/present_value to the past_key/past_value buffers",
+        }, sort_keys=True)
+
+
 def check_input(x: Any, config: MHAConfig, *, past_tokens: int = 0) -> np.ndarray:
     """Return `x` as a C-contiguous float32 array (B, T, d_in), or raise ContractError saying why not.
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -94,7 +94,15 @@ class DecodeSession:
         return context
 
 
-def run_chunked(session: DecodeSession, x: np.ndarray, chunks: list[int]) -> np.ndarray:
+class Stepper(Protocol):
+    """A decode session of either form."""
+
+    def reset(self) -> None: ...
+
+    def step(self, x: Any) -> np.ndarray: ...
+
+
+def run_chunked(session: Stepper, x: np.ndarray, chunks: list[int]) -> np.ndarray:
     """Feed x (B, T, d_in) from an empty cache in the given chunk sizes; return the (B, T, H * d_out) context."""
     if sum(chunks) != x.shape[1]:
         raise ContractError(f"chunks {chunks} add up to {sum(chunks)}, expected the {x.shape[1]} tokens of the input")

@@ -13,7 +13,7 @@ from mha_runtime.config import MHAConfig
 from mha_runtime.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.fields import get, obj, plain_name, shape3
 from mha_runtime.tolerance import Tolerance, compare
-from mha_runtime.variants import DECODE_RUNTIME, ONNX_RUNTIME
+from mha_runtime.variants import DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, ONNX_RUNTIME
 
 GOLDEN_DIR = "golden"
 CASES_NAME = "cases.json"
@@ -213,6 +213,7 @@ def skipped(entry: CaseArtifact, cases: GoldenCases, why: str) -> list[CaseResul
 def check_onnx_artifacts(artifact_dir: Path, *, provider: str = "cpu", threads: int | None = None) -> list[CaseResult]:
     """Every ONNX Runtime artifact that `cases.json` lists, on every case, with its own tolerance."""
     from mha_runtime.decode import DecodeSession, golden_schedule, run_chunked
+    from mha_runtime.decode_inplace import InPlaceDecodeSession
     from mha_runtime.runner import OnnxRunner  # local: keeps `import mha_runtime.golden` light
 
     cases = load_cases(artifact_dir)
@@ -221,8 +222,9 @@ def check_onnx_artifacts(artifact_dir: Path, *, provider: str = "cpu", threads: 
         run: Callable[[np.ndarray], np.ndarray]
         if entry.runtime == ONNX_RUNTIME:
             run = OnnxRunner(artifact_dir, model=entry.file, provider=provider, threads=threads).run
-        elif entry.runtime == DECODE_RUNTIME:  # a prefill of ceil(T/2) tokens, then one token per step
-            session = DecodeSession(artifact_dir, model=entry.file, provider=provider, threads=threads)
+        elif entry.runtime in (DECODE_RUNTIME, DECODE_INPLACE_RUNTIME):  # a prefill of ceil(T/2), then 1 per step
+            kind = DecodeSession if entry.runtime == DECODE_RUNTIME else InPlaceDecodeSession
+            session = kind(artifact_dir, model=entry.file, provider=provider, threads=threads)
             run = lambda x, s=session: run_chunked(s, x, golden_schedule(x.shape[1]))  # noqa: E731
         else:
             continue

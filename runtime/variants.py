@@ -5,16 +5,18 @@ judge each file with its row, and nothing else in the codebase spells a file nam
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mha_runtime.config import MHAConfig
 from mha_runtime.errors import ExportError
 from mha_runtime.tolerance import Tolerance
 
 # Who loads a file: the `runtime` field of cases.json and of the manifest's artifact records.
 ONNX_RUNTIME = "onnxruntime"
 DECODE_RUNTIME = "onnxruntime-decode"
+DECODE_INPLACE_RUNTIME = "onnxruntime-decode-inplace"
 TORCHSCRIPT_RUNTIME = "torchscript"
 EXECUTORCH_RUNTIME = "executorch"
 # ExecuTorch plans memory at the upper bounds: the .pte takes at most this batch (its contract says so).
@@ -64,6 +66,8 @@ class Variant:
     low_precision: bool = False
     # The optional config fields the builder honours; a config using another one is refused before any work.
     carries: frozenset[str] = OPTIONAL_FIELDS
+    # Why a config's shape cannot be built (None: it can); `all` leaves such a variant out with a note.
+    refuses: Callable[[MHAConfig], str | None] | None = None
 
     @property
     def file(self) -> str:
@@ -91,6 +95,9 @@ REGISTRY: tuple[Variant, ...] = (
             _one("mha.contrib.onnx", "contrib"), "mha_export.contrib:build_contrib", tolerances={"cpu": FP32}),
     Variant("blocks", "fused projection + causal query blocks of com.microsoft.MultiHeadAttention",
             _one("mha.blocks.onnx", "blocks"), "mha_export.blocks:build_blocks", tolerances={"cpu": FP32}),
+    Variant("qblocks", "the fastest fp32 form on CPU: causal query blocks of the ONNX Attention op (opset 23)",
+            _one("mha.qblocks.onnx", "qblocks"), "mha_export.qblocks:build_qblocks",
+            tolerances={"cpu": FP32}),  # only the order of sums changes; measured 7.4e-7 at gpt2-small T=1024
     Variant("fp16", "float16 weights and compute, float32 I/O (onnxruntime's float16 converter)",
             _one("mha.fp16.onnx", "fp16"), "mha_export.variants:build_fp16", needs=("fused",), low_precision=True,
             # Measured over the gpt2-small sweep: max abs 9.5e-4, relative L2 3.9e-4; 5e-3 leaves 5x headroom.
@@ -113,6 +120,12 @@ REGISTRY: tuple[Variant, ...] = (
     Variant("decode", "key/value-cache form for token-by-token generation (its own I/O)",
             _one("mha.decode.onnx", "decode", DECODE_RUNTIME), "mha_export.decode:build_decode",
             tolerances={"cpu": FP32}),  # any chunking against the full-sequence output: fp32 arithmetic
+    Variant("decode-inplace", "decode with one preallocated cache of context_length written in place",
+            _one("mha.decode-inplace.onnx", "decode-inplace", DECODE_INPLACE_RUNTIME),
+            "mha_export.decode_inplace:build_decode_inplace",
+            tolerances={"cpu": FP32},  # GroupQueryAttention's fp32 sums; measured 7.4e-7 at gpt2-small T=1024
+            refuses=lambda c: None if c.d_out % 8 == 0 else
+            f"ONNX Runtime's GroupQueryAttention needs d_out % 8 == 0, got d_out={c.d_out}"),
 )
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in REGISTRY}
@@ -163,6 +176,21 @@ def with_needs(variants: Iterable[str]) -> tuple[Variant, ...]:
     return tuple(v for v in REGISTRY if v.name in chosen)
 
 
+def buildable(config: MHAConfig, variants: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
+    """The variants this config's shape allows, and a note for each one left out. `all` (every choice) leaves
+    out what cannot be built; a variant asked for by name is refused before any work."""
+    kept, notes = [], []
+    for name in variants:
+        reason = VARIANTS[name].refuses(config) if VARIANTS[name].refuses is not None else None
+        if reason is None:
+            kept.append(name)
+        elif tuple(variants) == CHOICES:
+            notes.append(f"variant {name!r} left out: {reason}")
+        else:
+            raise ExportError(f"variant {name!r} cannot be built for this config: {reason}")
+    return tuple(kept), notes
+
+
 def check_carries(used: Iterable[str], variants: Iterable[str]) -> None:
     """Refuse, before any work, a variant that cannot carry an optional config field the model uses."""
     for variant in with_needs(variants):
@@ -188,5 +216,6 @@ def spec_for(file: str) -> ArtifactSpec:
 
 ONNX, TORCHSCRIPT = VARIANTS["onnx"].artifacts[0], VARIANTS["torchscript"].artifacts[0]
 DECODE = VARIANTS["decode"].artifacts[0]
+DECODE_INPLACE = VARIANTS["decode-inplace"].artifacts[0]
 PTE = VARIANTS["pte"].artifacts[0]
 LOW_PRECISION_KINDS = frozenset(v.name for v in REGISTRY if v.low_precision)

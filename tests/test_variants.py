@@ -66,6 +66,33 @@ def test_blocks_form_equals_the_wrapper(config: MHAConfig, blocks: int) -> None:
 _CACHE: dict[tuple[Path, str], object] = {}
 
 
+@pytest.mark.parametrize("config", [
+    MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6),
+    MHAConfig(d_in=64, d_out=16, num_heads=4, context_length=48, qkv_bias=True, out_proj=True),
+], ids=["seed", "mid-bias-proj"])
+@pytest.mark.parametrize("blocks,dense_below", [(2, 2), (3, 3), (8, 8), (8, 256)],
+                         ids=["2-blocks", "3-blocks", "8-blocks", "8-blocks-dense-below-256"])
+def test_qblocks_form_equals_the_wrapper(config: MHAConfig, blocks: int, dense_below: int) -> None:
+    """Both branches of the If: the query blocks (at every length from `blocks` on) and the dense Attention."""
+    import onnxruntime as ort
+
+    from mha_export.qblocks import qblocks_model
+
+    torch.manual_seed(7)
+    wrapper = build_wrapper(config).eval()
+    model = qblocks_model(wrapper, config, blocks=blocks, dense_below=dense_below)
+    (branching,) = [n for n in model.graph.node if n.op_type == "If"]
+    then_branch = next(a.g for a in branching.attribute if a.name == "then_branch")
+    assert [n.op_type for n in then_branch.node].count("Attention") == blocks
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for tokens in range(1, config.context_length + 1):
+        x = torch.randn(2, tokens, config.d_in)
+        with torch.no_grad():
+            want = wrapper(x).numpy()
+        (got,) = session.run(None, {"x": x.numpy()})
+        assert np.abs(got - want).max() <= 1e-6, tokens
+
+
 def _parity(folder: Path, file: str, tokens_list: list[int]) -> None:
     """One artifact against the eager model at batch 1 and 2 and every token count given."""
     if (folder, "") not in _CACHE:
