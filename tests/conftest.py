@@ -29,3 +29,9 @@ def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def seed_copy(seed_dir: Path, tmp_path: Path) -> Path:
     """A private copy of the seed artifacts that a test may damage."""
     return Path(shutil.copytree(seed_dir, tmp_path / "seed"))
+
+
+@pytest.fixture
+def mid_copy(mid_dir: Path, tmp_path: Path) -> Path:
+    """A private copy of the mid artifacts (d_out 16: it has mha.decode-inplace.onnx) that a test may damage."""
+    return Path(shutil.copytree(mid_dir, tmp_path / "mid"))

@@ -335,8 +335,8 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
                           {"*": "mha.onnx: sha256 "}),
     "pt-flipped-byte": (lambda f: _flip_pt_byte(f / "mha.pt"), ["cpp"], {"*": "mha.pt: sha256 "}),
     "fused-copied-over-plain": (lambda f: shutil.copyfile(f / "mha.fused.onnx", f / "mha.onnx"), ONNX_RUNNERS,
-                                {"*": "mha.onnx: expected 20405 bytes (manifest), found 29381"}),
-    "fused-copied-over-plain-resized": (lambda f: _edit_manifest_text(f, '"size": 20405', '"size": 29381')
+                                {"*": "mha.onnx: expected 20444 bytes (manifest), found 29417"}),
+    "fused-copied-over-plain-resized": (lambda f: _edit_manifest_text(f, '"size": 20444', '"size": 29417')
                                         or shutil.copyfile(f / "mha.fused.onnx", f / "mha.onnx"), ONNX_RUNNERS,
                                         {"*": "mha.onnx: sha256 "}),
     "model-output-too-narrow": (lambda f: _narrow_model(f / "mha.onnx"), ONNX_RUNNERS,
@@ -358,7 +358,7 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
                               "node": "expected 'd_in' an integer from 1 to 16777216, got null"}),
     "manifest-long-number": (lambda f: _edit_manifest_text(f, '"d_in": 3', '"d_in": 3.' + "0" * 100),
                              ["c", "c-asan", "cpp"], {"*": "expected a number of at most 64 characters, got 102"}),
-    "manifest-negative-size": (lambda f: _edit_manifest_text(f, '"size": 20405', '"size": -20405'), RUNNERS,
+    "manifest-negative-size": (lambda f: _edit_manifest_text(f, '"size": 20444', '"size": -20444'), RUNNERS,
                                {"*": "files.mha.onnx: expected 'size' an integer"}),
     "manifest-format-1": (lambda f: _edit_manifest_text(f, '"format": 2', '"format": 1'), RUNNERS,
                           {"*": "expected manifest format 2, got"}),
@@ -398,7 +398,7 @@ def test_hostile_schedule_no_longer_crashes_the_c_runner(seed_copy: Path) -> Non
         _no_crash(result)
         fails = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
         assert result.returncode == 1 and len(fails) == 1 and "mha.decode.onnx" in fails[0], result.stdout
-        assert result.stdout.strip().endswith("29 passed, 1 failed")
+        assert result.stdout.strip().endswith("32 passed, 1 failed")
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -476,6 +476,67 @@ def test_golden_output_over_rel_l2_only_fails_torchscript(seed_copy: Path) -> No
     out = _refused("cpp", seed_copy, "rel_l2<=1e-07")
     assert _line_of(out, "mha.pt", "b1_t6").startswith("FAIL") and "max_abs=" in _line_of(out, "mha.pt", "b1_t6")
     assert _line_of(out, "mha.pt", "b2_t3").startswith("ok"), out
+
+
+# --- the in-place decode form (mha.decode-inplace.onnx), on the mid config (seed's d_out 2 cannot build it) ---------
+
+INPLACE = "mha.decode-inplace.onnx"
+ONNX_TSV_RUNTIMES = ("onnxruntime", "onnxruntime-decode", "onnxruntime-decode-inplace")  # what C and Node run
+GQA_CHUNK = [12, 2] + [1] * 10  # b2_t24: a chunk of 2 tokens after a past of 12, at batch 2
+GQA_MESSAGE = ("schedule 12,2,1,1,1,1,1,1,1,1,1,1: a chunk of 2 tokens after a past of 12 needs batch 1 "
+               "(ONNX Runtime's GroupQueryAttention), got batch 2: feed single tokens")
+
+
+def _onnx_cases(folder: Path) -> tuple[int, list[str]]:
+    """(lines of cases.tsv the C and Node runners run, the case names of the in-place form)."""
+    rows = [line.split("\t") for line in (folder / "golden" / "cases.tsv").read_text().splitlines()
+            if not line.startswith("#")]
+    return sum(row[2] in ONNX_TSV_RUNTIMES for row in rows), [row[6] for row in rows if row[0] == INPLACE]
+
+
+@pytest.mark.parametrize("runner", ONNX_RUNNERS)
+def test_golden_cases_pass_with_the_inplace_decode_form(runner: str, mid_dir: Path) -> None:
+    count, inplace = _onnx_cases(mid_dir)
+    assert inplace == ["b1_t1", "b2_t24", "b1_t48"]  # the mid export has the variant, with a row per case
+    result = _run(runner, mid_dir)
+    out = _no_crash(result)
+    assert result.returncode == 0, out
+    for case in inplace:
+        assert _line_of(out, INPLACE, case).startswith("ok   "), out
+    assert result.stdout.strip().splitlines()[-1] == f"{count} passed, 0 failed"
+
+
+@pytest.mark.parametrize("runner", ONNX_RUNNERS)
+def test_inplace_chunk_after_a_past_at_batch_2_is_refused_before_running(runner: str, mid_copy: Path) -> None:
+    """GroupQueryAttention takes a chunk of more than one token after a past only at batch 1: that schedule line
+    is its case's one FAIL line (validated before the run); the plain decode form runs the same schedule fine."""
+    count, _ = _onnx_cases(mid_copy)
+    _edit_case(mid_copy, "b2_t24", schedule=GQA_CHUNK)  # every decode artifact's schedule for that case
+    out = _refused(runner, mid_copy, GQA_MESSAGE)
+    fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert fails == [_line_of(out, INPLACE, "b2_t24")] and fails[0].endswith(GQA_MESSAGE), out
+    assert _line_of(out, "mha.decode.onnx", "b2_t24").startswith("ok   "), out
+    assert _line_of(out, INPLACE, "b1_t48").startswith("ok   "), out  # batch 1: chunks after a past are fine
+    assert out.strip().splitlines()[-1] == f"{count - 1} passed, 1 failed"
+
+
+@pytest.mark.parametrize("runner", ONNX_RUNNERS)
+def test_inplace_golden_output_just_over_atol_fails_that_case(runner: str, mid_copy: Path) -> None:
+    """One value of b2_t24's last token (a single-token step after the prefill, batch row 2) moved by 1.5x its
+    bound: the in-place form's b2_t24 FAILs, its other cases and the same value under fp16's atol stay ok."""
+    def nudge(y: np.ndarray) -> np.ndarray:
+        y = y.copy()
+        y[-1] += np.float32(1.5e-5 * (1 + abs(y[-1])))
+        return y
+
+    _edit_floats(mid_copy, "b2_t24.context.bin", nudge)
+    out = _refused(runner, mid_copy, "atol=")
+    line = _line_of(out, INPLACE, "b2_t24")
+    assert line.startswith("FAIL") and "atol=" in line, out
+    max_abs = float(re.search(r"max_abs=(\S+)", line)[1])
+    assert 1.0e-5 < max_abs < 1e-4, line  # a near miss, not a broken run
+    assert _line_of(out, INPLACE, "b1_t1").startswith("ok   ") and _line_of(out, INPLACE, "b1_t48").startswith("ok   ")
+    assert _line_of(out, "mha.fp16.onnx", "b2_t24").startswith("ok   "), out
 
 
 # --- `run`: one input, one output file ---------------------------------------------------------------------------

@@ -35,7 +35,8 @@ OUT = REPO / "artifacts" / "web"
 CHROMIUM = Path("/usr/bin/chromium")
 PRESETS = ["seed", pytest.param("gpt2-small", marks=pytest.mark.slow)]
 FIXTURE = {"seed": "seed_dir", "gpt2-small": "gpt2_dir"}
-WEB_RUNTIMES = ("onnxruntime", "onnxruntime-decode")
+WEB_RUNTIMES = ("onnxruntime", "onnxruntime-decode", "onnxruntime-decode-inplace")
+INPLACE = "mha.decode-inplace.onnx"
 
 
 def _built() -> None:
@@ -140,6 +141,54 @@ def test_wasm_check_lists_an_unloadable_artifact_and_counts_it_neither_way(seed_
     doc = json.loads((tmp_path / "out.json").read_text())
     assert [a["file"] for a in doc["not_loadable"]] == [bogus]
     assert parse_json(tmp_path / "out.json").by_file[bogus].not_loadable
+
+
+def _case_line(out: str, file: str, case: str) -> str:
+    lines = [line for line in out.splitlines() if line.split()[1:3] == [file, case]]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+def test_wasm_check_runs_the_inplace_decode_form(mid_dir: Path, tmp_path: Path) -> None:
+    """mid (d_out 16) has mha.decode-inplace.onnx: GroupQueryAttention loads in the wasm build and every case passes."""
+    result = _check(mid_dir, "--repeats", "1", "--json", str(tmp_path / "mid.json"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    for case in ("b1_t1", "b2_t24", "b1_t48"):
+        assert _case_line(result.stdout, INPLACE, case).startswith("ok   "), result.stdout
+    assert result.stdout.strip().splitlines()[-1] == f"{_expected_cases(mid_dir)} passed, 0 failed"
+    doc = json.loads((tmp_path / "mid.json").read_text())
+    inplace = next(a for a in doc["artifacts"] if a["file"] == INPLACE)
+    assert (inplace["runtime"], inplace["loaded"], inplace["passed"], inplace["failed"]) == \
+        ("onnxruntime-decode-inplace", True, 3, 0)
+
+
+def test_wasm_check_refuses_an_inplace_chunk_after_a_past_at_batch_2(mid_copy: Path) -> None:
+    doc = json.loads((mid_copy / "golden" / "cases.json").read_text())
+    for entry in doc["artifacts"]:
+        if "schedules" in entry:
+            entry["schedules"]["b2_t24"] = [12, 2] + [1] * 10
+    (mid_copy / "golden" / "cases.json").write_text(json.dumps(doc))
+    result = _check(mid_copy, "--repeats", "1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    fails = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert fails == [_case_line(result.stdout, INPLACE, "b2_t24")], result.stdout
+    assert fails[0].endswith("schedule 12,2,1,1,1,1,1,1,1,1,1,1: a chunk of 2 tokens after a past of 12 needs batch 1 "
+                             "(ONNX Runtime's GroupQueryAttention), got batch 2: feed single tokens")
+    assert _case_line(result.stdout, "mha.decode.onnx", "b2_t24").startswith("ok   ")  # the plain form runs it
+    assert result.stdout.strip().splitlines()[-1] == f"{_expected_cases(mid_copy) - 1} passed, 1 failed"
+
+
+def test_wasm_check_fails_a_near_miss_on_an_inplace_output(mid_copy: Path) -> None:
+    path = mid_copy / "golden" / "b2_t24.context.bin"
+    y = np.fromfile(path, "<f4")
+    y[-1] += np.float32(1.5e-5 * (1 + abs(y[-1])))  # the last single-token step of batch row 2: 1.5x its bound
+    path.write_bytes(y.astype("<f4").tobytes())
+    result = _check(mid_copy, "--repeats", "1")
+    assert result.returncode == 1
+    line = _case_line(result.stdout, INPLACE, "b2_t24")
+    assert line.startswith("FAIL") and 1e-5 < float(re.search(r"max_abs=(\S+)", line)[1]) < 1e-4, line
+    assert _case_line(result.stdout, INPLACE, "b1_t48").startswith("ok   ")
+    assert _case_line(result.stdout, "mha.fp16.onnx", "b2_t24").startswith("ok   ")  # inside fp16's atol
 
 
 @pytest.mark.parametrize("args,code,message", [
@@ -250,6 +299,17 @@ def test_browser_page_passes_every_case(preset: str, request: pytest.FixtureRequ
         assert np.array_equal(np.round(doc["book_row"], 4), np.round(EXPECTED[0].double().numpy(), 4))
     else:
         assert "book_row" not in doc
+
+
+def test_browser_page_runs_the_inplace_decode_form(mid_dir: Path, tmp_path: Path) -> None:
+    with _served(_site(tmp_path, {"mid": mid_dir}), tmp_path / "http.log") as base:
+        code, doc, err = _drive(f"{base}/runtime/native/web/index.html?artifact=artifacts/mid&repeats=1",
+                                tmp_path / "shot.png", tmp_path / "result.json", timeout=300)
+    assert code == 0, err + json.dumps(doc.get("log"))
+    assert (doc["passed"], doc["failed"], doc["not_loadable"]) == (_expected_cases(mid_dir), 0, [])
+    inplace = next(a for a in doc["artifacts"] if a["file"] == INPLACE)
+    assert inplace["loaded"] and [c["name"] for c in inplace["cases"] if c["ok"]] == ["b1_t1", "b2_t24", "b1_t48"]
+    assert doc["log"] == []
 
 
 def test_browser_page_checks_the_sha256(seed_copy: Path, tmp_path: Path) -> None:

@@ -12,6 +12,10 @@
  * is none. Every failure is one line; the output file is written under a unique temporary name and
  * renamed into place, so concurrent runs never see each other's half-written files.
  *
+ * `check` runs the onnxruntime, onnxruntime-decode and onnxruntime-decode-inplace lines of cases.tsv; the
+ * in-place form's key/value cache is one buffer per tensor, bound through the IoBinding API as both past and
+ * present, so ONNX Runtime writes each chunk's rows into it.
+ *
  * Built against the headers of Debian's libonnxruntime-dev and the libonnxruntime.so.1 of the
  * onnxruntime Python wheel; the C API is backward compatible, so older headers work with it.
  */
@@ -195,6 +199,109 @@ static int run_decode(OrtSession *s, const MhaConfig *c, const float *x, long lo
     return bad;
 }
 
+/* The in-place form (mha.decode-inplace.onnx): one key and one value buffer of (B, H, context_length, d_out),
+ * zeroed, bound through IO binding as both past_key/past_value and present_key/present_value, so ONNX Runtime
+ * writes each chunk's new rows into them; past_tokens (int32, B) says how many rows hold a past. Each chunk's
+ * x and context are bound over two buffers sized for the longest chunk. */
+static int run_decode_inplace(OrtSession *s, const MhaConfig *c, const float *x, long long B, long long T,
+                              const long long *schedule, size_t chunks, float *out, char *why, size_t n) {
+    long long H = c->num_heads, d = c->d_out, D = H * d, C = c->context_length, past = 0, longest = 0;
+    for (size_t i = 0; i < chunks; i++) longest = schedule[i] > longest ? schedule[i] : longest;
+    size_t cache;
+    if (__builtin_mul_overflow((size_t)B, (size_t)(H * d), &cache) || __builtin_mul_overflow(cache, (size_t)C, &cache) ||
+        cache > SIZE_MAX / sizeof(float)) {
+        snprintf(why, n, "expected a key/value cache of batch * num_heads * context_length * d_out float32 values that "
+                 "fits in memory, got batch=%lld", B);
+        return 1;
+    }
+    float *key = calloc(cache, sizeof(float)), *value = calloc(cache, sizeof(float));
+    float *chunk = malloc((size_t)(B * (longest ? longest : 1) * c->d_in) * sizeof(float));
+    float *ctx = malloc((size_t)(B * (longest ? longest : 1) * D) * sizeof(float));
+    int32_t *past_tokens = malloc((size_t)B * sizeof(int32_t));
+    OrtIoBinding *bind = NULL;
+    OrtValue *kv = NULL, *vv = NULL, *pv = NULL, *xv = NULL, *cv = NULL, **bound = NULL;
+    OrtAllocator *alloc = NULL;
+    size_t nbound = 0;
+    int64_t cache_shape[4] = {B, H, C, d}, tokens_shape[1] = {B};
+    int bad = 0;
+    if (!key || !value || !chunk || !ctx || !past_tokens) { snprintf(why, n, "out of memory"); bad = 1; }
+    if (!bad) {
+        bad = !(kv = tensor(key, cache_shape, 4, why, n)) || !(vv = tensor(value, cache_shape, 4, why, n)) ||
+              failed(ort->CreateTensorWithDataAsOrtValue(cpu, past_tokens, (size_t)B * sizeof(int32_t), tokens_shape,
+                                                         1, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, &pv),
+                     "past_tokens tensor", why, n) ||
+              failed(ort->GetAllocatorWithDefaultOptions(&alloc), "allocator", why, n) ||
+              failed(ort->CreateIoBinding(s, &bind), "IO binding", why, n) ||
+              failed(ort->BindInput(bind, "past_key", kv), "bind past_key", why, n) ||
+              failed(ort->BindInput(bind, "past_value", vv), "bind past_value", why, n) ||
+              failed(ort->BindInput(bind, "past_tokens", pv), "bind past_tokens", why, n);
+    }
+    for (size_t i = 0; !bad && i < chunks; i++) {
+        long long len = schedule[i];
+        /* mha_case_parse refuses such schedules; never trust a caller */
+        if (len < 1 || past + len > T || T > C) {
+            snprintf(why, n, "schedule: chunk %lld at token %lld passes tokens=%lld", len, past, T);
+            bad = 1;
+            break;
+        }
+        if (past > 0 && len > 1 && B > 1) {
+            snprintf(why, n, "schedule: a chunk of %lld tokens after a past of %lld needs batch 1 (ONNX Runtime's "
+                     "GroupQueryAttention), got batch %lld: feed single tokens", len, past, B);
+            bad = 1;
+            break;
+        }
+        for (long long b = 0; b < B; b++) {  /* x[:, past:past+len] as its own contiguous block */
+            memcpy(chunk + b * len * c->d_in, x + (b * T + past) * c->d_in, (size_t)(len * c->d_in) * sizeof(float));
+            past_tokens[b] = (int32_t)past;
+        }
+        int64_t xs[3] = {B, len, c->d_in}, ctx_shape[3] = {B, len, D};
+        bad = !(xv = tensor(chunk, xs, 3, why, n)) || !(cv = tensor(ctx, ctx_shape, 3, why, n)) ||
+              failed(ort->BindInput(bind, "x", xv), "bind x", why, n) ||
+              (ort->ClearBoundOutputs(bind), 0) ||  /* bound in this order, read back in this order */
+              failed(ort->BindOutput(bind, "context", cv), "bind context", why, n) ||
+              failed(ort->BindOutput(bind, "present_key", kv), "bind present_key", why, n) ||  /* = past_key */
+              failed(ort->BindOutput(bind, "present_value", vv), "bind present_value", why, n) ||
+              failed(ort->RunWithBinding(s, NULL, bind), "ONNX Runtime run", why, n) ||
+              failed(ort->GetBoundOutputValues(bind, alloc, &bound, &nbound), "bound outputs", why, n);
+        if (!bad && nbound != 3) {
+            snprintf(why, n, "expected 3 bound outputs (context, present_key, present_value), got %zu", nbound);
+            bad = 1;
+        }
+        /* the outputs in binding order: context, present_key, present_value; checked, then read in place */
+        float *got = bad ? NULL : output_data(bound[0], "context", ctx_shape, 3, why, n);
+        float *pk = got ? output_data(bound[1], "present_key", cache_shape, 4, why, n) : NULL;
+        float *pvv = pk ? output_data(bound[2], "present_value", cache_shape, 4, why, n) : NULL;
+        if (!bad && !pvv) bad = 1;
+        if (!bad && (got != ctx || pk != key || pvv != value)) {
+            snprintf(why, n, "IO binding: expected ONNX Runtime to write into the bound buffers, it returned others");
+            bad = 1;
+        }
+        if (!bad) {
+            for (long long b = 0; b < B; b++)
+                memcpy(out + (b * T + past) * D, ctx + b * len * D, (size_t)(len * D) * sizeof(float));
+            past += len;
+        }
+        for (size_t j = 0; bound && j < nbound; j++) ort->ReleaseValue(bound[j]);
+        if (bound) alloc->Free(alloc, bound);
+        bound = NULL;
+        nbound = 0;
+        if (xv) ort->ReleaseValue(xv);
+        if (cv) ort->ReleaseValue(cv);
+        xv = cv = NULL;
+    }
+    if (bind) ort->ReleaseIoBinding(bind);
+    if (kv) ort->ReleaseValue(kv);
+    if (vv) ort->ReleaseValue(vv);
+    if (pv) ort->ReleaseValue(pv);
+    free(key);
+    free(value);
+    free(chunk);
+    free(ctx);
+    free(past_tokens);
+    if (!bad && past != T) { snprintf(why, n, "schedule adds up to %lld, expected tokens=%lld", past, T); bad = 1; }
+    return bad;
+}
+
 /* golden/NAME read against the manifest, as count finite float32 values. */
 static float *golden_floats(const MhaManifest *m, const char *dir, const char *name, size_t count, char *why,
                             size_t n) {
@@ -244,7 +351,10 @@ static int check_case(const char *dir, const MhaManifest *m, Loaded *l, const Mh
     if (!why[0] && !(got = calloc(c->output_count ? c->output_count : 1, sizeof(float))))
         snprintf(why, sizeof why, "out of memory for %zu values", c->output_count);
     if (!why[0]) {
-        if (c->schedule) run_decode(l->session, &l->cfg, x, c->batch, c->tokens, c->schedule, c->chunks, got, why, sizeof why);
+        if (c->schedule && c->inplace)
+            run_decode_inplace(l->session, &l->cfg, x, c->batch, c->tokens, c->schedule, c->chunks, got, why, sizeof why);
+        else if (c->schedule)
+            run_decode(l->session, &l->cfg, x, c->batch, c->tokens, c->schedule, c->chunks, got, why, sizeof why);
         else run_plain(l->session, &l->cfg, x, c->batch, c->tokens, got, why, sizeof why);
     }
     if (!why[0]) r = mha_compare(got, want, c->output_count, c->atol, c->rtol, c->has_rel_l2, c->rel_l2);
@@ -261,6 +371,12 @@ static int check_case(const char *dir, const MhaManifest *m, Loaded *l, const Mh
     free(want);
     free(got);
     return !why[0] && r.ok;
+}
+
+/* The runtimes of cases.tsv this runner runs (TorchScript lines are the C++ runner's). */
+static int ours(const char *runtime) {
+    return strcmp(runtime, MHA_ONNX_RUNTIME) == 0 || strcmp(runtime, MHA_DECODE_RUNTIME) == 0 ||
+           strcmp(runtime, MHA_DECODE_INPLACE_RUNTIME) == 0;
 }
 
 static int check_dir(const char *dir) {
@@ -303,14 +419,14 @@ static int check_dir(const char *dir) {
             if (!c.split) {
                 printf("FAIL %s line %ld: %s\n", path, number, err);
                 failures++;
-            } else if (strcmp(c.runtime, "onnxruntime") == 0 || strcmp(c.runtime, MHA_DECODE_RUNTIME) == 0) {
+            } else if (ours(c.runtime)) {
                 printf("FAIL %-20s %-10s %s\n", c.file, c.name, err);
                 failures++;
             }  /* else another runner's line (TorchScript: the C++ runner's) */
             mha_case_free(&c);
             continue;
         }
-        if (strcmp(c.runtime, "onnxruntime") == 0 || strcmp(c.runtime, MHA_DECODE_RUNTIME) == 0)
+        if (ours(c.runtime))
             check_case(dir, &m, &loaded, &c) ? passed++ : failures++;
         mha_case_free(&c);
     }

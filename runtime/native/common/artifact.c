@@ -436,7 +436,8 @@ int mha_case_parse(char *line, const MhaConfig *cfg, MhaCase *c, char *err, size
     }
     c->input_count = in_count;
     c->output_count = out_count;
-    int decode = strcmp(c->runtime, MHA_DECODE_RUNTIME) == 0;
+    c->inplace = strcmp(c->runtime, MHA_DECODE_INPLACE_RUNTIME) == 0;
+    int decode = c->inplace || strcmp(c->runtime, MHA_DECODE_RUNTIME) == 0;
     if (!decode) {
         if (strcmp(field[13], "-") != 0) {
             snprintf(err, n, "schedule: expected '-' for runtime %s, got '%.30s'", c->runtime, field[13]);
@@ -444,7 +445,17 @@ int mha_case_parse(char *line, const MhaConfig *cfg, MhaCase *c, char *err, size
         }
         return MHA_OK;
     }
-    return parse_schedule(field[13], c, err, n);
+    char shown[48];  /* parse_schedule cuts the field at its commas */
+    snprintf(shown, sizeof shown, "%.40s%s", field[13], strlen(field[13]) > 40 ? "..." : "");
+    if (parse_schedule(field[13], c, err, n)) return MHA_ERROR;
+    long long past = c->schedule[0];
+    for (size_t i = 1; c->inplace && c->batch > 1 && i < c->chunks; past += c->schedule[i++])
+        if (c->schedule[i] > 1) {
+            snprintf(err, n, "schedule %s: a chunk of %lld tokens after a past of %lld needs batch 1 (ONNX Runtime's "
+                     "GroupQueryAttention), got batch %lld: feed single tokens", shown, c->schedule[i], past, c->batch);
+            return MHA_ERROR;
+        }
+    return MHA_OK;
 }
 
 void mha_case_free(MhaCase *c) {

@@ -60,13 +60,19 @@ typedef struct {
     int has_rel_l2;
     long long batch, tokens, d_in, width;
     size_t input_count, output_count;  /* batch * tokens * d_in, batch * tokens * width */
-    long long *schedule;               /* onnxruntime-decode: chunks adding up to tokens */
+    long long *schedule;               /* the decode runtimes: chunks adding up to tokens */
     size_t chunks;
+    int inplace;                       /* onnxruntime-decode-inplace: one cache buffer, bound as past and present */
 } MhaCase;
 
+#define MHA_ONNX_RUNTIME "onnxruntime"
 #define MHA_DECODE_RUNTIME "onnxruntime-decode"
+/* The in-place form (GroupQueryAttention): a chunk of more than one token after a past only at batch 1, so a
+ * schedule with one at batch > 1 is refused by mha_case_parse. */
+#define MHA_DECODE_INPLACE_RUNTIME "onnxruntime-decode-inplace"
 
-/* line: one NUL-terminated line without its newline (modified in place). */
+/* line: one NUL-terminated line without its newline (modified in place). The decode runtimes need a schedule
+ * of chunks (1..tokens each) that add up to tokens; every other runtime '-'. */
 int mha_case_parse(char *line, const MhaConfig *cfg, MhaCase *c, char *err, size_t n);
 void mha_case_free(MhaCase *c);
 

@@ -3,6 +3,7 @@
 // The contract (d_in, context_length, heads) comes from the folder's manifest.json (checked field by field),
 // and every file used (model, cases.json, golden .bin) is checked against the manifest's size and sha256
 // before use; golden cases and decode schedules are validated against the config before any buffer is sized.
+// check() runs the cases.json artifacts of the runtimes onnxruntime, onnxruntime-decode and onnxruntime-decode-inplace.
 const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
@@ -12,6 +13,9 @@ class ContractError extends Error {}
 class ArtifactError extends Error {}
 
 const MANIFEST_FORMAT = 2;
+const ONNX_RUNTIME = 'onnxruntime', DECODE_RUNTIME = 'onnxruntime-decode';
+const DECODE_INPLACE_RUNTIME = 'onnxruntime-decode-inplace';
+const RUNTIMES = [ONNX_RUNTIME, DECODE_RUNTIME, DECODE_INPLACE_RUNTIME];  // the cases.json runtimes check() runs
 const MAX_DIM = 2 ** 24;  // any one of d_in, d_out, num_heads, context_length (as the C runner)
 const CONFIG_KEYS = ['d_in', 'd_out', 'num_heads', 'context_length'];
 
@@ -175,9 +179,98 @@ class DecodeSession {
   }
 }
 
+// The in-place decode form (mha.decode-inplace.onnx): one key and one value buffer of [batch, heads,
+// context_length, d_out], zeroed, fed as past_key/past_value and passed to the same run as the preallocated
+// present_key/present_value outputs (run(feeds, fetches)): onnxruntime-node writes its outputs into the tensors it
+// is given, over their own memory, so GroupQueryAttention sees one buffer and writes only the new rows into it.
+// past_tokens ([batch] int32) says how many rows hold a past; rows after it are never read. onnxruntime-node also
+// returns copies of the outputs: step() checks that the context and the new cache rows landed in its buffers.
+// A chunk of more than one token after a past only at batch 1 (ONNX Runtime's GroupQueryAttention).
+const INPLACE_INPUTS = ['x', 'past_key', 'past_value', 'past_tokens'];
+
+class InPlaceDecodeSession {
+  static async create(artifact, { model = 'mha.decode-inplace.onnx' } = {}) {
+    const d = new InPlaceDecodeSession();
+    Object.assign(d, await openSession(artifact, model));
+    if (JSON.stringify(d.session.inputNames) !== JSON.stringify(INPLACE_INPUTS)) {
+      throw new ContractError(`${d.file}: expected the in-place decode form with inputs ${JSON.stringify(INPLACE_INPUTS)}, `
+        + `got ${JSON.stringify(d.session.inputNames)}`);
+    }
+    d.batch = 0;
+    d.pastTokens = 0;
+    return d;
+  }
+
+  // Forget every past token (the buffers stay allocated).
+  reset() { this.pastTokens = 0; }
+
+  allocate(batch) {
+    const { num_heads: h, context_length: ctx, d_out: d } = this.config;
+    const dims = [batch, h, ctx, d];
+    this.key = new ort.Tensor('float32', new Float32Array(batch * h * ctx * d), dims);
+    this.value = new ort.Tensor('float32', new Float32Array(batch * h * ctx * d), dims);
+    this.batch = batch;
+  }
+
+  // Feed new tokens; past_tokens moves on only when the step succeeds.
+  async step(data, dims) {
+    checkInput(data, dims, this.config, this.pastTokens);
+    const [batch, tokens] = dims;
+    if (this.pastTokens && batch !== this.batch) {
+      throw new ContractError(`input 'x': expected batch ${this.batch} (the cache's), got ${batch}; call reset() to start a new sequence`);
+    }
+    if (this.pastTokens && tokens > 1 && batch > 1) {
+      throw new ContractError(`input 'x': a chunk of ${tokens} tokens after a past of ${this.pastTokens} needs batch 1 `
+        + `(ONNX Runtime's GroupQueryAttention), got batch ${batch}: feed single tokens`);
+    }
+    if (batch !== this.batch) this.allocate(batch);
+    const { num_heads: h, context_length: ctx, d_out: d } = this.config;
+    const width = h * d;
+    const context = new ort.Tensor('float32', new Float32Array(batch * tokens * width), [batch, tokens, width]);
+    const out = await this.session.run({
+      x: new ort.Tensor('float32', data, dims), past_key: this.key, past_value: this.value,
+      past_tokens: new ort.Tensor('int32', new Int32Array(batch).fill(this.pastTokens), [batch]),
+    }, { context, present_key: this.key, present_value: this.value });
+    const same = (a, b) => a.length === b.length && a.every((v, i) => Object.is(v, b[i]));
+    let written = same(out.context.data, context.data);
+    for (const [name, buffer] of [['present_key', this.key], ['present_value', this.value]]) {
+      for (let row = 0; written && row < batch * h; row++) {  // the new rows [pastTokens, pastTokens + tokens)
+        const from = (row * ctx + this.pastTokens) * d, to = from + tokens * d;
+        written = same(out[name].data.subarray(from, to), buffer.data.subarray(from, to));
+      }
+    }
+    if (!written) {
+      throw new ArtifactError(`${this.file}: expected onnxruntime-node to write its outputs into the preallocated tensors, `
+        + 'it wrote elsewhere');
+    }
+    this.pastTokens += tokens;
+    return { data: context.data, dims: context.dims };
+  }
+}
+
+// A decode schedule of chunks against the case's tokens (and, for the in-place form, its batch).
+function checkSchedule(schedule, b, t, inplace) {
+  const shown = Array.isArray(schedule) ? schedule.join(',') : JSON.stringify(schedule);
+  if (!Array.isArray(schedule) || schedule.length < 1) throw new ContractError(`schedule ${shown}: expected a list of chunks`);
+  if (schedule.length > t) throw new ContractError(`schedule ${shown}: expected at most tokens=${t} chunks, got ${schedule.length}`);
+  for (const n of schedule) {
+    if (!Number.isInteger(n) || n < 1 || n > t) throw new ContractError(`schedule ${shown}: expected chunks of 1 to tokens=${t} tokens, got '${n}'`);
+  }
+  const total = schedule.reduce((p, q) => p + q, 0);
+  if (total !== t) throw new ContractError(`schedule ${shown} adds up to ${total}, expected tokens=${t}`);
+  let past = schedule[0];
+  for (const n of schedule.slice(1)) {
+    if (inplace && b > 1 && n > 1) {
+      throw new ContractError(`schedule ${shown}: a chunk of ${n} tokens after a past of ${past} needs batch 1 `
+        + `(ONNX Runtime's GroupQueryAttention), got batch ${b}: feed single tokens`);
+    }
+    past += n;
+  }
+}
+
 // A golden case against the manifest's config, before any buffer is sized from it: the same checks and
 // words as the C and C++ runners (runtime/native/common/artifact.c).
-function checkCase(c, config, schedule) {
+function checkCase(c, config, schedule, { inplace = false } = {}) {
   const shape = (v) => Array.isArray(v) && v.length === 3 && v.every((n) => Number.isSafeInteger(n));
   if (!shape(c.input_shape) || !shape(c.output_shape)) {
     throw new ContractError(`expected input_shape and output_shape [batch, tokens, width] of integers, got ${JSON.stringify(c.input_shape)} and ${JSON.stringify(c.output_shape)}`);
@@ -195,15 +288,7 @@ function checkCase(c, config, schedule) {
   if (!Number.isSafeInteger(b * t * dIn) || !Number.isSafeInteger(b * t * width)) {
     throw new ContractError(`expected batch * tokens * width float32 values to fit in memory, got batch=${b} tokens=${t}`);
   }
-  if (schedule === undefined) return;
-  const shown = Array.isArray(schedule) ? schedule.join(',') : JSON.stringify(schedule);
-  if (!Array.isArray(schedule) || schedule.length < 1) throw new ContractError(`schedule ${shown}: expected a list of chunks`);
-  if (schedule.length > t) throw new ContractError(`schedule ${shown}: expected at most tokens=${t} chunks, got ${schedule.length}`);
-  for (const n of schedule) {
-    if (!Number.isInteger(n) || n < 1 || n > t) throw new ContractError(`schedule ${shown}: expected chunks of 1 to tokens=${t} tokens, got '${n}'`);
-  }
-  const total = schedule.reduce((p, q) => p + q, 0);
-  if (total !== t) throw new ContractError(`schedule ${shown} adds up to ${total}, expected tokens=${t}`);
+  if (schedule !== undefined) checkSchedule(schedule, b, t, inplace);
 }
 
 function compare(got, want, tol) {
@@ -254,15 +339,17 @@ async function check(dir, log = console.log) {
   };
   let passed = 0, failed = 0;
   for (const entry of cases.artifacts) {
-    if (!isObject(entry) || (entry.runtime !== 'onnxruntime' && entry.runtime !== 'onnxruntime-decode')) continue;
-    const decode = entry.runtime === 'onnxruntime-decode';
+    if (!isObject(entry) || !RUNTIMES.includes(entry.runtime)) continue;
+    const inplace = entry.runtime === DECODE_INPLACE_RUNTIME;
+    const decode = inplace || entry.runtime === DECODE_RUNTIME;
     const file = String(entry.file);
     let runner = null, error = null;
     try {
       if (!plainName(entry.file)) throw new ArtifactError(`file: expected a file name inside the artifact folder, got ${JSON.stringify(entry.file)}`);
       checkTolerance(entry.tolerance, `${file}: tolerance`);
       if (decode && !isObject(entry.schedules)) throw new ArtifactError(`${file}: expected 'schedules' for the decode runtime`);
-      runner = decode ? await DecodeSession.create(dir, { model: file }) : await MhaRunner.create(dir, { model: file });
+      const kind = inplace ? InPlaceDecodeSession : decode ? DecodeSession : MhaRunner;
+      runner = await kind.create(dir, { model: file });
     } catch (e) {
       error = e.message;
     }
@@ -273,7 +360,7 @@ async function check(dir, log = console.log) {
         if (error) throw new Error(error);
         if (!isObject(c)) throw new ArtifactError(`expected a case object, got ${JSON.stringify(c)}`);
         const schedule = decode ? (Object.hasOwn(entry.schedules, name) ? entry.schedules[name] : null) : undefined;
-        checkCase(c, config, schedule);
+        checkCase(c, config, schedule, { inplace });
         const [b, t, dIn] = c.input_shape;
         const x = goldenFloats(c.input_bin, b * t * dIn);
         const want = goldenFloats(c.output_bin, c.output_shape.reduce((p, q) => p * q, 1));
@@ -316,5 +403,5 @@ async function check(dir, log = console.log) {
 }
 
 module.exports = {
-  MhaRunner, DecodeSession, check, checkInput, checkCase, floats, loadManifest, ContractError, ArtifactError,
+  MhaRunner, DecodeSession, InPlaceDecodeSession, check, checkInput, checkCase, floats, loadManifest, ContractError, ArtifactError,
 };

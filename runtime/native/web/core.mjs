@@ -3,10 +3,13 @@
 //   io.bytes(rel) -> Promise<Uint8Array>, io.json(rel) -> Promise<object>, io.sha256(Uint8Array) -> Promise<hex>,
 //   io.where: the artifact folder, for messages. `rel` is a path inside the artifact folder.
 // Mirrors runtime/native/node/mha.js: the contract comes from manifest.json, every model file is checked against
-// the manifest's sha256 and size before it is loaded, and decode artifacts run each case's schedule of chunks.
+// the manifest's sha256 and size before it is loaded, and decode artifacts run each case's schedule of chunks
+// (validated first, with the words of mha.js and the C runner).
 
 export const ONNX_RUNTIME = 'onnxruntime';
 export const DECODE_RUNTIME = 'onnxruntime-decode';
+export const DECODE_INPLACE_RUNTIME = 'onnxruntime-decode-inplace';
+const DECODE_RUNTIMES = [DECODE_RUNTIME, DECODE_INPLACE_RUNTIME];
 
 // The tutorial's six tokens "Your journey starts with one step" (3-dim embeddings), fed as a batch of two.
 export const BOOK_INPUT = [
@@ -52,6 +55,27 @@ export function checkShape(dims, config, pastTokens = 0) {
   if (tokens < 1 || tokens > maxTokens) {
     const limit = pastTokens ? `context_length - past_tokens = ${maxTokens}` : `context_length=${config.context_length}`;
     throw new ArtifactError(`input 'x': expected 1 <= tokens <= ${limit}, got ${tokens}`);
+  }
+}
+
+// A decode schedule against the case's tokens, before anything runs; the in-place form (GroupQueryAttention) takes
+// a chunk of more than one token after a past only at batch 1.
+export function checkSchedule(schedule, [b, t], inplace) {
+  const shown = Array.isArray(schedule) ? schedule.join(',') : JSON.stringify(schedule);
+  if (!Array.isArray(schedule) || schedule.length < 1) throw new ArtifactError(`schedule ${shown}: expected a list of chunks`);
+  if (schedule.length > t) throw new ArtifactError(`schedule ${shown}: expected at most tokens=${t} chunks, got ${schedule.length}`);
+  for (const n of schedule) {
+    if (!Number.isInteger(n) || n < 1 || n > t) throw new ArtifactError(`schedule ${shown}: expected chunks of 1 to tokens=${t} tokens, got '${n}'`);
+  }
+  const total = schedule.reduce((p, q) => p + q, 0);
+  if (total !== t) throw new ArtifactError(`schedule ${shown} adds up to ${total}, expected tokens=${t}`);
+  let past = schedule[0];
+  for (const n of schedule.slice(1)) {
+    if (inplace && b > 1 && n > 1) {
+      throw new ArtifactError(`schedule ${shown}: a chunk of ${n} tokens after a past of ${past} needs batch 1 `
+        + `(ONNX Runtime's GroupQueryAttention), got batch ${b}: feed single tokens`);
+    }
+    past += n;
   }
 }
 
@@ -118,6 +142,35 @@ async function runDecode(ort, session, x, dims, schedule, config, width) {
   return got;
 }
 
+// The in-place form from zeroed buffers of [b, heads, context_length, d_out] (rows at and after past_tokens are never
+// read). onnxruntime-web's wasm backend copies tensors into and out of its own memory and leaves preallocated
+// output tensors unwritten, so each step's present_key/present_value are fed back as the next step's past.
+async function runDecodeInplace(ort, session, x, dims, schedule, config, width) {
+  const [b, t, dIn] = dims;
+  const { num_heads: h, context_length: ctx, d_out: d } = config;
+  let pastKey = new ort.Tensor('float32', new Float32Array(b * h * ctx * d), [b, h, ctx, d]);
+  let pastValue = new ort.Tensor('float32', new Float32Array(b * h * ctx * d), [b, h, ctx, d]);
+  const got = new Float32Array(b * t * width);
+  let start = 0;
+  for (const n of schedule) {
+    checkShape([b, n, dIn], config, start);
+    const chunk = new Float32Array(b * n * dIn);
+    for (let i = 0; i < b; i++) chunk.set(x.subarray((i * t + start) * dIn, (i * t + start + n) * dIn), i * n * dIn);
+    const out = await session.run({
+      x: new ort.Tensor('float32', chunk, [b, n, dIn]), past_key: pastKey, past_value: pastValue,
+      past_tokens: new ort.Tensor('int32', new Int32Array(b).fill(start), [b]),
+    });
+    pastKey = out.present_key;
+    pastValue = out.present_value;
+    const c = out.context.data;
+    if (c.length !== b * n * width) throw new ArtifactError(`output 'context': expected ${b * n * width} values [${b},${n},${width}], got ${c.length}`);
+    for (let i = 0; i < b; i++) got.set(c.subarray(i * n * width, (i + 1) * n * width), (i * t + start) * width);
+    start += n;
+  }
+  if (start !== t) throw new ArtifactError(`schedule adds up to ${start} tokens, expected ${t}`);
+  return got;
+}
+
 function median(values) {
   if (!values.length) return null;
   const s = [...values].sort((p, q) => p - q);
@@ -140,7 +193,8 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
   const artifacts = [];
   let passed = 0, failed = 0;
   for (const entry of cases.artifacts || []) {
-    if (entry.runtime !== ONNX_RUNTIME && entry.runtime !== DECODE_RUNTIME) continue;
+    if (entry.runtime !== ONNX_RUNTIME && !DECODE_RUNTIMES.includes(entry.runtime)) continue;
+    const inplace = entry.runtime === DECODE_INPLACE_RUNTIME;
     const record = { file: entry.file, runtime: entry.runtime, sha256: manifest.files[entry.file]?.sha256 ?? null,
       loaded: false, not_loadable: null, error: null, load_ms: null, passed: 0, failed: 0, median_ms: null, cases: [] };
     artifacts.push(record);
@@ -176,9 +230,12 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
         if (x.length !== n(c.input_shape) || want.length !== n(c.output_shape)) {
           throw new ArtifactError(`golden files of ${c.name} do not hold ${JSON.stringify(c.input_shape)} -> ${JSON.stringify(c.output_shape)}`);
         }
-        const schedule = entry.runtime === DECODE_RUNTIME ? (entry.schedules || {})[c.name] : null;
-        if (entry.runtime === DECODE_RUNTIME && !schedule) throw new ArtifactError(`no decode schedule for ${c.name} in cases.json`);
-        const once = () => (schedule ? runDecode(ort, session, x, c.input_shape, schedule, config, width)
+        const decode = DECODE_RUNTIMES.includes(entry.runtime);
+        const schedule = decode ? (entry.schedules || {})[c.name] : null;
+        if (decode && !schedule) throw new ArtifactError(`no decode schedule for ${c.name} in cases.json`);
+        if (decode) checkSchedule(schedule, c.input_shape, inplace);
+        const run = inplace ? runDecodeInplace : runDecode;
+        const once = () => (schedule ? run(ort, session, x, c.input_shape, schedule, config, width)
           : runPlain(ort, session, x, c.input_shape));
         const got = await once();
         const caseTimes = [];
