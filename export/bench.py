@@ -308,9 +308,10 @@ def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Sh
 
 
 def _run_threads(folder: Path, manifest: Manifest, shapes: list[Shape], threads: int, *, rounds: int, warmup: int,
-                 progress: bool, only: list[str] | None, settle: float, notes: list[str]) -> tuple[dict[str, Any],
-                                                                                                 list[str]]:
-    """One thread count: torch, ONNX Runtime and ExecuTorch all set to it, every job timed in interleaved rounds."""
+                 progress: bool, only: list[str] | None, settle: float,
+                 notes: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """One thread count: torch, ONNX Runtime and ExecuTorch all set to it, every job timed in interleaved rounds.
+    Returns that count's figures and the artifact files it timed; a shape a runner cannot take goes to `notes`."""
     config = manifest.config
     torch.set_num_threads(threads)
     runners = [r for r in build_runners(folder, manifest, threads) if r.kind == "eager" or not only or r.name in only]
@@ -413,6 +414,7 @@ def _decode_summary(config: MHAConfig, forms: list[DecodeForm], steps: dict[str,
 
 
 def machine() -> dict[str, Any]:
+    """The CPU model, core count, system and Python version."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
