@@ -231,59 +231,37 @@ def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
 @click.option("--artifacts", "root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
               help="Folder holding <preset>/ (made by `mha export`).")
 @click.option("--tokens", default=None,
-              help="Comma-separated token counts (batch 1) [default: 16,64,256,1024 up to context_length].")
-@click.option("--threads", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default=True,
-              help="Threads for torch and ONNX Runtime alike.")
+              help="Comma-separated token counts at batch 1 [default: 16,64,256,1024 up to context_length].")
+@click.option("--batches", default=None,
+              help="Comma-separated BATCHxTOKENS shapes, or 'none' [default: 8x128,32x16, tokens cut to "
+                   "context_length].")
+@click.option("--threads", default=None,
+              help="Comma-separated thread counts for torch, ONNX Runtime and ExecuTorch alike, each timed in its "
+                   "own rounds [default: 1,2 on 2 cores or more, else 1].")
 @click.option("--rounds", type=click.IntRange(min=1), default=10, show_default=True, help="Interleaved timing rounds.")
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT / "bench", show_default=True)
-@click.option("--only", default="", help="Comma-separated runners to time (the eager wrapper always runs).")
+@click.option("--only", default="",
+              help="Comma-separated runners or decode files to time (the eager wrapper and eager fused always run).")
 @click.option("--settle", type=click.FloatRange(min=0.0), default=0.3, show_default=True,
               help="Idle seconds before each timed call, so one runner's threads do not slow the next.")
-def bench_cmd(preset: str, root: Path, tokens: str | None, threads: int, rounds: int, out: Path, only: str,
-              settle: float) -> None:
-    """Latency of every runner side by side, against ONNX Runtime's own MatMul peak; writes JSON and a plot."""
-    from mha_export.bench import SUMMARY_HEADERS, run_bench, summary_rows, write_outputs
-    from mha_export.report import human_size, table
+def bench_cmd(preset: str, root: Path, tokens: str | None, batches: str | None, threads: str | None, rounds: int,
+              out: Path, only: str, settle: float) -> None:
+    """Latency and tokens/s of every runner side by side, with ratios to the causal floor and to torch's fused
+    kernel, and the decode forms; writes JSON and a plot."""
+    from mha_export.bench import format_report, parse_batches, parse_counts, parse_threads, run_bench, write_outputs
 
-    try:
-        counts = None if tokens is None else sorted({int(t) for t in tokens.split(",") if t.strip()})
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {tokens!r}", param_hint="--tokens") from None
+    parsed: dict[str, Any] = {}
+    for name, text, parse in (("--tokens", tokens, parse_counts), ("--batches", batches, parse_batches),
+                              ("--threads", threads, parse_threads)):
+        try:
+            parsed[name] = None if text is None else parse(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=name) from None
     chosen = [name.strip() for name in only.split(",") if name.strip()] or None
-    result = run_bench(root / preset, tokens=counts, threads=threads, rounds=rounds, only=chosen, settle=settle)
+    result = run_bench(root / preset, tokens=parsed["--tokens"], batches=parsed["--batches"],
+                       threads=parsed["--threads"], rounds=rounds, only=chosen, settle=settle)
     json_path, png_path = write_outputs(result, out)
-    peak = result["matmul_peak"]
-    click.echo(f"{preset}, batch 1, {threads} threads, {rounds} rounds; {result['machine']['cpu']}")
-    click.echo(f"MatMul peak (ONNX Runtime, {peak['n']}^2 fp32): {peak['gflops']:.1f} GFLOP/s\n")
-    click.echo(table(SUMMARY_HEADERS, summary_rows(result)) + "\n")
-    rows = [[f, human_size(a["size_bytes"]), "-" if a["cold_start_s"] is None else f"{1e3 * a['cold_start_s']:.1f}",
-             "-" if a["export_seconds"] is None else f"{a['export_seconds']:.2f}"]
-            for f, a in result["artifacts"].items()]
-    click.echo(table(["artifact", "size", "cold start ms (1 token)", "export s"], rows))
-    if "decode" in result:
-        d, full = result["decode"], result["decode"]["full_recompute"]
-        click.echo(f"\ndecode step at past_tokens={d['past_tokens']}: {1e3 * d['median_s']:.3f} ms median over "
-                   f"back-to-back steps ({1e3 * d['first_step_after_idle_median_s']:.3f} ms for the first after idle); "
-                   "full recompute "
-                   f"at T={full['tokens']} with {full['runner']}: {1e3 * full['median_s']:.2f} ms "
-                   f"({d['speedup_vs_full_recompute']:.0f}x)")
-    if "wasm_node" in result:  # from runtime/native/web/check.mjs --json (make web-test)
-        wasm = result["wasm_node"]
-        names = list(dict.fromkeys(c for per in wasm["median_ms"].values() for c in per))
-        click.echo(f"\nonnxruntime-web {wasm['onnxruntime_web']} (wasm, {wasm['threads']} thread, {wasm['host']}): "
-                   f"median ms per golden case, from {wasm['source']}")
-        click.echo(table(["artifact", *names], [[f, *(f"{per[c]:.2f}" if c in per else "-" for c in names)]
-                                                for f, per in wasm["median_ms"].items()]))
-    judged = result["judged"]
-    if judged["targets"]:
-        floors = judged["floors"]
-        click.echo(f"\ntargets at T={judged['tokens']} (exact work at the MatMul peak: dense "
-                   f"{1e3 * floors['dense_at_peak_s']:.1f} ms, causal {1e3 * floors['causal_at_peak_s']:.1f} ms; "
-                   f"3x eager needs {1e3 * floors['needed_for_3x_s']:.1f} ms, "
-                   f"2x {1e3 * floors['needed_for_2x_s']:.1f} ms)")
-        click.echo(table(["target", "value", "goal", "met"],
-                         [[t["target"], f"{t['value']:.1f} {t['unit']}", f"{t['goal']} {t['unit']}",
-                           {True: "yes", False: "NO", None: "-"}[t["met"]]] for t in judged["targets"]]))
+    click.echo(format_report(result))
     click.echo(f"\nwrote {json_path} and {png_path}")
 
 

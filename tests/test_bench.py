@@ -1,20 +1,33 @@
-"""The bench's wiring on the seed preset (one short round): every runner, finite figures, a PNG. No timing asserts."""
+"""The bench's wiring on the seed preset (one short round): every runner at every shape and thread count, ratios
+consistent with the medians, both decode forms (mid preset), a PNG. No timing asserts."""
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 
-from mha_export.bench import _stats, run_bench, write_outputs
+from mha_export.bench import (
+    _stats,
+    default_threads,
+    format_report,
+    parse_batches,
+    parse_threads,
+    resolve_shapes,
+    run_bench,
+    write_outputs,
+)
 from mha_export.cli import cli
 from mha_export.flops import causal_flops, dense_flops
 from mha_export.weights import seeded_model
 from mha_runtime.config import MHAConfig, preset
+from mha_runtime.errors import ConfigError
 from mha_runtime.manifest import load_manifest
 
 
@@ -40,63 +53,165 @@ def test_causal_flops_count_the_unmasked_pairs() -> None:
         assert causal_flops(config, batch=1, tokens=tokens) == dense - masked
 
 
-def test_stats_median_and_p90() -> None:
+def test_stats_median_min_and_p90() -> None:
     samples = [float(v) for v in (7, 1, 9, 3, 5, 2, 10, 4, 8, 6)]
-    assert _stats(samples) == {"median_s": 5.5, "p90_s": 10.0}
-    assert _stats([2.0]) == {"median_s": 2.0, "p90_s": 2.0}
+    assert _stats(samples) == {"median_s": 5.5, "min_s": 1.0, "p90_s": 10.0}
+    assert _stats([2.0]) == {"median_s": 2.0, "min_s": 2.0, "p90_s": 2.0}
 
 
-def test_bench_json_has_every_runner_and_finite_figures(seed_dir: Path, tmp_path: Path) -> None:
-    result = run_bench(seed_dir, tokens=[1, 4, 6], threads=1, rounds=1, progress=False, settle=0.0)
+def test_shapes_defaults_options_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_shapes(preset("gpt2-small"), None, None) == [(1, 16), (1, 64), (1, 256), (1, 1024), (8, 128),
+                                                                 (32, 16)]
+    assert resolve_shapes(preset("seed"), None, None) == [(1, 6), (8, 6), (32, 6)]  # cut to context_length
+    assert resolve_shapes(preset("seed"), [4, 2], [(1, 4), (2, 3)]) == [(1, 2), (1, 4), (2, 3)]
+    assert resolve_shapes(preset("seed"), [6], []) == [(1, 6)]
+    with pytest.raises(ConfigError, match=r"--batches: expected tokens in 1..context_length=6, got 2x7"):
+        resolve_shapes(preset("seed"), [6], [(2, 7)])
+    assert parse_batches("8x128, 32x16,8x128") == [(8, 128), (32, 16)] and parse_batches("none") == []
+    for bad in ("8x", "x8", "8", "0x4", "8x0", "8x1.5", ""):
+        with pytest.raises(ValueError, match="expected BATCHxTOKENS pairs"):
+            parse_batches(bad)
+    assert parse_threads("2,1,2") == [1, 2]
+    for bad in ("0", "", "1,-2"):
+        with pytest.raises(ValueError, match="thread counts >= 1"):
+            parse_threads(bad)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert default_threads() == [1]
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert default_threads() == [1, 2]
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9)
+
+
+FIGURES = ("median_s", "min_s", "p90_s", "tokens_per_s", "gflops", "pct_of_peak", "vs_causal_floor", "vs_eager_fused",
+           "vs_eager_wrapper")
+
+
+def test_bench_json_has_every_runner_shape_and_thread_count(seed_dir: Path, tmp_path: Path) -> None:
+    # Two rounds, so that a median differs from the min and the p90 the ratios must not be taken from.
+    result = run_bench(seed_dir, tokens=[1, 4, 6], batches=[(2, 3), (8, 6)], threads=[2, 1], rounds=2,
+                       progress=False, settle=0.0)
     json_path, png_path = write_outputs(result, tmp_path / "bench")
     data = json.loads(json_path.read_text())
-    artifacts = [f for f, i in load_manifest(seed_dir).artifacts.items() if i.runtime != "onnxruntime-decode"]
-    runners = {r["runner"] for r in data["results"]}
-    assert runners == {"eager wrapper", "eager fused"} | set(artifacts)
-    assert data["tokens"] == [1, 4, 6]
-    assert len(data["results"]) == len(runners) * 3
-    for r in data["results"]:
-        for key in ("median_s", "p90_s", "tokens_per_s", "gflops", "pct_of_peak"):
-            assert math.isfinite(r[key]) and r[key] > 0, (r["runner"], key, r[key])
-    assert data["matmul_peak"]["gflops"] > 0 and data["threads"] == 1
-    assert data["decode"]["past_tokens"] == 5 and data["decode"]["speedup_vs_full_recompute"] > 0
+    manifest = load_manifest(seed_dir)
+    config = manifest.config
+    timed = {f for f, i in manifest.artifacts.items() if not i.runtime.startswith("onnxruntime-decode")}
+    shapes = [(1, 1), (1, 4), (1, 6), (2, 3), (8, 6)]
+    assert data["threads"] == [1, 2] and data["main_threads"] == 2 and set(data["by_threads"]) == {"1", "2"}
+    assert data["tokens"] == [1, 4, 6] and data["batches"] == [[2, 3], [8, 6]]
+    assert "judged" not in data and "targets" not in json_path.read_text()
+    assert data["notes"] == ["mha.pte: batch 8 x 6 not timed (its planned maximum batch is 4)"]
+    for key, run in data["by_threads"].items():
+        assert run["threads"] == int(key)
+        peak = run["matmul_peak"]["gflops"] * 1e9
+        assert peak > 0
+        rows = {(r["runner"], r["batch"], r["tokens"]): r for r in run["results"]}
+        for b, t in shapes:
+            expected = {"eager wrapper", "eager fused"} | timed - ({"mha.pte"} if b > 4 else set())
+            assert {n for n, rb, rt in rows if (rb, rt) == (b, t)} == expected, (key, b, t)
+        assert len(rows) == len(run["results"]) == (len(timed) + 2) * len(shapes) - 1
+        floors = {(f["batch"], f["tokens"]): f for f in run["floors"]}
+        assert list(floors) == shapes
+        for (b, t), f in floors.items():
+            assert _close(f["causal_at_peak_s"], causal_flops(config, batch=b, tokens=t) / peak)
+            assert _close(f["dense_at_peak_s"], dense_flops(config, batch=b, tokens=t) / peak)
+            assert 0 < f["causal_at_peak_s"] <= f["dense_at_peak_s"]
+        for (name, b, t), r in rows.items():
+            for field in FIGURES:
+                assert math.isfinite(r[field]) and r[field] > 0, (name, b, t, field, r[field])
+            assert r["threads"] == int(key)
+            assert _close(r["vs_eager_fused"] * r["median_s"], rows[("eager fused", b, t)]["median_s"])
+            assert _close(r["vs_eager_wrapper"] * r["median_s"], rows[("eager wrapper", b, t)]["median_s"])
+            assert _close(r["vs_causal_floor"] * floors[(b, t)]["causal_at_peak_s"], r["median_s"])
+            assert _close(r["tokens_per_s"] * r["median_s"], b * t)
+            assert r["min_s"] <= r["median_s"] <= r["p90_s"]
+        fastest = {(f["batch"], f["tokens"]): f for f in run["fastest_fp32"]}
+        assert list(fastest) == shapes
+        for (b, t), f in fastest.items():
+            fp32 = [r for (n, rb, rt), r in rows.items() if (rb, rt) == (b, t) and n in timed
+                    and manifest.artifacts[n].kind not in ("fp16", "int8")]
+            best = min(fp32, key=lambda r: r["median_s"])
+            assert f["runner"] == best["runner"] and f["median_s"] == best["median_s"]
+            assert f["vs_eager_fused"] == best["vs_eager_fused"]
+            assert f["cold_start_s"] == run["cold_start_s"].get(best["runner"])
+        assert set(run["cold_start_s"]) == {f for f in timed if f.endswith((".onnx", ".ort"))}
+        assert all(c > 0 for c in run["cold_start_s"].values())
+        decode = run["decode"]
+        assert decode["past_tokens"] == 5 and decode["burst"] > 1 and list(decode["forms"]) == ["mha.decode.onnx"]
+        assert "inplace_vs_decode" not in decode  # the seed preset has no in-place form (d_out = 2)
+        full = decode["full_recompute"]
+        assert (full["runner"], full["batch"], full["tokens"]) == (fastest[(1, 6)]["runner"], 1, 6)
+        form = decode["forms"]["mha.decode.onnx"]
+        assert form["session"] == "DecodeSession" and form["first_step_after_idle_median_s"] > 0
+        assert _close(form["speedup_vs_full_recompute"] * form["median_s"], full["median_s"])
     for file, info in data["artifacts"].items():
-        assert info["size_bytes"] > 0 and info["export_seconds"] >= 0
-        if file.endswith((".onnx", ".ort")):
-            assert info["cold_start_s"] > 0
+        assert info["size_bytes"] > 0 and info["export_seconds"] >= 0, file
+    assert set(data["artifacts"]) == timed | {"mha.decode.onnx"}
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_times_both_decode_forms(mid_dir: Path) -> None:
+    manifest = load_manifest(mid_dir)
+    assert {"mha.decode.onnx", "mha.decode-inplace.onnx"} <= set(manifest.artifacts)
+    only = ["mha.qblocks.onnx", "mha.decode.onnx", "mha.decode-inplace.onnx"]
+    result = run_bench(mid_dir, tokens=[48], batches=[], threads=[1], rounds=1, progress=False, only=only,
+                       settle=0.0)
+    run = result["by_threads"]["1"]
+    assert {r["runner"] for r in run["results"]} == {"eager wrapper", "eager fused", "mha.qblocks.onnx"}
+    decode = run["decode"]
+    assert decode["past_tokens"] == 47
+    forms = decode["forms"]
+    assert {f: d["session"] for f, d in forms.items()} == {"mha.decode.onnx": "DecodeSession",
+                                                         "mha.decode-inplace.onnx": "InPlaceDecodeSession"}
+    full = decode["full_recompute"]
+    assert full["runner"] == "mha.qblocks.onnx" and full["tokens"] == 48
+    for d in forms.values():
+        for field in ("median_s", "min_s", "p90_s", "first_step_after_idle_median_s", "gflops"):
+            assert math.isfinite(d[field]) and d[field] > 0
+        assert _close(d["speedup_vs_full_recompute"] * d["median_s"], full["median_s"])
+    assert _close(decode["inplace_vs_decode"] * forms["mha.decode-inplace.onnx"]["median_s"],
+                  forms["mha.decode.onnx"]["median_s"])
+    assert set(result["artifacts"]) == set(only)
+    text = format_report(result)
+    assert "mha.decode-inplace.onnx (InPlaceDecodeSession)" in text and "faster than mha.decode.onnx" in text
+
+
+def _bench(seed_dir: Path, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), *args])
+
+
 def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--rounds", "1",
-                                      "--threads", "1", "--tokens", "2,6", "--settle", "0", "--out", str(tmp_path)])
+    result = _bench(seed_dir, "--rounds", "1", "--threads", "1", "--tokens", "2,6", "--batches", "2x4",
+                    "--settle", "0", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
-    assert "MatMul peak" in result.stdout and "eager wrapper" in result.stdout and "decode step" in result.stdout
-    assert (tmp_path / "bench.json").exists() and (tmp_path / "latency.png").exists()
-    bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--tokens", "a,b"])
-    assert bad.exit_code == 2 and "expected comma-separated integers" in bad.stderr
-    bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--tokens", "7"])
-    assert bad.exit_code == 1 and "--tokens: expected counts in 1..context_length=6, got [7]" in bad.stderr
+    for part in ("MatMul peak", "eager wrapper", "eager fused", "vs causal floor", "vs eager fused", "fastest fp32",
+                 "decode at past_tokens=5", "mha.decode.onnx (DecodeSession)", "cold start ms, 1 thr"):
+        assert part in result.stdout, part
+    assert "target" not in result.stdout
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["shapes"] == [[1, 2], [1, 6], [2, 4]] and data["threads"] == [1]
+    assert (tmp_path / "latency.png").exists()
+    for args, code, message in [
+        (("--tokens", "a,b"), 2, "Invalid value for --tokens: expected comma-separated integers, got 'a,b'"),
+        (("--tokens", "7"), 1, "--tokens: expected counts in 1..context_length=6, got [7]"),
+        (("--batches", "8x"), 2, "Invalid value for --batches: expected BATCHxTOKENS pairs"),
+        (("--batches", "2x7"), 1, "--batches: expected tokens in 1..context_length=6, got 2x7"),
+        (("--threads", "0"), 2, "Invalid value for --threads: expected comma-separated thread counts >= 1"),
+        (("--threads", "1,x"), 2, "Invalid value for --threads: expected comma-separated integers"),
+    ]:
+        bad = _bench(seed_dir, *args, "--out", str(tmp_path / "bad"))
+        assert bad.exit_code == code and message in bad.stderr, (args, bad.stderr)
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert not (tmp_path / "bad").exists()
 
 
 def test_bench_only_selects_runners(seed_dir: Path) -> None:
-    result = run_bench(seed_dir, tokens=[6], threads=1, rounds=1, progress=False, only=["mha.onnx"], settle=0.0)
-    assert {r["runner"] for r in result["results"]} == {"eager wrapper", "mha.onnx"}
-    bad = CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), "--only", "nope"])
+    result = run_bench(seed_dir, tokens=[6], batches=[], threads=[1], rounds=1, progress=False, only=["mha.onnx"],
+                       settle=0.0)
+    run = result["by_threads"]["1"]
+    assert {r["runner"] for r in run["results"]} == {"eager wrapper", "eager fused", "mha.onnx"}
+    assert "decode" not in run and set(result["artifacts"]) == {"mha.onnx"}
+    bad = _bench(seed_dir, "--only", "nope")
     assert bad.exit_code == 1 and "--only: unknown runner 'nope'" in bad.stderr
-
-
-def test_causal_flops_and_targets(seed_dir: Path) -> None:
-    from mha_export.bench_targets import judge
-    result = run_bench(seed_dir, tokens=[6], threads=1, rounds=1, progress=False, settle=0.0)
-    judged = judge(result, load_manifest(seed_dir))
-    assert judged["tokens"] == 6
-    names = " | ".join(t["target"] for t in judged["targets"])
-    for part in ("% of MatMul peak", "mha.onnx vs eager", "mha.int8.onnx", "(fastest artifact)", "decode step"):
-        assert part in names, names
-    assert all(isinstance(t["met"], bool) for t in judged["targets"] if "not judged" not in t["target"])
-    floors = judged["floors"]
-    assert 0 < floors["causal_at_peak_s"] < floors["dense_at_peak_s"]
-    eager = next(r for r in result["results"] if r["runner"] == "eager wrapper")
-    assert floors["needed_for_3x_s"] == eager["median_s"] / 3
-    assert result["decode"]["first_step_after_idle_median_s"] > 0 and result["decode"]["burst"] > 1
