@@ -136,6 +136,8 @@ def export_cmd(presets: tuple[str, ...], config_path: Path | None, name: str | N
                                variants=variants)
         rows += artifact_rows(result.manifest)
         click.echo(f"  {folder}: done in {result.seconds:.1f} s", err=True)
+        for note in result.notes:
+            click.echo(f"  note: {note}", err=True)
     click.echo(table(ARTIFACT_HEADERS, rows))
     click.echo("artifacts in " + ", ".join(str(Path(out) / folder) for folder, _ in jobs))
 

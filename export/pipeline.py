@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +67,7 @@ class ExportResult:
     folder: Path
     manifest: Manifest
     seconds: float
+    notes: tuple[str, ...] = ()  # variants of `all` this config cannot build, and why
 
 
 def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None, weights: Path | None = None,
@@ -84,8 +84,6 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
     config = config or preset(name)
     check_opset(opset)
     variants, notes = buildable(config, variants)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
     check_carries([f for f in OPTIONAL_FIELDS if getattr(config, f)], variants)
     model, weights_info = load_model(config, weights, layer=layer)
     artifacts = artifact_specs(variants)
@@ -102,4 +100,4 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
                        for file, report in reports.items()},
             sweep={"shapes": [list(s) for s in sweep_shapes(config)], "seeds": list(SWEEP_SEEDS)},
         )
-    return ExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start)
+    return ExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start, tuple(notes))
