@@ -39,12 +39,15 @@ from mha_runtime.errors import ConfigError
 from mha_runtime.manifest import Manifest, load_manifest
 from mha_runtime.runner import OnnxRunner
 from mha_runtime.variants import (
+    CHOICES,
     DECODE,
     DECODE_INPLACE,
     EXECUTORCH_RUNTIME,
     LOW_PRECISION_KINDS,
     ONNX_RUNTIME,
     TORCHSCRIPT_RUNTIME,
+    VARIANTS,
+    buildable,
 )
 
 PEAK_N = 2048
@@ -211,6 +214,17 @@ def build_decode_forms(folder: Path, manifest: Manifest, threads: int) -> list[D
     return forms
 
 
+def missing_variants(manifest: Manifest) -> list[str]:
+    """A note when the folder lacks variants its config allows (an export by an older version, or a --variants
+    subset): `make bench` reuses an existing folder, and a silently shorter table would look like the whole."""
+    allowed, _ = buildable(manifest.config, CHOICES)
+    missing = [v for v in allowed if any(spec.file not in manifest.files for spec in VARIANTS[v].artifacts)]
+    if not missing:
+        return []
+    return [f"{manifest.name}: variants not in this folder, so not timed: {', '.join(missing)} "
+            f"(`mha export` builds them)"]
+
+
 def cold_start(folder: Path, file: str, config: MHAConfig, threads: int, repeats: int = 5) -> float:
     """Median seconds for session creation (manifest check included) plus a first run on one token."""
     x = np.zeros((1, 1, config.d_in), np.float32)
@@ -277,7 +291,7 @@ def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Sh
         if unknown:
             raise ConfigError(f"--only: unknown runner {unknown[0]!r}; choose from {', '.join(names)}")
     start_load = loadavg()
-    notes: list[str] = []
+    notes: list[str] = missing_variants(manifest)
     by_threads: dict[str, Any] = {}
     files: list[str] = []
     previous = torch.get_num_threads()

@@ -207,6 +207,19 @@ def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "bad").exists()
 
 
+def test_bench_names_variants_missing_from_the_folder(seed_copy: Path) -> None:
+    path = seed_copy / "manifest.json"
+    doc = json.loads(path.read_text())
+    for file in ("mha.qblocks.onnx", "mha.int8.onnx"):  # as an export by an older version would leave it
+        del doc["files"][file], doc["artifacts"][file]
+        (seed_copy / file).unlink()
+    path.write_text(json.dumps(doc))
+    result = run_bench(seed_copy, tokens=[6], batches=[], threads=[1], rounds=1, progress=False, only=["mha.onnx"],
+                       settle=0.0)
+    assert result["notes"] == ["seed: variants not in this folder, so not timed: qblocks, int8 (`mha export` "
+                               "builds them)"]
+
+
 def test_bench_only_selects_runners(seed_dir: Path) -> None:
     result = run_bench(seed_dir, tokens=[6], batches=[], threads=[1], rounds=1, progress=False, only=["mha.onnx"],
                        settle=0.0)
