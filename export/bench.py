@@ -29,7 +29,7 @@ from mha_export.atomic import write_file_atomic
 from mha_export.flops import DENSE_FORMULA, causal_flops, decode_step_flops, dense_flops
 from mha_export.fused import fuse
 from mha_export.manifest import versions
-from mha_export.report import human_size, table
+from mha_export.report import human_size, save_png, table
 from mha_export.torchscript import load_torchscript
 from mha_export.weights import load_artifact_model
 from mha_runtime.config import MHAConfig
@@ -552,8 +552,5 @@ def write_outputs(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = png_path.with_name(".latency.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, png_path)
+    save_png(fig, png_path)
     return json_path, png_path

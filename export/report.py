@@ -1,8 +1,11 @@
 """Plain-text tables for the CLI: export results, validation results, and `mha inspect`."""
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
+from mha_export.atomic import write_file_atomic
 from mha_runtime.manifest import Manifest
 
 
@@ -38,3 +41,15 @@ def artifact_rows(manifest: Manifest) -> list[list[Any]]:
 
 ARTIFACT_HEADERS = ["name", "artifact", "size", "opset", "max abs err", "rel L2 err", "tolerance", "nodes", "cases",
                     "result"]
+
+
+def save_png(fig: Any, path: Path) -> None:
+    """Render a matplotlib figure and write it atomically (a unique temporary file, then rename); close it."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    write_file_atomic(path, buf.getvalue())

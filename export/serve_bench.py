@@ -27,7 +27,7 @@ import click
 import numpy as np
 
 from mha_export.atomic import write_file_atomic
-from mha_export.report import table
+from mha_export.report import save_png, table
 from mha_runtime.errors import MHAError
 from mha_runtime.loadtest import loadtest
 from mha_runtime.runner import OnnxRunner
@@ -207,10 +207,7 @@ def write_outputs(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     fig.suptitle(f"gpt2-small, {result['machine']['cores']} cores ({result['machine']['cpu']}); shared machine",
                  fontsize=9)
     fig.tight_layout()
-    tmp = png_path.with_name(".serve.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, png_path)
+    save_png(fig, png_path)
     return json_path, png_path
 
 

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from mha_runtime.config import MHAConfig
@@ -47,3 +49,19 @@ def preset_digests(folder: Path) -> dict[str, str]:
     (test_golden.py): float kernels may differ in the last bit between CPUs."""
     return {p.name: content_digest(p) for p in sorted(Path(folder).iterdir())
             if p.suffix in (".onnx", ".pt", ".safetensors")}
+
+
+def add_zero_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) -> None:
+    """Append a golden case of the given input shape to cases.json, zeros in and out, with a one-chunk schedule
+    for the decode forms (the manifest is not resealed: the caller decides)."""
+    golden = folder / "golden"
+    (golden / f"{name}.x.bin").write_bytes(np.zeros(shape, "<f4").tobytes())
+    (golden / f"{name}.context.bin").write_bytes(np.zeros((*shape[:2], width), "<f4").tobytes())
+    doc = json.loads((golden / "cases.json").read_text())
+    doc["cases"].append({"name": name, "input_shape": list(shape), "output_shape": [*shape[:2], width],
+                         "input_bin": f"{name}.x.bin", "output_bin": f"{name}.context.bin",
+                         "input_npy": f"{name}.x.npy", "output_npy": f"{name}.context.npy"})
+    for entry in doc["artifacts"]:
+        if "schedules" in entry:
+            entry["schedules"][name] = [shape[1]]
+    (golden / "cases.json").write_text(json.dumps(doc))

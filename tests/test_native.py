@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import add_zero_case
 from mha_export.fixtures import cases_tsv
 from mha_runtime.golden import GoldenCases
 
@@ -94,20 +95,9 @@ def _line_of(out: str, model: str, case: str) -> str:
 
 def _add_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) -> None:
     """Append a golden case with the given input shape to cases.json and cases.tsv (outputs are zeros)."""
-    golden = folder / "golden"
-    x = np.zeros(shape, "<f4")
-    y = np.zeros((shape[0], shape[1], width), "<f4")
-    (golden / f"{name}.x.bin").write_bytes(x.tobytes())
-    (golden / f"{name}.context.bin").write_bytes(y.tobytes())
-    doc = json.loads((golden / "cases.json").read_text())
-    doc["cases"].append({"name": name, "input_shape": list(shape), "output_shape": list(y.shape),
-                         "input_bin": f"{name}.x.bin", "output_bin": f"{name}.context.bin",
-                         "input_npy": f"{name}.x.npy", "output_npy": f"{name}.context.npy"})
-    for entry in doc["artifacts"]:
-        if "schedules" in entry:
-            entry["schedules"][name] = [shape[1]]
-    (golden / "cases.json").write_text(json.dumps(doc))
-    (golden / "cases.tsv").write_text(cases_tsv(GoldenCases.from_dict(doc, "cases.json")))
+    add_zero_case(folder, name, shape, width)
+    doc = json.loads((folder / "golden" / "cases.json").read_text())
+    (folder / "golden" / "cases.tsv").write_text(cases_tsv(GoldenCases.from_dict(doc, "cases.json")))
     _reseal(folder, "golden/cases.json", "golden/cases.tsv", f"golden/{name}.x.bin", f"golden/{name}.context.bin")
 
 

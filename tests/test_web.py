@@ -23,6 +23,7 @@ import pytest
 from onnx import TensorProto
 from test_model import EXPECTED, INPUTS
 
+from helpers import add_zero_case
 from mha_export.bench import wasm_medians
 from mha_export.portability import BEGIN, END, collect, parse_json, parse_text, render, replace_block
 from mha_runtime.errors import ArtifactError
@@ -52,21 +53,6 @@ def _check(folder: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 def _expected_cases(folder: Path) -> int:
     doc = json.loads((folder / "golden" / "cases.json").read_text())
     return len(doc["cases"]) * sum(a["runtime"] in WEB_RUNTIMES for a in doc["artifacts"])
-
-
-def _add_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) -> None:
-    """Append a golden case with the given input shape to cases.json (zeros in, zeros out)."""
-    golden = folder / "golden"
-    (golden / f"{name}.x.bin").write_bytes(np.zeros(shape, "<f4").tobytes())
-    (golden / f"{name}.context.bin").write_bytes(np.zeros((*shape[:2], width), "<f4").tobytes())
-    doc = json.loads((golden / "cases.json").read_text())
-    doc["cases"].append({"name": name, "input_shape": list(shape), "output_shape": [*shape[:2], width],
-                         "input_bin": f"{name}.x.bin", "output_bin": f"{name}.context.bin",
-                         "input_npy": f"{name}.x.npy", "output_npy": f"{name}.context.npy"})
-    for entry in doc["artifacts"]:
-        if "schedules" in entry:
-            entry["schedules"][name] = [shape[1]]
-    (golden / "cases.json").write_text(json.dumps(doc))
 
 
 def _alter(path: Path) -> None:
@@ -123,7 +109,7 @@ def test_wasm_check_refuses_an_altered_model(seed_copy: Path) -> None:
 
 
 def test_wasm_check_refuses_a_contract_breaking_case(seed_copy: Path) -> None:
-    _add_case(seed_copy, "too_long", (1, 7, 3), 4)
+    add_zero_case(seed_copy, "too_long", (1, 7, 3), 4)
     result = _check(seed_copy, "--repeats", "1")
     assert result.returncode == 1
     assert "expected 1 <= tokens <= context_length=6, got 7" in result.stdout

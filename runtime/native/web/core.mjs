@@ -119,56 +119,52 @@ async function runPlain(ort, session, x, dims) {
   return out.context.data;
 }
 
-// The decode form from an empty cache, fed the schedule's chunks in turn; the outputs are put back in order.
-async function runDecode(ort, session, x, dims, schedule, config, width) {
+// Feed x [b, t, d_in] to `step` in the schedule's chunks, in order; `step(chunk, start, n)` runs one chunk
+// (a Tensor [b, n, d_in] starting at token `start`) and returns its context [b, n, width], put back in place.
+async function runSchedule(ort, x, dims, schedule, config, width, step) {
   const [b, t, dIn] = dims;
-  const { num_heads: h, d_out: d } = config;
-  let pastKey = new ort.Tensor('float32', new Float32Array(0), [b, h, 0, d]);
-  let pastValue = pastKey;
   const got = new Float32Array(b * t * width);
   let start = 0;
   for (const n of schedule) {
     checkShape([b, n, dIn], config, start);
     const chunk = new Float32Array(b * n * dIn);
     for (let i = 0; i < b; i++) chunk.set(x.subarray((i * t + start) * dIn, (i * t + start + n) * dIn), i * n * dIn);
-    const out = await session.run({ x: new ort.Tensor('float32', chunk, [b, n, dIn]), past_key: pastKey, past_value: pastValue });
-    pastKey = out.present_key;
-    pastValue = out.present_value;
-    const ctx = out.context.data;
-    for (let i = 0; i < b; i++) got.set(ctx.subarray(i * n * width, (i + 1) * n * width), (i * t + start) * width);
-    start += n;
-  }
-  if (start !== t) throw new ArtifactError(`schedule adds up to ${start} tokens, expected ${t}`);
-  return got;
-}
-
-// The in-place form from zeroed buffers of [b, heads, context_length, d_out] (rows at and after past_tokens are never
-// read). onnxruntime-web's wasm backend copies tensors into and out of its own memory and leaves preallocated
-// output tensors unwritten, so each step's present_key/present_value are fed back as the next step's past.
-async function runDecodeInplace(ort, session, x, dims, schedule, config, width) {
-  const [b, t, dIn] = dims;
-  const { num_heads: h, context_length: ctx, d_out: d } = config;
-  let pastKey = new ort.Tensor('float32', new Float32Array(b * h * ctx * d), [b, h, ctx, d]);
-  let pastValue = new ort.Tensor('float32', new Float32Array(b * h * ctx * d), [b, h, ctx, d]);
-  const got = new Float32Array(b * t * width);
-  let start = 0;
-  for (const n of schedule) {
-    checkShape([b, n, dIn], config, start);
-    const chunk = new Float32Array(b * n * dIn);
-    for (let i = 0; i < b; i++) chunk.set(x.subarray((i * t + start) * dIn, (i * t + start + n) * dIn), i * n * dIn);
-    const out = await session.run({
-      x: new ort.Tensor('float32', chunk, [b, n, dIn]), past_key: pastKey, past_value: pastValue,
-      past_tokens: new ort.Tensor('int32', new Int32Array(b).fill(start), [b]),
-    });
-    pastKey = out.present_key;
-    pastValue = out.present_value;
-    const c = out.context.data;
+    const c = await step(new ort.Tensor('float32', chunk, [b, n, dIn]), start, n);
     if (c.length !== b * n * width) throw new ArtifactError(`output 'context': expected ${b * n * width} values [${b},${n},${width}], got ${c.length}`);
     for (let i = 0; i < b; i++) got.set(c.subarray(i * n * width, (i + 1) * n * width), (i * t + start) * width);
     start += n;
   }
   if (start !== t) throw new ArtifactError(`schedule adds up to ${start} tokens, expected ${t}`);
   return got;
+}
+
+// The decode form from an empty cache, each chunk's present_key/present_value fed to the next as its past.
+async function runDecode(ort, session, x, dims, schedule, config, width) {
+  const { num_heads: h, d_out: d } = config;
+  let past = { past_key: new ort.Tensor('float32', new Float32Array(0), [dims[0], h, 0, d]) };
+  past.past_value = past.past_key;
+  return runSchedule(ort, x, dims, schedule, config, width, async (chunk) => {
+    const out = await session.run({ x: chunk, ...past });
+    past = { past_key: out.present_key, past_value: out.present_value };
+    return out.context.data;
+  });
+}
+
+// The in-place form from zeroed buffers of [b, heads, context_length, d_out] (rows at and after past_tokens are never
+// read). onnxruntime-web's wasm backend copies tensors into and out of its own memory and leaves preallocated
+// output tensors unwritten, so each step's present_key/present_value are fed back as the next step's past.
+async function runDecodeInplace(ort, session, x, dims, schedule, config, width) {
+  const [b] = dims;
+  const { num_heads: h, context_length: ctx, d_out: d } = config;
+  let past = {
+    past_key: new ort.Tensor('float32', new Float32Array(b * h * ctx * d), [b, h, ctx, d]),
+    past_value: new ort.Tensor('float32', new Float32Array(b * h * ctx * d), [b, h, ctx, d]),
+  };
+  return runSchedule(ort, x, dims, schedule, config, width, async (chunk, start) => {
+    const out = await session.run({ x: chunk, ...past, past_tokens: new ort.Tensor('int32', new Int32Array(b).fill(start), [b]) });
+    past = { past_key: out.present_key, past_value: out.present_value };
+    return out.context.data;
+  });
 }
 
 function median(values) {
