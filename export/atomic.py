@@ -87,10 +87,19 @@ def clean_leftovers(final: Path) -> list[str]:
 
 
 def check_folder_target(final: Path) -> None:
-    """`final` and its parent must be folders or not exist yet (refused before any work)."""
-    for path in (Path(final).parent, Path(final)):
+    """`final` and its parent must be folders or not exist yet, and the nearest existing folder above them must
+    take a new entry (probed with an empty folder, removed at once): refused before any work."""
+    final = Path(final)
+    for path in (final.parent, final):
         if path.exists() and not path.is_dir():
             raise ArtifactError(f"--out {path}: expected a folder, found a file")
+    existing = final.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mha-probe-", dir=existing))
+    except OSError as exc:  # read-only, no permission, or a file system that takes no new entries
+        raise ArtifactError(f"--out {final.parent}: cannot write there ({exc.strerror or exc})") from None
 
 
 @contextmanager

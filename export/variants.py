@@ -62,8 +62,8 @@ def export_int8(source_path: Path, path: Path) -> None:
 
     Weights are unsigned (QUInt8): with signed weights, x86 CPUs without VNNI saturate the u8 x s8
     products (docs/design-notes.md has the figures). The output projection stays fp32: its input, the
-    attention context, loses too much to per-tensor 8-bit activations (a GPT-2 layer: relative L2 error
-    0.059 with it quantized, 0.016 without; docs/design-notes.md).
+    attention context, loses too much to per-tensor 8-bit activations (a GPT-2 layer failed validation
+    with it quantized; docs/design-notes.md has the figures).
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from mha_runtime.config import MHAConfig
 
-# What one more ONNX Runtime call costs, in FLOPs of work: about 0.1 ms of a CPU core (ORT's fixed cost per
-# run of the faithful graph, plus the Python around it). An estimate: it only decides near-ties.
+# What one more ONNX Runtime call costs, in FLOPs of work: ORT's fixed cost per run plus the Python around it,
+# as an estimate (docs/serving.md, "Dynamic batching"); it only decides near-ties.
 CALL_FLOPS = 1e7
 Cost = Callable[[int, int], float]
 

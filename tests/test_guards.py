@@ -59,6 +59,27 @@ def test_future_tokens_scaled_up_leave_earlier_outputs_bit_identical(folder_fixt
         assert np.array_equal(runner.run(loud)[:, :cut], base[:, :cut]), f"{file}: tokens >= {cut} leak backwards"
 
 
+@pytest.mark.parametrize("scale", [1e4, 1e8])
+def test_qblocks_query_blocks_leave_earlier_outputs_bit_identical(mid_dir: Path, scale: float) -> None:
+    """The same guard on the query-block branch of qblocks, which the presets' short contexts never reach (it runs
+    from 256 tokens on): built here with the blocks from 8 tokens on, each block's additive mask is exercised."""
+    import onnxruntime as ort
+
+    from mha_export.qblocks import qblocks_model
+
+    wrapper, config = load_artifact_model(mid_dir, load_manifest(mid_dir))
+    model = qblocks_model(wrapper, config, blocks=8, dense_below=8)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    tokens = config.context_length
+    x = np.random.default_rng(6).standard_normal((2, tokens, config.d_in)).astype(np.float32)
+    (base,) = session.run(None, {"x": x})
+    for cut in (1, 7, tokens // 2, tokens - 1):  # inside the first block, at a block edge, mid-way, last row
+        loud = x.copy()
+        loud[:, cut:] *= scale
+        (got,) = session.run(None, {"x": loud})
+        assert np.array_equal(got[:, :cut], base[:, :cut]), f"query blocks: tokens >= {cut} leak backwards"
+
+
 def test_the_fp32_tolerance_rows_are_pinned() -> None:
     """Guards the tolerance table itself: a loosened fp32 row would let every fp32 test pass anything."""
     for kind in ("onnx", "torchscript", "fused", "attention", "contrib", "blocks", "decode"):

@@ -179,6 +179,9 @@ def test_decode_restore_with_a_foreign_cache_leaves_the_session_usable(seed_dir:
     (lambda t: ["export", "--preset", "seed", "--variants", "none", "--out", "/dev/null"], "/dev/null"),
     (lambda t: ["export", "--preset", "seed", "--variants", "none", "--out", str(t / "file")],
      "expected a folder, found a file"),
+    # not writable even by root (sysfs refuses new entries): a PermissionError where the folder would go
+    (lambda t: ["export", "--preset", "seed", "--variants", "none", "--out", "/sys/kernel/mha-out"],
+     "--out /sys/kernel/mha-out: cannot write there"),
     (lambda t: ["export", "--preset", "seed", "--opset", "x"], "'x' is not a valid integer"),
     (lambda t: ["bench", "--preset", "nope", "--artifacts", str(t)], "expected a folder made by `mha export`"),
 ])

@@ -208,13 +208,16 @@ def test_unreadable_and_missing_files(tmp_path: Path) -> None:
 def test_a_pickle_that_runs_code_is_refused(tmp_path: Path) -> None:
     import pickle
 
+    marker = tmp_path / "pwned"
+
     class Exploit:
-        def __reduce__(self) -> tuple[object, tuple[str]]:
-            return (print, ("pwned",))
+        def __reduce__(self) -> tuple[object, tuple[str, str]]:
+            return (open, (str(marker), "w"))  # unpickling it would create the file
 
     (tmp_path / "w.pt").write_bytes(pickle.dumps({"heads.0.W_query.weight": Exploit()}))
     with pytest.raises(ConfigError, match="cannot read it as weights"):
         load_model(SEED, tmp_path / "w.pt")
+    assert not marker.exists(), "the pickle's code ran"
 
 
 def test_every_variant_carries_bias_and_projection() -> None:
