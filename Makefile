@@ -83,8 +83,10 @@ web-build:
 # Debian's chromium for the browser test (tests/test_web.py); playwright-core never downloads a browser.
 chromium:
 	@test -x $(CHROMIUM) || { \
-	  if [ "$$(id -u)" != 0 ]; then echo "error: $(CHROMIUM) missing: install it as root (apt-get install -y chromium)" >&2; exit 1; fi; \
-	  apt-get update -q && apt-get install -y -q chromium; }
+	  SUDO=; if [ "$$(id -u)" != 0 ]; then \
+	    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO=sudo; \
+	    else echo "error: $(CHROMIUM) missing: install it as root (apt-get install -y chromium)" >&2; exit 1; fi; fi; \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
 # The WebAssembly backend in Node.js, one thread: every golden case of every artifact it can load.
 web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.tsv)
