@@ -1,4 +1,4 @@
-"""Plain-text tables for the CLI: export results, validation results, and `mha inspect`."""
+"""Plain-text tables for the CLI (export results, validation results, `mha inspect`) and the benchmarks' PNG writer."""
 from __future__ import annotations
 
 import io
