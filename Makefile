@@ -12,10 +12,15 @@ GPU_ORT := onnxruntime-gpu==1.31.1
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Both distributions editable with every extra, and the root pyproject's dev group (pip >= 25.1 reads it).
+# editable_mode=compat: a plain .pth naming runtime/ and export/, so every tool finds each package in the folder
+# of its name (the default mode serves them through an import hook that type checkers and editors do not follow).
+$(STAMP): pyproject.toml runtime/pyproject.toml export/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check 'pip>=25.1'
 	@$(PY) -m pip uninstall -y -q onnxruntime-gpu >/dev/null 2>&1 || true
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --config-settings editable_mode=compat -e './runtime[serve]' \
+	  -e './export[bench,executorch]' --group dev
 	@if [ "$(ORT)" = gpu ]; then $(PY) -m pip uninstall -y -q onnxruntime && $(PY) -m pip install -q $(GPU_ORT); fi
 	@rm -f $(VENV)/.installed-* && touch $@
 
@@ -31,7 +36,7 @@ bench: $(STAMP)
 # (docs/serving.md). Writes artifacts/bench/serve.json and serve.png.
 serve-bench: $(STAMP)
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
-	$(PY) -m mha_export.serve_bench --artifact artifacts/gpt2-small --out artifacts/bench
+	$(PY) -m mha_export.bench.serve_bench --artifact artifacts/gpt2-small --out artifacts/bench
 
 test: lint native-test web-test
 	$(PY) -m pytest
@@ -102,7 +107,7 @@ web:
 
 # Rewrite README.md's portability table from the check outputs of make native-test, web-test and the browser test.
 portability: $(STAMP)
-	$(PY) -m mha_export.portability --write README.md
+	$(PY) tools/portability.py --write README.md
 
 clean:
 	rm -rf artifacts/seed artifacts/gpt2-small artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from helpers import MID
-from mha_export.pipeline import export_preset
+from mha_export.pipeline.export import export_preset
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from mha_runtime.config import MHAConfig
+from mha_runtime.artifact.config import MHAConfig
 
 # A mid-size config (with qkv_bias) between the toy seed preset and gpt2-small.
 MID = MHAConfig(d_in=64, d_out=16, num_heads=4, context_length=48, qkv_bias=True)
@@ -20,7 +20,7 @@ PRESET_DIGESTS = Path(__file__).parent / "data" / "preset_digests.json"
 def content_digest(path: Path) -> str:
     """sha256 of what an artifact computes, blind to the Python module paths exporters record.
 
-    ONNX: the model without node metadata and doc strings (they name `mha_export.model.CausalAttention`).
+    ONNX: the model without node metadata and doc strings (they name `mha_export.model.wrapper.CausalAttention`).
     TorchScript: the tensors, the embedded config and the pickled module structure, not the code files
     (their paths carry the module name). Anything else: its bytes.
     """

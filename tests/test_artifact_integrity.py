@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mha_export.cli import cli
-from mha_runtime.errors import ArtifactError, ProviderError
-from mha_runtime.providers import resolve_provider
-from mha_runtime.runner import OnnxRunner
+from mha_runtime.artifact.errors import ArtifactError, ProviderError
+from mha_runtime.cli.main import cli
+from mha_runtime.infer.providers import resolve_provider
+from mha_runtime.infer.runner import OnnxRunner
 
 
 def _alter(path: Path) -> None:
@@ -78,7 +78,7 @@ def test_altered_model_that_onnxruntime_loads_is_still_refused(seed_copy: Path) 
     import onnx
     from onnx import numpy_helper
 
-    from mha_runtime.manifest import load_manifest
+    from mha_runtime.artifact.manifest import load_manifest
 
     path = seed_copy / "mha.contrib.onnx"
     model = onnx.load(str(path))

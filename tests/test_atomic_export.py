@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import mha_export.pipeline as pipeline
-from mha_runtime.manifest import sha256_file
+import mha_export.pipeline.export as pipeline
+from mha_runtime.artifact.manifest import sha256_file
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
@@ -63,7 +63,7 @@ class _Fault(Exception):
 def test_replace_folder_leaves_a_complete_set_whatever_step_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   step: int, fault: type[BaseException]) -> None:
     """Each filesystem call in turn (rename aside, rename in, remove the old) fails: the folder is old or new."""
-    import mha_export.atomic as atomic
+    import mha_runtime.artifact.atomic as atomic
 
     final, new, old_files, new_files = _two_sets(tmp_path)
     calls = []
@@ -96,7 +96,7 @@ def test_replace_folder_leaves_a_complete_set_whatever_step_fails(tmp_path: Path
 
 def test_an_interrupted_swap_is_repaired_by_the_next_export(tmp_path: Path) -> None:
     """A run killed between the two renames leaves only `.seed.old-<pid>-*`: the next export puts it back."""
-    from mha_export.atomic import clean_leftovers
+    from mha_runtime.artifact.atomic import clean_leftovers
 
     final, _, old_files, _ = _two_sets(tmp_path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -105,7 +105,7 @@ def test_an_interrupted_swap_is_repaired_by_the_next_export(tmp_path: Path) -> N
 
 
 def test_leftover_staging_folders_are_removed_or_reported(tmp_path: Path) -> None:
-    from mha_export.atomic import clean_leftovers
+    from mha_runtime.artifact.atomic import clean_leftovers
 
     final = tmp_path / "seed"
     final.mkdir()

@@ -13,22 +13,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from mha_export.bench import (
-    _stats,
-    default_threads,
-    format_report,
-    parse_batches,
-    parse_threads,
-    resolve_shapes,
-    run_bench,
-    write_outputs,
-)
-from mha_export.cli import cli
-from mha_export.flops import causal_flops, dense_flops
-from mha_export.weights import seeded_model
-from mha_runtime.config import MHAConfig, preset
-from mha_runtime.errors import ConfigError
-from mha_runtime.manifest import load_manifest
+from mha_export.bench.flops import causal_flops, dense_flops
+from mha_export.bench.options import default_threads, parse_batches, parse_threads, resolve_shapes
+from mha_export.bench.report import format_report, write_outputs
+from mha_export.bench.run import _stats, run_bench
+from mha_export.weights.load import seeded_model
+from mha_runtime.artifact.config import MHAConfig, preset
+from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.cli.main import cli
 
 
 @pytest.mark.parametrize("name,tokens", [("seed", 6), ("seed", 1), ("gpt2-small", 16)])

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 from click.testing import CliRunner
 
-from mha_export.cli import cli
-from mha_runtime.manifest import load_manifest
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.cli.main import cli
 
 
 def test_export_writes_a_validated_folder_and_table(tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_check_prints_summary_last(seed_dir: Path) -> None:
 
 def test_check_fails_when_a_golden_output_is_wrong(seed_copy: Path) -> None:
     """Rewrite a golden output and its manifest entry consistently: the numbers, not the hash, must fail it."""
-    from mha_runtime.manifest import sha256_file
+    from mha_runtime.artifact.manifest import sha256_file
 
     target = seed_copy / "golden" / "b1_t1.context.bin"
     target.write_bytes((np.fromfile(target, "<f4") + 1.0).astype("<f4").tobytes())

@@ -1,8 +1,8 @@
 """The one config object and its presets."""
 import pytest
 
-from mha_runtime.config import PRESETS, MHAConfig, preset
-from mha_runtime.errors import ConfigError
+from mha_runtime.artifact.config import PRESETS, MHAConfig, preset
+from mha_runtime.artifact.errors import ConfigError
 
 
 def test_presets() -> None:

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from mha_export.cli import cli
-from mha_runtime.errors import ContractError
-from mha_runtime.runner import OnnxRunner
+from mha_runtime.artifact.errors import ContractError
+from mha_runtime.cli.main import cli
+from mha_runtime.infer.runner import OnnxRunner
 
 GOOD = np.zeros((2, 3, 3), dtype=np.float32)
 NAN = GOOD.copy()

@@ -8,15 +8,15 @@ import onnx
 import pytest
 import torch
 
-from mha_export.decode import decode_module, empty_cache
-from mha_export.weights import load_artifact_model, seeded_model
-from mha_runtime.config import MHAConfig, preset
-from mha_runtime.decode import SCHEDULES, DecodeSession, run_chunked, uneven_schedule
-from mha_runtime.errors import ContractError
-from mha_runtime.manifest import load_manifest
-from mha_runtime.runner import OnnxRunner
-from mha_runtime.tolerance import compare
-from mha_runtime.variants import tolerance_for
+from mha_export.weights.load import load_artifact_model, seeded_model
+from mha_runtime.artifact.config import MHAConfig, preset
+from mha_runtime.artifact.errors import ContractError
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.artifact.registry import tolerance_for
+from mha_runtime.artifact.tolerance import compare
+from mha_runtime.infer.decode_session import SCHEDULES, DecodeSession, run_chunked, uneven_schedule
+from mha_runtime.infer.runner import OnnxRunner
+from torch_refs import decode_module, empty_cache
 
 
 def _eager_chunked(config: MHAConfig, model: torch.nn.Module, x: torch.Tensor, chunks: list[int]) -> torch.Tensor:

@@ -9,14 +9,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from mha_export.cli import cli
-from mha_export.weights import load_artifact_model
-from mha_runtime.decode import golden_schedule, run_chunked, uneven_schedule
-from mha_runtime.decode_inplace import InPlaceDecodeSession
-from mha_runtime.errors import ContractError, MHAError
-from mha_runtime.manifest import load_manifest
-from mha_runtime.tolerance import compare
-from mha_runtime.variants import DECODE_INPLACE, tolerance_for
+from mha_export.weights.load import load_artifact_model
+from mha_runtime.artifact.errors import ContractError, MHAError
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.artifact.registry import DECODE_INPLACE, tolerance_for
+from mha_runtime.artifact.tolerance import compare
+from mha_runtime.cli.main import cli
+from mha_runtime.infer.decode_session import golden_schedule, run_chunked, uneven_schedule
+from mha_runtime.infer.inplace_session import InPlaceDecodeSession
 
 SCHEDULES = {"prefill": lambda t: [t], "token-by-token": lambda t: [1] * t, "golden": golden_schedule,
              "uneven": uneven_schedule}

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from helpers import PRESET_DIGESTS, preset_digests
-from mha_export.fixtures import FIXTURE_SEED, golden_shapes
-from mha_export.weights import load_artifact_model
-from mha_runtime.golden import iter_cases, load_cases
-from mha_runtime.manifest import load_manifest
+from mha_export.pipeline.fixtures import FIXTURE_SEED, golden_shapes
+from mha_export.weights.load import load_artifact_model
+from mha_runtime.artifact.golden import iter_cases, load_cases
+from mha_runtime.artifact.manifest import load_manifest
 
 PRESETS = ["seed", pytest.param("gpt2-small", marks=pytest.mark.slow)]
 FIXTURE = {"seed": "seed_dir", "gpt2-small": "gpt2_dir"}

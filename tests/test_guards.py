@@ -12,18 +12,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import mha_export.validate as validate_module
-from mha_export.cli import cli
-from mha_export.mask_rewrite import additive_mask
-from mha_export.pte import PteRunner
-from mha_export.weights import load_artifact_model
-from mha_runtime.decode import DecodeSession
-from mha_runtime.errors import ValidationError
-from mha_runtime.golden import check_artifact, load_cases
-from mha_runtime.manifest import load_manifest, sha256_file
-from mha_runtime.runner import OnnxRunner
-from mha_runtime.tolerance import Tolerance
-from mha_runtime.variants import (
+import mha_export.pipeline.validate as validate_module
+from mha_export.build.mask_rewrite import additive_mask
+from mha_export.infer.pte_runner import PteRunner
+from mha_export.weights.load import load_artifact_model
+from mha_runtime.artifact.errors import ValidationError
+from mha_runtime.artifact.golden import load_cases
+from mha_runtime.artifact.manifest import load_manifest, sha256_file
+from mha_runtime.artifact.registry import (
     CHOICES,
     DECODE,
     EXECUTORCH_RUNTIME,
@@ -33,6 +29,11 @@ from mha_runtime.variants import (
     spec_for,
     tolerance_for,
 )
+from mha_runtime.artifact.tolerance import Tolerance
+from mha_runtime.cli.main import cli
+from mha_runtime.infer.decode_session import DecodeSession
+from mha_runtime.infer.golden_check import check_artifact
+from mha_runtime.infer.runner import OnnxRunner
 
 # Per-tensor dynamic quantization (int8) and float16 are not causal-invariant by construction: a huge future
 # token changes the int8 scale of every token and overflows float16; the fp32 artifacts must be exactly causal.
@@ -65,7 +66,7 @@ def test_qblocks_query_blocks_leave_earlier_outputs_bit_identical(mid_dir: Path,
     from 256 tokens on): built here with the blocks from 8 tokens on, each block's additive mask is exercised."""
     import onnxruntime as ort
 
-    from mha_export.qblocks import qblocks_model
+    from mha_export.build.qblocks import qblocks_model
 
     wrapper, config = load_artifact_model(mid_dir, load_manifest(mid_dir))
     model = qblocks_model(wrapper, config, blocks=8, dense_below=8)
@@ -136,13 +137,14 @@ def test_python_check_fails_near_misses(seed_dir: Path, excess: float, rel_l2_on
     """Just over atol fails; within atol but over the relative-L2 bound fails too."""
     cases = load_cases(seed_dir)
     tol = Tolerance(atol=1e-3, rtol=0.0, rel_l2=1e-4 if rel_l2_only else None)
-    from mha_runtime.golden import iter_cases
+    from mha_runtime.artifact.golden import iter_cases
 
     goldens = {name: y for name, _, y in iter_cases(seed_dir, cases)}
     by_shape = {tuple(g.shape): g for g in goldens.values()}
-    results = check_artifact("near-miss", lambda x: by_shape[(*x.shape[:2], 4)] + excess * 1e-3, tol, seed_dir, cases)
+    near = lambda _, x: by_shape[(*x.shape[:2], 4)] + excess * 1e-3  # noqa: E731
+    results = check_artifact("near-miss", near, tol, seed_dir, cases)
     assert results and not any(r.ok for r in results)
-    exact = check_artifact("exact", lambda x: by_shape[(*x.shape[:2], 4)], tol, seed_dir, cases)
+    exact = check_artifact("exact", lambda _, x: by_shape[(*x.shape[:2], 4)], tol, seed_dir, cases)
     assert all(r.ok for r in exact)
 
 

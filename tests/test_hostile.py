@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import REPO
-from mha_export.cli import cli
-from mha_runtime.decode import DecodeSession
-from mha_runtime.errors import MHAError
-from mha_runtime.manifest import sha256_file
-from mha_runtime.runner import OnnxRunner
+from mha_runtime.artifact.errors import MHAError
+from mha_runtime.artifact.manifest import sha256_file
+from mha_runtime.cli.main import cli
+from mha_runtime.infer.decode_session import DecodeSession
+from mha_runtime.infer.runner import OnnxRunner
 
 Setup = Callable[[Path, Path], list[str]]  # (a private copy of the seed folder, a work folder) -> `mha run` args
 

@@ -10,10 +10,10 @@ import onnxruntime as ort
 import pytest
 
 from helpers import MID
-from mha_export.mask_rewrite import additive_mask
-from mha_export.onnx_export import trace_to_onnx
-from mha_export.weights import seeded_model
-from mha_runtime.config import MHAConfig
+from mha_export.build.mask_rewrite import additive_mask
+from mha_export.build.onnx_trace import trace_to_onnx
+from mha_export.weights.load import seeded_model
+from mha_runtime.artifact.config import MHAConfig
 
 ODD_SCALE = MHAConfig(d_in=12, d_out=3, num_heads=2, context_length=20)  # sqrt(3): the scale is not a power of 2
 

@@ -1,8 +1,8 @@
 """The tutorial's model: golden output, names, and the seed initialisation."""
 import torch
 
-from mha_export.weights import seeded_model
-from mha_runtime.config import preset
+from mha_export.weights.load import seeded_model
+from mha_runtime.artifact.config import preset
 
 # The book's six tokens "Your journey starts with one step", 3-dim embeddings.
 INPUTS = torch.tensor([

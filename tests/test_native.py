@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 from helpers import add_zero_case
-from mha_export.fixtures import cases_tsv
-from mha_runtime.golden import GoldenCases
+from mha_export.pipeline.fixtures import cases_tsv
+from mha_runtime.artifact.golden import GoldenCases
 
 NATIVE = Path(__file__).resolve().parents[1] / "runtime" / "native"
 C_BUILD = NATIVE / "c" / "build"

@@ -6,11 +6,11 @@ from pathlib import Path
 import onnx
 import pytest
 
-from mha_export.example import example_input
-from mha_export.onnx_export import ExportError, check_opset, check_saved
-from mha_runtime.config import MHAConfig, preset
-from mha_runtime.contract import META_CONFIG, META_CONTRACT, IOContract
-from mha_runtime.errors import ConfigError
+from mha_export.build.onnx_trace import ExportError, check_opset, check_saved
+from mha_export.model.example import example_input
+from mha_runtime.artifact.config import MHAConfig, preset
+from mha_runtime.artifact.contract import META_CONFIG, META_CONTRACT, IOContract
+from mha_runtime.artifact.errors import ConfigError
 
 
 def _dims(value: onnx.ValueInfoProto) -> list[str | int]:

@@ -11,18 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from book_models import GPTModel, MultiHeadAttention
 from click.testing import CliRunner
 
+from book_models import GPTModel, MultiHeadAttention
 from helpers import REPO
-from mha_export.cli import cli
-from mha_export.validate import artifact_runner
-from mha_runtime.config import MHAConfig
-from mha_runtime.decode import DecodeSession, golden_schedule, run_chunked
-from mha_runtime.golden import iter_cases, load_cases
-from mha_runtime.manifest import load_manifest
-from mha_runtime.tolerance import compare
-from mha_runtime.variants import CHOICES, DECODE, DECODE_RUNTIME, artifact_specs, tolerance_for
+from mha_export.pipeline.validate import artifact_runner
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.golden import iter_cases, load_cases
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.artifact.registry import CHOICES, DECODE, DECODE_RUNTIME, artifact_specs, tolerance_for
+from mha_runtime.artifact.tolerance import compare
+from mha_runtime.cli.main import cli
+from mha_runtime.infer.decode_session import DecodeSession, golden_schedule, run_chunked
 
 # A GPT-2-shaped layer, small: 4 heads of 16, context 32.
 GPT2_CONFIG = MHAConfig(d_in=64, d_out=16, num_heads=4, context_length=32, qkv_bias=True, out_proj=True)
@@ -146,7 +146,7 @@ def test_decode_prefill_then_steps_equals_the_original(sources: dict[str, Source
 @pytest.mark.parametrize("source", ["hf-gpt2-safetensors", "book-gptmodel"])
 def test_manifest_records_layout_layer_and_source(sources: dict[str, Source], exported: dict[str, Path],
                                                   source: str) -> None:
-    from mha_runtime.manifest import sha256_file
+    from mha_runtime.artifact.manifest import sha256_file
 
     manifest = load_manifest(exported[source])
     assert manifest.weights.layout == {"hf-gpt2-safetensors": "hf-gpt2", "book-gptmodel": "book-gpt"}[source]

@@ -1,6 +1,11 @@
-"""The base install is the torch-free runtime under names that cannot collide (built and installed for real)."""
+"""Two distributions whose folders are their import names, built and installed for real.
+
+mha-runtime (runtime/) is the torch-free base install; mha-export (export/) adds torch and the export commands
+to the same `mha` command through entry points.
+"""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import zipfile
@@ -9,42 +14,68 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO
-from mha_runtime.manifest import load_manifest
+from mha_runtime.artifact.manifest import load_manifest
 
 
 def _run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, cwd=cwd)
 
 
+def _source_packages(root: Path, name: str) -> set[str]:
+    """Every package under root/name, as dotted names: each folder holding an __init__.py."""
+    return {".".join(p.parent.relative_to(root).parts) for p in (root / name).rglob("__init__.py")}
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, REPO)
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("wheels")
+    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, REPO / "runtime", REPO / "export")
     assert built.returncode == 0, built.stderr
-    (path,) = out.glob("mha_export-*.whl")
-    return path
+    (runtime,) = out.glob("mha_runtime-*.whl")
+    (export,) = out.glob("mha_export-*.whl")
+    return {"mha_runtime": runtime, "mha_export": export}
 
 
 @pytest.fixture(scope="module")
-def base_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with only the base install of the wheel (numpy, onnxruntime, click; pip may use its cache)."""
+def base_venv(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with only the runtime wheel (numpy, onnxruntime, click; pip may use its cache)."""
     venv = tmp_path_factory.mktemp("base") / "venv"
     assert _run(sys.executable, "-m", "venv", venv).returncode == 0
-    installed = _run(venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel)
+    installed = _run(venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                     wheels["mha_runtime"])
     assert installed.returncode == 0, installed.stderr
     return venv
 
 
-def test_wheel_top_level_names_are_prefixed(wheel: Path) -> None:
-    with zipfile.ZipFile(wheel) as archive:
-        tops = {name.split("/")[0] for name in archive.namelist() if ".dist-info/" not in name}
-    assert tops == {"mha_export", "mha_runtime"}
+@pytest.mark.parametrize("name", ["mha_runtime", "mha_export"])
+def test_each_wheel_holds_exactly_its_package_and_every_subpackage(wheels: dict[str, Path], name: str) -> None:
+    folder = REPO / name.removeprefix("mha_")
+    with zipfile.ZipFile(wheels[name]) as archive:
+        files = [n for n in archive.namelist() if ".dist-info/" not in n]
+    assert {f.split("/")[0] for f in files} == {name}
+    in_wheel = {".".join(f.split("/")[:-1]) for f in files if f.endswith("/__init__.py")}
+    assert in_wheel == _source_packages(folder, name) and len(in_wheel) > 3
+
+
+@pytest.mark.parametrize("name", ["mha_runtime", "mha_export"])
+def test_the_editable_install_finds_each_package_in_the_folder_of_its_name(name: str) -> None:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin is not None
+    origin = Path(spec.origin)
+    assert origin.parent.name == name and origin.parent.parent == REPO / name.removeprefix("mha_")
+
+
+def test_the_wheel_install_finds_the_runtime_in_the_folder_of_its_name(base_venv: Path, tmp_path: Path) -> None:
+    code = ("import importlib.util as u; print(u.find_spec('mha_runtime').origin); "
+            "print(u.find_spec('mha_export') is None, u.find_spec('torch') is None)")
+    out = _run(base_venv / "bin" / "python", "-c", code, cwd=tmp_path)
+    origin, absent = out.stdout.strip().splitlines()
+    assert Path(origin).parent.name == "mha_runtime" and "site-packages" in origin, out.stderr
+    assert absent == "True True"  # no export code and no torch in the base install
 
 
 def test_base_install_runs_checks_and_inspects_without_torch(base_venv: Path, seed_dir: Path, tmp_path: Path) -> None:
     python, mha = base_venv / "bin" / "python", base_venv / "bin" / "mha"
-    no_torch = _run(python, "-c", "import torch", cwd=tmp_path)
-    assert no_torch.returncode == 1 and "No module named 'torch'" in no_torch.stderr
     code = "import numpy as np; np.save('x.npy', np.ones((2, 3, 3), np.float32))"
     assert _run(python, "-c", code, cwd=tmp_path).returncode == 0
     run = _run(mha, "run", seed_dir, "--input", "x.npy", "--output", "y.npy", "--provider", "cpu", cwd=tmp_path)
@@ -56,19 +87,22 @@ def test_base_install_runs_checks_and_inspects_without_torch(base_venv: Path, se
     assert last.endswith(f", 0 failed, {3 * len(torch_side)} skipped") and not last.startswith("0 ")  # need torch
     inspect = _run(mha, "inspect", seed_dir, cwd=tmp_path)
     assert inspect.returncode == 0 and "mha.onnx" in inspect.stdout
+    listed = _run(mha, "--help", cwd=tmp_path)
+    assert listed.returncode == 0 and " run " in listed.stdout and " export " not in listed.stdout
 
 
-def test_base_install_export_names_the_extra(base_venv: Path, tmp_path: Path) -> None:
-    result = _run(base_venv / "bin" / "mha", "export", "--preset", "seed", "--out", tmp_path / "out", cwd=tmp_path)
+@pytest.mark.parametrize("command", ["export", "validate", "bench"])
+def test_base_install_export_commands_name_the_package(base_venv: Path, tmp_path: Path, command: str) -> None:
+    result = _run(base_venv / "bin" / "mha", command, "--out", tmp_path / "out", cwd=tmp_path)
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.strip().count("\n") == 0 and "pip install 'mha-export[export]'" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "pip install ./runtime ./export" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
 
 
 def test_base_install_serve_names_the_extra(base_venv: Path, seed_dir: Path, tmp_path: Path) -> None:
     result = _run(base_venv / "bin" / "mha", "serve", seed_dir, "--port", "1", cwd=tmp_path)
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.strip().count("\n") == 0 and "pip install 'mha-export[serve]'" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "pip install './runtime[serve]'" in result.stderr
     assert "Traceback" not in result.stderr
     repo = tmp_path / "repo"  # the Triton repository needs neither torch nor ray
     triton = _run(base_venv / "bin" / "mha", "triton", seed_dir, "--out", repo, cwd=tmp_path)

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from mha_export.torchscript import load_torchscript
-from mha_export.weights import load_artifact_model
-from mha_runtime.config import MHAConfig
-from mha_runtime.manifest import load_manifest
-from mha_runtime.runner import OnnxRunner
-from mha_runtime.tolerance import compare
-from mha_runtime.variants import tolerance_for
+from mha_export.infer.torchscript_runner import load_torchscript
+from mha_export.weights.load import load_artifact_model
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.artifact.registry import tolerance_for
+from mha_runtime.artifact.tolerance import compare
+from mha_runtime.infer.runner import OnnxRunner
 
 
 def _eager(folder: Path) -> tuple[torch.nn.Module, MHAConfig]:

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from mha_export.weights import load_artifact_model
-from mha_runtime.decode import DecodeSession, run_chunked, uneven_schedule
-from mha_runtime.errors import MHAError
-from mha_runtime.manifest import load_manifest
-from mha_runtime.runner import OnnxRunner
-from mha_runtime.tolerance import compare
-from mha_runtime.variants import tolerance_for
+from mha_export.weights.load import load_artifact_model
+from mha_runtime.artifact.errors import MHAError
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.artifact.registry import tolerance_for
+from mha_runtime.artifact.tolerance import compare
+from mha_runtime.infer.decode_session import DecodeSession, run_chunked, uneven_schedule
+from mha_runtime.infer.runner import OnnxRunner
 
 EXAMPLES = 1000
 _STATE: dict[str, object] = {}

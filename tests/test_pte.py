@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from mha_export.pte import PteRunner
-from mha_export.weights import load_artifact_model
-from mha_runtime.errors import ContractError
-from mha_runtime.manifest import load_manifest
-from mha_runtime.tolerance import compare
-from mha_runtime.variants import PTE, PTE_MAX_BATCH, tolerance_for
+from mha_export.infer.pte_runner import PteRunner
+from mha_export.weights.load import load_artifact_model
+from mha_runtime.artifact.errors import ContractError
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.artifact.registry import PTE, PTE_MAX_BATCH, tolerance_for
+from mha_runtime.artifact.tolerance import compare
 
 
 def test_every_length_up_to_context_length_and_every_batch_up_to_the_maximum(mid_dir: Path) -> None:

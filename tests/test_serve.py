@@ -23,17 +23,25 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from mha_export.cli import cli
-from mha_runtime.batching import length_groups, pad_batch, run_grouped, run_padded, work
-from mha_runtime.config import PRESETS, MHAConfig
-from mha_runtime.contract import check_input
-from mha_runtime.errors import ContractError, RequestError, ServeError
-from mha_runtime.loadtest import Shot, check_answers, good_shots, loopback_target, run_load, summarize
-from mha_runtime.manifest import load_manifest
-from mha_runtime.runner import OnnxRunner
-from mha_runtime.server_process import ServerProcess, free_port, session_members
-from mha_runtime.service import Answer, ContextService, Reply
-from mha_runtime.wire import NPY, body_limit, decode_answer, decode_request, encode_answer, encode_request, npy_body
+from mha_runtime.artifact.config import PRESETS, MHAConfig
+from mha_runtime.artifact.contract import check_input
+from mha_runtime.artifact.errors import ContractError, RequestError, ServeError
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.cli.main import cli
+from mha_runtime.infer.runner import OnnxRunner
+from mha_runtime.serve.batching import length_groups, pad_batch, run_grouped, run_padded, work
+from mha_runtime.serve.loadtest import Shot, check_answers, good_shots, loopback_target, run_load, summarize
+from mha_runtime.serve.process import ServerProcess, free_port, session_members
+from mha_runtime.serve.service import Answer, ContextService, Reply
+from mha_runtime.serve.wire import (
+    NPY,
+    body_limit,
+    decode_answer,
+    decode_request,
+    encode_answer,
+    encode_request,
+    npy_body,
+)
 
 SEED = MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6)
 

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from mha_export.cli import cli
-from mha_runtime.contract import INPUT_NAME, OUTPUT_NAME
-from mha_runtime.manifest import load_manifest, sha256_file
+from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
+from mha_runtime.artifact.manifest import load_manifest, sha256_file
+from mha_runtime.cli.main import cli
 from mha_runtime.triton import TORCHSCRIPT_INPUT, TORCHSCRIPT_OUTPUT
 
 

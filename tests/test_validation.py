@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from mha_export.validate import sweep_shapes, sweep_tokens, validate
-from mha_export.weights import seeded_model
-from mha_runtime.config import preset
-from mha_runtime.errors import ValidationError
-from mha_runtime.tolerance import Tolerance, compare
-from mha_runtime.variants import ONNX, TORCHSCRIPT
+from mha_export.pipeline.validate import sweep_shapes, sweep_tokens, validate
+from mha_export.weights.load import seeded_model
+from mha_runtime.artifact.config import preset
+from mha_runtime.artifact.errors import ValidationError
+from mha_runtime.artifact.registry import ONNX, TORCHSCRIPT
+from mha_runtime.artifact.tolerance import Tolerance, compare
 
 
 def test_sweep_covers_the_policy() -> None:

@@ -8,17 +8,18 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from mha_export.blocks import QUERY_BLOCKS, blocks_model
-from mha_export.cli import cli
-from mha_export.fused import fuse
-from mha_export.model import build_wrapper
-from mha_export.weights import load_artifact_model
-from mha_runtime.config import MHAConfig
-from mha_runtime.errors import ExportError
-from mha_runtime.manifest import load_manifest
-from mha_runtime.runner import OnnxRunner
-from mha_runtime.tolerance import compare
-from mha_runtime.variants import CHOICES, ONNX_RUNTIME, artifact_specs, parse_variants, spec_for, tolerance_for
+from mha_export.build.blocks import QUERY_BLOCKS, blocks_model
+from mha_export.model.fused import fuse
+from mha_export.model.wrapper import build_wrapper
+from mha_export.weights.load import load_artifact_model
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.errors import ExportError
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.artifact.registry import CHOICES, ONNX_RUNTIME, artifact_specs, parse_variants, spec_for, tolerance_for
+from mha_runtime.artifact.tolerance import compare
+from mha_runtime.cli.main import cli
+from mha_runtime.infer.runner import OnnxRunner
+from torch_refs import explicit_fused
 
 # The artifacts with the plain x -> context contract (the decode form is tested in test_decode.py).
 VARIANT_FILES = {spec.file: spec.kind for spec in artifact_specs(CHOICES) if spec.runtime == ONNX_RUNTIME}
@@ -34,7 +35,7 @@ VARIANT_FILES = {spec.file: spec.kind for spec in artifact_specs(CHOICES) if spe
 def test_fused_mapping_equals_the_wrapper(config: MHAConfig, sdpa: bool) -> None:
     torch.manual_seed(5)
     wrapper = build_wrapper(config).eval()
-    fused = fuse(wrapper, config, sdpa=sdpa)
+    fused = fuse(wrapper, config) if sdpa else explicit_fused(wrapper, config)
     for tokens in (1, 2, config.context_length // 2, config.context_length):
         x = torch.randn(3, tokens, config.d_in)
         with torch.no_grad():
@@ -76,7 +77,7 @@ def test_qblocks_form_equals_the_wrapper(config: MHAConfig, blocks: int, dense_b
     """Both branches of the If: the query blocks (at every length from `blocks` on) and the dense Attention."""
     import onnxruntime as ort
 
-    from mha_export.qblocks import qblocks_model
+    from mha_export.build.qblocks import qblocks_model
 
     torch.manual_seed(7)
     wrapper = build_wrapper(config).eval()

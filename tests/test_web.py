@@ -21,14 +21,14 @@ import numpy as np
 import onnx.helper as oh
 import pytest
 from onnx import TensorProto
-from test_model import EXPECTED, INPUTS
 
 from helpers import add_zero_case
-from mha_export.bench import wasm_medians
-from mha_export.portability import BEGIN, END, collect, parse_json, parse_text, render, replace_block
-from mha_runtime.errors import ArtifactError
-from mha_runtime.manifest import load_manifest
-from mha_runtime.runner import OnnxRunner
+from mha_export.bench.runners import wasm_medians
+from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.infer.runner import OnnxRunner
+from portability import BEGIN, END, collect, parse_json, parse_text, render, replace_block
+from test_model import EXPECTED, INPUTS
 
 REPO = Path(__file__).resolve().parents[1]
 WEB = REPO / "runtime" / "native" / "web"

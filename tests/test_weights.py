@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from book_models import MultiHeadAttention
 from click.testing import CliRunner
 from safetensors.torch import save_file
 
-from mha_export.cli import cli
-from mha_export.layouts import book_mha_state, hf_gpt2_state, locate
-from mha_export.model import build_wrapper
-from mha_export.weights import load_model, seeded_model
-from mha_runtime.config import MHAConfig, preset
-from mha_runtime.errors import ConfigError
+from book_models import MultiHeadAttention
+from mha_export.model.wrapper import build_wrapper
+from mha_export.weights.layouts import book_mha_state, hf_gpt2_state, locate
+from mha_export.weights.load import load_model, seeded_model
+from mha_runtime.artifact.config import MHAConfig, preset
+from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.cli.main import cli
 
 SEED = preset("seed")
 CONFIG = MHAConfig(d_in=8, d_out=2, num_heads=3, context_length=5, qkv_bias=True, out_proj=True)
@@ -221,7 +221,7 @@ def test_a_pickle_that_runs_code_is_refused(tmp_path: Path) -> None:
 
 
 def test_every_variant_carries_bias_and_projection() -> None:
-    from mha_runtime.variants import OPTIONAL_FIELDS, REGISTRY
+    from mha_runtime.artifact.registry import OPTIONAL_FIELDS, REGISTRY
 
     assert all(v.carries == OPTIONAL_FIELDS for v in REGISTRY)
 
@@ -231,7 +231,7 @@ def test_a_variant_that_cannot_carry_a_field_is_refused_before_any_work(tmp_path
     """The mechanism a future variant without out_proj support would hit: one line, exit 1, no folder."""
     import dataclasses
 
-    import mha_runtime.variants as variants
+    import mha_runtime.artifact.registry as variants
 
     limited = tuple(dataclasses.replace(v, carries=frozenset({"qkv_bias"})) if v.name == "fp16" else v
                     for v in variants.REGISTRY)

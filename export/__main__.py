@@ -1,4 +1,0 @@
-"""`python -m mha_export ...` is the `mha` command."""
-from mha_export.cli import main
-
-main()

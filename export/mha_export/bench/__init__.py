@@ -1,0 +1,1 @@
+"""`mha bench` and `make serve-bench`: timings, FLOP counts, reports and plots."""

@@ -1,0 +1,77 @@
+"""The in-place decode form: a key/value cache of context_length rows that each step writes into.
+
+x (B, N, d_in) -> MatMul -> packed q|k|v (B, N, 3 * H * d_out) -> com.microsoft.GroupQueryAttention with
+past_key/past_value (B, H, context_length, d_out) and past_tokens (B,) -> context (B, N, H * d_out) and
+present_key/present_value, the same buffer shape. Bound to one OrtValue as both past and present (IO binding),
+ONNX Runtime's kernel sees the shared buffer and copies only the N new rows into it, where mha.decode.onnx
+returns a grown copy of the whole cache every step. The packed input is the fused projection's own column
+order (all q heads, all k heads, all v heads), so no Split; attention is causal from past_tokens on.
+
+ONNX Runtime's GroupQueryAttention needs d_out % 8 == 0 (the variant is left out of `all` otherwise), and a
+chunk of more than one token after a non-empty past only at batch 1 (the session refuses it before the run).
+docs/design-notes.md has the measurements.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+from onnx import TensorProto, numpy_helper
+
+from mha_export.build.contrib import contrib_domain_model, fused_initializers, output_projection, save_checked
+from mha_export.model.wrapper import MultiHeadAttentionWrapper
+from mha_export.build.onnx_trace import check_saved
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.contract import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    PAST_KEY,
+    PAST_TOKENS,
+    PAST_VALUE,
+    PRESENT_KEY,
+    PRESENT_VALUE,
+    InPlaceDecodeContract,
+)
+from mha_runtime.artifact.registry import VARIANTS
+
+
+def decode_inplace_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.ModelProto:
+    """The graph above: MatMul [+ Add] -> GroupQueryAttention [-> projection], seqlens derived from past_tokens."""
+    weight, bias = fused_initializers(wrapper, config)  # (d_in, 3 * H * d_out), (3 * H * d_out,) or None
+    inits = [weight, numpy_helper.from_array(np.array([1], np.int32), "one_i32")]
+    nodes = [oh.make_node("MatMul", [INPUT_NAME, "W_qkv"], ["qkv"])]  # (B, N, 3 * H * d_out)
+    packed = "qkv"
+    if bias is not None:  # GroupQueryAttention has no bias input
+        inits.append(bias)
+        nodes.append(oh.make_node("Add", ["qkv", "b_qkv"], ["qkv_b"]))
+        packed = "qkv_b"
+    attention, projection, proj_inits = output_projection(wrapper, config)  # on the new tokens only
+    nodes += [
+        oh.make_node("Shape", [INPUT_NAME], ["N_i64"], start=1, end=2),  # (1,)
+        oh.make_node("Cast", ["N_i64"], ["N"], to=TensorProto.INT32),
+        oh.make_node("Add", [PAST_TOKENS, "N"], ["total_per_row"]),  # (B,): rows in use after this step
+        oh.make_node("Sub", ["total_per_row", "one_i32"], ["seqlens_k"]),  # the kernel's 0-based last position
+        oh.make_node("ReduceMax", ["total_per_row"], ["total_sequence_length"], keepdims=0),  # () int32
+        oh.make_node("GroupQueryAttention",
+                     [packed, "", "", PAST_KEY, PAST_VALUE, "seqlens_k", "total_sequence_length"],
+                     [attention, PRESENT_KEY, PRESENT_VALUE], domain="com.microsoft", num_heads=config.num_heads,
+                     kv_num_heads=config.num_heads),  # scale 1/sqrt(d_out), causal
+        *projection,
+    ]
+    contract = InPlaceDecodeContract(config)
+    signature = contract.signature()
+    types = {PAST_TOKENS: TensorProto.INT32}
+    values = {n: oh.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), s) for n, s in signature.items()}
+    inputs, outputs = (INPUT_NAME, PAST_KEY, PAST_VALUE, PAST_TOKENS), (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)
+    graph = oh.make_graph(nodes, "mha_decode_inplace", [values[n] for n in inputs], [values[n] for n in outputs],
+                          inits + proj_inits)
+    return contrib_domain_model(graph, config, contract.to_json())
+
+
+def build_decode_inplace(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    """Build the graph, check it (structure, names, symbolic axes) and save it."""
+    path = folder / VARIANTS["decode-inplace"].file
+    save_checked(decode_inplace_model(wrapper, config), path)
+    check_saved(path, config, InPlaceDecodeContract(config).signature())

@@ -1,0 +1,129 @@
+"""The faithful ONNX export: dynamo exporter, dynamic axes, deduplicated masks, config in metadata."""
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+import onnx_ir.passes.common as ir_passes
+import onnxscript.optimizer
+import torch
+from torch.export import Dim
+
+from mha_export.model.example import example_input
+from mha_export.build.mask_rewrite import additive_mask
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.contract import (
+    BATCH_AXIS,
+    INPUT_NAME,
+    META_CONFIG,
+    META_CONTRACT,
+    OUTPUT_NAME,
+    TOKENS_AXIS,
+    IOContract,
+)
+from mha_runtime.artifact.errors import ExportError
+from mha_runtime.artifact.registry import ONNX
+
+DEFAULT_OPSET = 18
+SUPPORTED_OPSETS = range(18, 26)  # measured: the dynamo exporter works at 18..25 here
+# Masks are (context, context) bool after folding: 1 MiB at context 1024. Fold tensors up to 16M elements.
+FOLD_LIMIT = 1 << 24
+
+
+def check_opset(opset: int) -> int:
+    if opset not in SUPPORTED_OPSETS:
+        raise ExportError(f"--opset: expected {SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}, got {opset}")
+    return opset
+
+
+@contextmanager
+def _quiet_torch_logs() -> Iterator[None]:
+    """The exporter logs notes such as 'torchvision is not installed'; they are not the user's concern."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def trace(module: torch.nn.Module, args: tuple[torch.Tensor, ...], *, input_names: list[str],
+          output_names: list[str], dynamic_shapes: dict[str, dict[int, Dim]], opset: int) -> ir.Model:
+    """torch.onnx.export (dynamo), quietly, into an ONNX IR model (one file, no external data)."""
+    with warnings.catch_warnings(), redirect_stdout(io.StringIO()), _quiet_torch_logs():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            module.eval(), args, input_names=input_names, output_names=output_names,
+            dynamic_shapes=dynamic_shapes, dynamo=True, opset_version=check_opset(opset),
+            external_data=False, verbose=False, report=False,
+        )
+    return program.model
+
+
+def trace_to_onnx(module: torch.nn.Module, config: MHAConfig, *, opset: int) -> ir.Model:
+    """The main contract: `x` -> `context` with symbolic `batch` and `tokens`."""
+    x = example_input(config)  # (2, T_example, d_in): no size-1 axis, T_example < context_length
+    dynamic_shapes = {"x": {0: Dim(BATCH_AXIS), 1: Dim(TOKENS_AXIS, max=config.context_length)}}
+    return trace(module, (x,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                 dynamic_shapes=dynamic_shapes, opset=opset)
+
+
+def shrink(model: ir.Model) -> ir.Model:
+    """Fold each head's mask Cast into one shared bool initializer (the per-head float masks are
+    identical; at gpt2-small they would be 48 MiB of a 55 MiB file), then turn masked_fill into an
+    additive mask (exact; export/mask_rewrite.py says why and what it saves)."""
+    ir_passes.DeduplicateInitializersPass(size_limit=FOLD_LIMIT)(model)  # 12 identical float masks -> 1
+    ir_passes.CommonSubexpressionEliminationPass()(model)  # 12 identical Casts of it -> 1
+    onnxscript.optimizer.fold_constants(model, input_size_limit=FOLD_LIMIT, output_size_limit=FOLD_LIMIT)
+    additive_mask(model)
+    ir_passes.RemoveUnusedNodesPass()(model)  # drops the float mask, leaves the bool one
+    ir_passes.DeduplicateInitializersPass(size_limit=FOLD_LIMIT)(model)
+    return model
+
+
+def stamp_metadata(model: ir.Model, config: MHAConfig, contract_json: str | None = None) -> None:
+    """Carry the config and the I/O contract in metadata_props, so a runner needs nothing else."""
+    model.metadata_props[META_CONFIG] = config.to_json()
+    model.metadata_props[META_CONTRACT] = contract_json or IOContract(config).to_json()
+    model.producer_name = "mha-export"
+
+
+def check_saved(path: Path, config: MHAConfig, signature: dict[str, list[str | int]] | None = None) -> None:
+    """The saved file: checker-clean, one file, and the contract's names and symbolic axes, in order."""
+    proto = onnx.load(str(path), load_external_data=False)
+    onnx.checker.check_model(proto, full_check=True)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        raise ExportError(f"{path}: expected one self-contained file, found external data references")
+    if signature is None:
+        contract = IOContract(config)
+        signature = {INPUT_NAME: contract.input_shape, OUTPUT_NAME: contract.output_shape}
+    found = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+             for v in list(proto.graph.input) + list(proto.graph.output)}
+    if list(found) != list(signature):
+        raise ExportError(f"{path}: expected inputs/outputs {list(signature)}, got {list(found)}")
+    for name, want in signature.items():
+        if found[name] != want:
+            raise ExportError(f"{path}: {name!r} has shape {found[name]}, expected {want} (an axis was frozen)")
+
+
+def save_onnx(model: ir.Model, path: Path, config: MHAConfig, *, contract_json: str | None = None,
+              signature: dict[str, list[str | int]] | None = None) -> None:
+    stamp_metadata(model, config, contract_json)
+    ir.save(model, str(path))
+    check_saved(path, config, signature)
+
+
+def export_onnx(module: torch.nn.Module, config: MHAConfig, path: Path, *, opset: int = DEFAULT_OPSET) -> None:
+    """Trace `module`, shrink the graph, stamp the contract, save to `path` and check the file."""
+    save_onnx(shrink(trace_to_onnx(module, config, opset=opset)), path, config)
+
+
+def build_onnx(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    export_onnx(wrapper, config, folder / ONNX.file, opset=opset)

@@ -1,0 +1,87 @@
+"""The ExecuTorch program (`mha.pte`, XNNPACK delegate); its runner is mha_export.infer.pte_runner.
+
+The traced wrapper slices a (context, context) mask buffer, which torch.export refuses at T == context_length
+(a contiguity guard) and which XNNPACK cannot delegate. `PerHeadBMM` computes the same function with ops
+XNNPACK takes whole at dynamic batch and tokens: the wrapper's own per-head Linears, rank-3 `bmm`, and an
+additive mask built from a stored position vector (no (T, T) tensor in the file). docs/design-notes.md has
+the forms that lost and why.
+
+ExecuTorch plans memory at the upper bounds, so batch has a maximum (PTE_MAX_BATCH), recorded in the contract
+and the manifest; the runner refuses a larger batch, or more tokens than context_length, before the runtime.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from mha_export.infer.pte_runner import BATCH_METHOD, CONFIG_METHOD, quiet
+from mha_export.model.wrapper import MultiHeadAttentionWrapper
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.errors import ExportError
+from mha_runtime.artifact.registry import PTE, PTE_MAX_BATCH
+
+# Additive mask value: finite, so that 0 * mask is 0 (not NaN); exp(score - 1e30 - max) is exactly 0.
+NEG = -1e30
+
+
+class PerHeadBMM(nn.Module):
+    """x (B, T, d_in) -> per head: q k^T (B, T, T) + mask -> softmax -> @ v (B, T, d_out) -> cat -> [out_proj].
+
+    The wrapper's per-head weights, with 1/sqrt(d_out) folded into W_query (exact when d_out is a power of 4).
+    """
+
+    def __init__(self, wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> None:
+        super().__init__()
+        scale = config.d_out ** -0.5
+        self.W_query = nn.ModuleList(copy.deepcopy(head.W_query) for head in wrapper.heads)
+        with torch.no_grad():
+            for layer in self.W_query:
+                layer.weight.mul_(scale)
+                if layer.bias is not None:
+                    layer.bias.mul_(scale)
+        self.W_key = nn.ModuleList(copy.deepcopy(head.W_key) for head in wrapper.heads)
+        self.W_value = nn.ModuleList(copy.deepcopy(head.W_value) for head in wrapper.heads)
+        self.out_proj = copy.deepcopy(wrapper.out_proj)
+        self.register_buffer("pos", torch.arange(config.context_length, dtype=torch.float32))  # (context,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.pos[: x.shape[1]]  # (T,)
+        mask = torch.clamp(p - p.unsqueeze(-1), 0.0, 1.0) * NEG  # (T, T): NEG where the key is after the query
+        heads = []
+        for w_q, w_k, w_v in zip(self.W_query, self.W_key, self.W_value, strict=True):
+            scores = torch.bmm(w_q(x), w_k(x).transpose(1, 2)) + mask  # (B, T, T)
+            heads.append(torch.bmm(torch.softmax(scores, dim=-1), w_v(x)))  # (B, T, d_out)
+        context = torch.cat(heads, dim=-1)  # (B, T, H * d_out)
+        return context if self.out_proj is None else self.out_proj(context)
+
+
+def pte_bytes(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> bytes:
+    """torch.export with dynamic batch (1..PTE_MAX_BATCH) and tokens (1..context_length inclusive), lowered to
+    XNNPACK; refuses a program whose compute is not all delegated."""
+    from torch.export import Dim, export
+
+    with quiet():
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
+
+        tokens = max(2, min(3, config.context_length))  # > 1 and != batch: a 1 or a shared size gets specialised
+        example = (torch.randn(2, tokens, config.d_in),)
+        dynamic = {"x": {0: Dim("batch", min=1, max=PTE_MAX_BATCH), 1: Dim("tokens", min=1, max=config.context_length)}}
+        with torch.no_grad():
+            program = export(PerHeadBMM(wrapper, config).eval(), example, dynamic_shapes=dynamic, strict=False)
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
+                                           constant_methods={CONFIG_METHOD: config.to_json(),
+                                                             BATCH_METHOD: PTE_MAX_BATCH})
+        outside = [n.target for n in edge.exported_program().graph_module.graph.nodes
+                   if n.op == "call_function" and "delegate" not in str(n.target) and "getitem" not in str(n.target)
+                   and not any(ok in str(n.target) for ok in ("sym_size", "slice_copy", "view_copy"))]
+        if outside:
+            raise ExportError(f"{PTE.file}: XNNPACK did not take {len(outside)} op(s), e.g. {outside[0]}")
+        return edge.to_executorch().buffer
+
+
+def build_pte(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    (folder / PTE.file).write_bytes(pte_bytes(wrapper, config))

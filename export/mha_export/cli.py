@@ -1,0 +1,142 @@
+"""The commands the export package adds to `mha` (entry points `mha.commands`): export, validate, bench.
+
+The same concept as mha_runtime.cli seen from the torch side: these commands need torch and register
+themselves with the runtime's one `mha` group.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mha_runtime.artifact.config import PRESETS, MHAConfig, preset
+from mha_runtime.artifact.errors import MHAError
+from mha_runtime.artifact.registry import CHOICES as VARIANT_CHOICES
+from mha_runtime.artifact.registry import parse_variants
+
+DEFAULT_OUT = Path("artifacts")
+
+
+class VariantList(click.ParamType):
+    """Comma-separated variant names from the registry, or 'all' / 'none'; a bad name is a usage error."""
+
+    name = "LIST"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, ...]:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_variants(str(value))
+        except MHAError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@click.command("export")
+@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)),
+              help="Preset(s) to export (default: all, unless --config).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
+              help="JSON file of MHAConfig fields: your own shape (with --name).")
+@click.option("--name", default=None, help="Folder under --out: required with --config; renames one --preset.")
+@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
+              help="Folder for the <name>/ folders.")
+@click.option("--weights", type=click.Path(path_type=Path), default=None,
+              help="Checkpoint (.safetensors, .bin, .pt): the wrapper's state_dict, the book's MultiHeadAttention "
+                   "or GPTModel, or Hugging Face GPT-2.")
+@click.option("--layer", type=click.IntRange(min=0), default=None,
+              help="Which block of a checkpoint that holds several.")
+@click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset of mha.onnx (18..25).")
+@click.option("--variants", type=VariantList(), default="all", show_default=True,
+              help=f"Comma-separated variants: {', '.join(VARIANT_CHOICES)}; or 'all' / 'none'.")
+def export_cmd(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
+               weights: Path | None, layer: int | None, opset: int, variants: tuple[str, ...]) -> None:
+    """Export, validate and place the artifacts of each preset, or of your own config and weights."""
+    from mha_export.build.onnx_trace import check_opset
+    from mha_export.pipeline.export import export_preset
+    from mha_runtime.artifact.atomic import check_folder_target
+    from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, table
+
+    if config_path is not None:
+        if presets:
+            raise click.UsageError("--preset and --config exclude each other: export a preset or your own config")
+        if name is None:
+            raise click.UsageError("--config needs --name NAME (the folder under --out)")
+        jobs = [(name, MHAConfig.from_file(config_path))]
+    else:
+        names = list(presets) or list(PRESETS)
+        if (weights is not None or name is not None) and len(names) != 1:
+            raise click.UsageError(f"--weights and --name fit one preset; got {len(names)} ({', '.join(names)}): "
+                                   "add --preset NAME")
+        jobs = [(name or n, preset(n)) for n in names]
+    if layer is not None and weights is None:
+        raise click.UsageError("--layer picks a block of --weights: give --weights FILE")
+    check_opset(opset)  # refuse before any work starts
+    for folder, _ in jobs:
+        check_folder_target(Path(out) / folder)
+    rows = []
+    for folder, config in jobs:
+        click.echo(f"exporting {folder} ...", err=True)
+        result = export_preset(folder, out, config=config, weights=weights, layer=layer, opset=opset, progress=True,
+                               variants=variants)
+        rows += artifact_rows(result.manifest)
+        click.echo(f"  {folder}: done in {result.seconds:.1f} s", err=True)
+        for note in result.notes:
+            click.echo(f"  note: {note}", err=True)
+    click.echo(table(ARTIFACT_HEADERS, rows))
+    click.echo("artifacts in " + ", ".join(str(Path(out) / folder) for folder, _ in jobs))
+
+
+@click.command("validate")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+def validate_cmd(artifact_dir: Path) -> None:
+    """Rerun the full sweep of every artifact against the eager wrapper rebuilt from the folder."""
+    from mha_export.pipeline.revalidate import revalidate
+    from mha_runtime.cli.tables import table
+
+    reports = revalidate(artifact_dir, progress=True)
+    rows = [[f, r.cases, f"{r.max_abs:.2e}", f"{r.rel_l2:.2e}", f"atol {r.spec.tolerance.atol:g}"]
+            for f, r in reports.items()]
+    click.echo(table(["artifact", "cases", "max abs err", "rel L2 err", "tolerance"], rows))
+    click.echo(f"{sum(r.cases for r in reports.values())} passed, 0 failed")
+
+
+@click.command("bench")
+@click.option("--preset", default="gpt2-small", show_default=True,
+              help="The folder under --artifacts: a preset or the --name of your own export.")
+@click.option("--artifacts", "root", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
+              help="Folder holding <preset>/ (made by `mha export`).")
+@click.option("--tokens", default=None,
+              help="Comma-separated token counts at batch 1 [default: 16,64,256,1024 up to context_length].")
+@click.option("--batches", default=None,
+              help="Comma-separated BATCHxTOKENS shapes, or 'none' [default: 8x128,32x16, tokens cut to "
+                   "context_length].")
+@click.option("--threads", default=None,
+              help="Comma-separated thread counts for torch, ONNX Runtime and ExecuTorch alike, each timed in its "
+                   "own rounds [default: 1,2 on 2 cores or more, else 1].")
+@click.option("--rounds", type=click.IntRange(min=1), default=10, show_default=True, help="Interleaved timing rounds.")
+@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT / "bench", show_default=True)
+@click.option("--only", default="",
+              help="Comma-separated runners or decode files to time (the eager wrapper and eager fused always run).")
+@click.option("--settle", type=click.FloatRange(min=0.0), default=0.3, show_default=True,
+              help="Idle seconds before each timed call, so one runner's threads do not slow the next.")
+def bench_cmd(preset: str, root: Path, tokens: str | None, batches: str | None, threads: str | None, rounds: int,
+              out: Path, only: str, settle: float) -> None:
+    """Latency and tokens/s of every runner side by side, with ratios to the causal floor and to torch's fused
+    kernel, and the decode forms; writes JSON and a plot."""
+    from mha_export.bench.options import parse_batches, parse_counts, parse_threads
+    from mha_export.bench.report import format_report, write_outputs
+    from mha_export.bench.run import run_bench
+
+    parsed: dict[str, Any] = {}
+    for name, text, parse in (("--tokens", tokens, parse_counts), ("--batches", batches, parse_batches),
+                              ("--threads", threads, parse_threads)):
+        try:
+            parsed[name] = None if text is None else parse(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=name) from None
+    chosen = [name.strip() for name in only.split(",") if name.strip()] or None
+    result = run_bench(root / preset, tokens=parsed["--tokens"], batches=parsed["--batches"],
+                       threads=parsed["--threads"], rounds=rounds, only=chosen, settle=settle)
+    json_path, png_path = write_outputs(result, out)
+    click.echo(format_report(result))
+    click.echo(f"\nwrote {json_path} and {png_path}")

@@ -1,0 +1,91 @@
+"""Run `mha.pte` with ExecuTorch's Python runtime: the golden checks, the validator and the bench use it."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.contract import check_input, check_output
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
+from mha_runtime.artifact.manifest import PendingDigest, check_digest
+from mha_runtime.artifact.registry import PTE
+from mha_runtime.infer.runner import read_model
+
+# Constant methods that make the program self-describing, as metadata_props do for ONNX.
+CONFIG_METHOD, BATCH_METHOD = "mha_config", "batch_max"
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """torchao and torch log notes on import and export; ExecuTorch's C++ runtime prints to fd 2 directly."""
+    for name in ("torchao", "torch.utils._pytree", "executorch", "torch._export"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+
+class PteRunner:
+    """Run `mha.pte` with ExecuTorch's Python runtime. Like OnnxRunner: from a folder (checked against the
+    manifest) or a lone file; the config comes from the program itself (its `mha_config` constant method)."""
+
+    def __init__(self, artifact: str | Path, *, model: str = PTE.file, threads: int | None = None) -> None:
+        data, self.path, expected = read_model(Path(artifact), model, (".pte",))
+        self.verified = expected is not None
+        pending = PendingDigest(data) if expected is not None else None
+        with quiet():
+            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+            from executorch.runtime import Runtime
+
+            if threads is not None:
+                _unsafe_reset_threadpool(threads)  # ExecuTorch's own pool; torch's thread setting does not reach it
+            if pending is not None:
+                check_digest(self.path, pending.hexdigest(), expected)
+            try:
+                self._program = Runtime.get().load_program(data)  # kept: a Method outliving its Program crashes
+                self._method = self._program.load_method("forward")
+                (text,) = self._program.load_method(CONFIG_METHOD).execute([])
+                (self.batch_max,) = self._program.load_method(BATCH_METHOD).execute([])
+            except Exception as exc:
+                raise ArtifactError(f"{self.path}: ExecuTorch cannot load it ({first_line(exc)})") from None
+        try:
+            self.config = MHAConfig.from_json(text)
+        except ConfigError as exc:
+            raise ArtifactError(f"{self.path}: its {CONFIG_METHOD!r} is invalid: {exc}") from None
+        self._lock = threading.Lock()  # a Method is not safe to run from two threads at once
+
+    def run(self, x: Any) -> np.ndarray:
+        """x: (B, T, d_in), B <= batch_max -> context (B, T, H * d_out); checked before ExecuTorch sees it."""
+        x = check_input(x, self.config)
+        if x.shape[0] > self.batch_max:
+            raise ContractError(f"input 'x': expected batch <= {self.batch_max} (the ExecuTorch program's planned "
+                                f"maximum), got {x.shape[0]}")
+        with self._lock:
+            try:
+                (out,) = self._method.execute([torch.from_numpy(x)])
+            except Exception as exc:
+                raise ArtifactError(f"{self.path}: ExecuTorch failed on {list(x.shape)} ({first_line(exc)})") from None
+        return check_output(out.numpy(), x)
+
+    __call__ = run
+
+
+def pte_runner(path: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """The `mha.runners` entry point for `mha check`: x (B, T, d_in) -> context through the verified program."""
+    return PteRunner(path.parent, model=path.name).run

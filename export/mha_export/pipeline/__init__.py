@@ -1,0 +1,1 @@
+"""One artifact folder end to end: export, golden fixtures, validation, the manifest writer."""

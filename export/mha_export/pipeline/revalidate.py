@@ -1,0 +1,18 @@
+"""`mha validate`: rebuild the eager wrapper from a folder's config and weights, then rerun the whole sweep."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mha_export.pipeline.validate import ArtifactReport, validate
+from mha_export.weights.load import load_artifact_model
+from mha_runtime.artifact.manifest import load_manifest, verify_all
+from mha_runtime.artifact.registry import spec_for
+
+
+def revalidate(folder: Path, *, progress: bool = False) -> dict[str, ArtifactReport]:
+    """Every artifact of the folder against the eager wrapper rebuilt from it, over the export's sweep."""
+    manifest = load_manifest(folder)
+    verify_all(folder, manifest)
+    model, config = load_artifact_model(folder, manifest)
+    specs = [spec_for(file) for file in manifest.artifacts]
+    return validate(folder, model, config, specs, progress=progress, label=f"validating {Path(folder).name}")

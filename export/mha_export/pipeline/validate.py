@@ -1,0 +1,131 @@
+"""Every artifact against the eager wrapper over a sweep of shapes and seeds; failures collected, then raised."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import torch
+
+from mha_export.infer.torchscript_runner import torchscript_runner
+from mha_export.model.example import example_tokens
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.errors import ValidationError
+from mha_runtime.artifact.manifest import ArtifactRecord
+from mha_runtime.artifact.registry import (
+    DECODE_INPLACE_RUNTIME,
+    DECODE_RUNTIME,
+    EXECUTORCH_RUNTIME,
+    ONNX_RUNTIME,
+    ArtifactSpec,
+)
+from mha_runtime.artifact.tolerance import Tolerance, compare
+from mha_runtime.infer.decode_session import SCHEDULES, DecodeSession, run_chunked
+from mha_runtime.infer.inplace_session import InPlaceDecodeSession
+from mha_runtime.infer.runner import OnnxRunner
+
+SWEEP_BATCHES = (1, 3)
+SWEEP_SEEDS = (0, 1)
+
+
+def sweep_tokens(config: MHAConfig) -> list[int]:
+    """1, 2, the example length and its neighbours, an odd length, and context_length."""
+    ex, cl = example_tokens(config), config.context_length
+    odd = max(1, (cl // 3) | 1)
+    return sorted({t for t in (1, 2, ex - 1, ex, ex + 1, odd, cl) if 1 <= t <= cl})
+
+
+def sweep_shapes(config: MHAConfig) -> list[tuple[int, int]]:
+    return [(b, t) for b in SWEEP_BATCHES for t in sweep_tokens(config)]
+
+
+@dataclass(frozen=True)
+class Failure:
+    artifact: str
+    shape: tuple[int, ...]
+    seed: int
+    max_abs: float
+    rel_l2: float
+    tolerance: Tolerance
+
+    def line(self) -> str:
+        tol = self.tolerance
+        limit = f"atol {tol.atol:g}, rtol {tol.rtol:g}" + (f", rel_l2 {tol.rel_l2:g}" if tol.rel_l2 is not None else "")
+        return (f"{self.artifact} shape={list(self.shape)} seed={self.seed}: max abs diff {self.max_abs:.3g}, "
+                f"rel L2 {self.rel_l2:.3g}; tolerance {limit}")
+
+
+@dataclass
+class ArtifactReport:
+    """Worst-case figures of one artifact over the sweep."""
+
+    spec: ArtifactSpec
+    cases: int = 0
+    max_abs: float = 0.0
+    rel_l2: float = 0.0
+    failures: list[Failure] = field(default_factory=list)
+
+    def record(self, **facts: Any) -> ArtifactRecord:
+        """The manifest's record of this artifact; `facts` are opset, nodes and export_seconds."""
+        return ArtifactRecord(kind=self.spec.kind, runtime=self.spec.runtime, tolerance=self.spec.tolerance,
+                              cases=self.cases, max_abs_error=self.max_abs, rel_l2_error=self.rel_l2,
+                              passed=not self.failures, **facts)
+
+
+def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], np.ndarray]:
+    """The same runner users use: OnnxRunner for ONNX files, DecodeSession for the decode form
+    (each call takes the next chunk schedule: one prefill, token by token, uneven, golden),
+    torch.jit.load for TorchScript."""
+    if spec.runtime == ONNX_RUNTIME:
+        return OnnxRunner(Path(folder) / spec.file, provider="cpu").run  # verified if a manifest is beside it
+    if spec.runtime == DECODE_RUNTIME:
+        session = DecodeSession(Path(folder) / spec.file, provider="cpu")
+        schedules = itertools.cycle(SCHEDULES.values())
+        return lambda x: run_chunked(session, x, next(schedules)(x.shape[1]))
+    if spec.runtime == DECODE_INPLACE_RUNTIME:  # chunks after a past only at batch 1 (the form's limit)
+        inplace = InPlaceDecodeSession(Path(folder) / spec.file, provider="cpu")
+        rotation = itertools.cycle(SCHEDULES)
+        return lambda x: run_chunked(inplace, x, SCHEDULES[_inplace_schedule(next(rotation), x.shape[0])](x.shape[1]))
+    if spec.runtime == EXECUTORCH_RUNTIME:
+        from mha_export.infer.pte_runner import PteRunner
+
+        return PteRunner(Path(folder) / spec.file).run
+    return torchscript_runner(Path(folder) / spec.file)
+
+
+def _inplace_schedule(name: str, batch: int) -> str:
+    return name if batch == 1 or name in ("prefill", "token-by-token", "golden") else "golden"
+
+
+def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts: Sequence[ArtifactSpec], *,
+             progress: bool = False, label: str = "validating") -> dict[str, ArtifactReport]:
+    """Run every artifact at every sweep shape and seed; raise ValidationError listing all failures."""
+    runners = {spec.file: artifact_runner(folder, spec) for spec in artifacts}
+    reports = {spec.file: ArtifactReport(spec) for spec in artifacts}
+    jobs = [(shape, seed) for shape in sweep_shapes(config) for seed in SWEEP_SEEDS]
+    bar = click.progressbar(jobs, label=label, file=sys.stderr) if progress else None
+    with bar if bar is not None else contextlib.nullcontext(jobs) as items:
+        for (batch, tokens), seed in items:
+            gen = torch.Generator().manual_seed(seed)
+            x = torch.randn(batch, tokens, config.d_in, generator=gen)  # (B, T, d_in)
+            with torch.no_grad():
+                expected = model(x).numpy()  # (B, T, num_heads * d_out)
+            for spec in artifacts:
+                report = reports[spec.file]
+                cmp = compare(runners[spec.file](x.numpy()), expected, spec.tolerance)
+                report.cases += 1
+                report.max_abs = max(report.max_abs, cmp.max_abs)
+                report.rel_l2 = max(report.rel_l2, cmp.rel_l2)
+                if not cmp.ok:
+                    report.failures.append(Failure(spec.file, (batch, tokens, config.d_in), seed, cmp.max_abs,
+                                                   cmp.rel_l2, spec.tolerance))
+    failures = [f for r in reports.values() for f in r.failures]
+    if failures:
+        raise ValidationError(failures)
+    return reports

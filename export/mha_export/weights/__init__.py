@@ -1,0 +1,1 @@
+"""Where the weights come from: the seed, or a checkpoint in any known layout."""

@@ -1,0 +1,128 @@
+"""Where the wrapper's weights come from: the tutorial's seed, or a user's checkpoint in any known layout.
+
+Checkpoints are read lazily: a safetensors file through `safe_open` (only the chosen layer's tensors are
+read, so one layer of a full GPT-2 checkpoint does not have to fit in memory), a torch file with
+`weights_only=True` (no code runs) and memory-mapped where its format allows.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mha_export.model.wrapper import MultiHeadAttentionWrapper, build_wrapper
+from mha_export.weights.layouts import MASK_KEYS, Located, layer_keys, locate, to_wrapper_state
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.errors import ConfigError, first_line
+from mha_runtime.artifact.manifest import Manifest, WeightsRecord, sha256_file
+from mha_runtime.artifact.registry import WEIGHTS_FILE
+
+SEED = 123
+# Training scripts (the book's chapter 5 among them) save the state_dict inside a dict under these keys.
+NESTED = ("model_state_dict", "state_dict", "model")
+
+
+def seeded_model(config: MHAConfig) -> MultiHeadAttentionWrapper:
+    """The tutorial's initialisation: `torch.manual_seed(123)`, then construct. Returned in eval mode."""
+    torch.manual_seed(SEED)
+    return build_wrapper(config).eval()
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # loaders' notes (pickle, mmap, storage) are not the user's concern
+        yield
+
+
+class WeightFile:
+    """A checkpoint's key names, and its tensors on demand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ConfigError(f"--weights {self.path}: expected a .safetensors file or a torch state_dict, "
+                              "found nothing there")
+        self._safe: Any = None
+        self._state: dict[str, Any] = {}
+        try:
+            with _quiet():
+                if self._is_safetensors():
+                    from safetensors import safe_open
+
+                    self._safe = safe_open(str(self.path), framework="pt")
+                else:
+                    self._state = self._load_torch()
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"--weights {self.path}: cannot read it as weights ({first_line(exc)})") from None
+
+    def _is_safetensors(self) -> bool:
+        with open(self.path, "rb") as fh:
+            head = fh.read(9)
+        return self.path.suffix == ".safetensors" or (len(head) == 9 and head[8:9] == b"{")
+
+    def _load_torch(self) -> dict[str, Any]:
+        try:
+            state = torch.load(self.path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:  # the legacy (non-zip) format cannot be memory-mapped
+            if "mmap" not in str(exc):
+                raise
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        for key in NESTED:
+            if isinstance(state, dict) and isinstance(state.get(key), dict):
+                state = state[key]
+                break
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ConfigError(f"--weights {self.path}: expected a mapping of names to tensors (a state_dict), "
+                              f"got {type(state).__name__}")
+        return state
+
+    def keys(self) -> list[str]:
+        return list(self._safe.keys()) if self._safe is not None else list(self._state)
+
+    def get(self, key: str) -> torch.Tensor:
+        with _quiet():
+            return self._safe.get_tensor(key) if self._safe is not None else self._state[key]
+
+
+def read_layer(path: Path, config: MHAConfig, *, layer: int | None = None) -> tuple[dict[str, torch.Tensor], Located]:
+    """The wrapper's state_dict from one layer of a checkpoint, after every check; and where it came from."""
+    source = WeightFile(path)
+    located = locate(source.keys(), layer)
+    tensors = {}
+    for key in layer_keys(located, source.keys()):
+        tensor = source.get(key)
+        if not tensor.is_floating_point() and not MASK_KEYS[located.layout.name].fullmatch(key[len(located.prefix):]):
+            raise ConfigError(f"weights: {key!r} has dtype {tensor.dtype}, expected floating point")
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ConfigError(f"weights: {key!r} holds NaN or inf values")
+        tensors[key] = tensor
+    return to_wrapper_state(located, tensors, config), located
+
+
+def load_model(config: MHAConfig, weights: Path | None = None, *, layer: int | None = None
+               ) -> tuple[MultiHeadAttentionWrapper, WeightsRecord]:
+    """The wrapper for `config`, seeded or with one layer of `weights`; and the record of where they came from."""
+    model = seeded_model(config)
+    if weights is None:
+        return model, WeightsRecord(source=f"torch.manual_seed({SEED})")
+    state, located = read_layer(weights, config, layer=layer)
+    model.load_state_dict(state, strict=False)  # the masks stay the ones the config builds
+    missing = sorted(set(model.state_dict()) - set(state) - {k for k in model.state_dict() if k.endswith(".mask")})
+    if missing:  # a programming error in a mapping, not a user error
+        raise AssertionError(f"layout {located.layout.name} left {missing} unset")
+    record = WeightsRecord(source=str(weights), sha256=sha256_file(Path(weights)), layout=located.layout.name,
+                           layer=located.layer)
+    return model.eval(), record
+
+
+def load_artifact_model(folder: Path, manifest: Manifest) -> tuple[MultiHeadAttentionWrapper, MHAConfig]:
+    """The eager wrapper an artifact folder was exported from: its manifest's config and its weights file."""
+    model, _ = load_model(manifest.config, Path(folder) / WEIGHTS_FILE)
+    return model, manifest.config

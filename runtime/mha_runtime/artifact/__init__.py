@@ -1,0 +1,1 @@
+"""The artifact contract, read and written without onnxruntime: config, contract, registry, manifest, golden cases."""

@@ -1,0 +1,103 @@
+"""The one config object (a frozen dataclass) and its named presets."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mha_runtime.artifact.errors import ConfigError, first_line
+
+
+@dataclass(frozen=True, kw_only=True)
+class MHAConfig:
+    """Shape of the tutorial's MultiHeadAttentionWrapper (chapter 3)."""
+
+    d_in: int
+    d_out: int  # per head
+    num_heads: int
+    context_length: int
+    dropout: float = 0.0
+    qkv_bias: bool = False
+    # The wrapper followed by Linear(H * d_out, H * d_out) with bias: the book's MultiHeadAttention.out_proj,
+    # GPT-2's c_proj.
+    out_proj: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("d_in", "d_out", "num_heads", "context_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"config field {name!r}: expected a positive integer, got {value!r}")
+        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"config field 'dropout': expected a float in [0, 1), got {self.dropout!r}")
+        for name in ("qkv_bias", "out_proj"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"config field {name!r}: expected true or false, got {getattr(self, name)!r}")
+
+    @property
+    def d_model(self) -> int:
+        """Width of the output: heads concatenated on the last axis."""
+        return self.num_heads * self.d_out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field; `out_proj` only when true, so that configs without it write the bytes they always did
+        (the config is in every artifact's metadata)."""
+        data = dataclasses.asdict(self)
+        if not self.out_proj:
+            del data["out_proj"]
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MHAConfig:
+        fields = dataclasses.fields(cls)
+        known = {f.name for f in fields}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"config: unknown field {unknown[0]!r}; expected only {sorted(known)}")
+        required = [f.name for f in fields if f.default is dataclasses.MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ConfigError(f"config: missing field {missing[0]!r}; required: {', '.join(required)}")
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: Path) -> MHAConfig:
+        """A config from a JSON file; every problem is one ConfigError line naming the file."""
+        try:
+            return cls.from_json(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"--config {path}: expected a JSON file of config fields, found nothing there") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--config {path}: cannot read it ({first_line(exc)})") from None
+        except ConfigError as exc:
+            raise ConfigError(f"--config {path}: {exc}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> MHAConfig:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config: expected JSON, got a parse error ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config: expected a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+
+PRESETS: dict[str, MHAConfig] = {
+    # The tutorial's toy example: "Your journey starts with one step", 6 tokens of width 3.
+    "seed": MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6),
+    # One GPT-2 small attention layer: 12 heads of 64, context 1024.
+    "gpt2-small": MHAConfig(d_in=768, d_out=64, num_heads=12, context_length=1024),
+}
+
+
+def preset(name: str) -> MHAConfig:
+    """Look up a named preset, or say which names exist."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None

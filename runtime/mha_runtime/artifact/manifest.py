@@ -1,0 +1,218 @@
+"""manifest.json as typed records, and checking files against its sha256 and size (torch-free)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
+from mha_runtime.artifact.fields import get, obj, plain_name
+from mha_runtime.artifact.tolerance import Tolerance
+
+MANIFEST_NAME = "manifest.json"
+# 2: `preset` became `name` (a folder may hold a custom config), weights gained layout/layer.
+MANIFEST_FORMAT = 2
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    size: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"size": self.size, "sha256": self.sha256}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> FileRecord:
+        data = obj(data, where)
+        size, digest = get(data, "size", int, where), get(data, "sha256", str, where)
+        if size < 0 or len(digest) != 64:
+            raise ArtifactError(f"{where}: expected a size >= 0 and a 64-digit sha256, got {size} and {digest!r}")
+        return cls(size=size, sha256=digest)
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """How one artifact was judged: its tolerance row and the worst errors over the sweep."""
+
+    kind: str
+    runtime: str
+    tolerance: Tolerance
+    cases: int
+    max_abs_error: float
+    rel_l2_error: float
+    passed: bool
+    opset: int | None = None
+    nodes: int | None = None
+    export_seconds: float | None = None
+    batch_max: int | None = None  # a planned maximum (ExecuTorch); None: any batch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "runtime": self.runtime, "tolerance": self.tolerance.to_dict(), "cases": self.cases,
+                "max_abs_error": self.max_abs_error, "rel_l2_error": self.rel_l2_error, "passed": self.passed,
+                "opset": self.opset, "nodes": self.nodes, "export_seconds": self.export_seconds,
+                "batch_max": self.batch_max}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> ArtifactRecord:
+        data = obj(data, where)
+        return cls(kind=get(data, "kind", str, where), runtime=get(data, "runtime", str, where),
+                   tolerance=Tolerance.from_dict(get(data, "tolerance", dict, where), f"{where}.tolerance"),
+                   cases=get(data, "cases", int, where), max_abs_error=get(data, "max_abs_error", float, where),
+                   rel_l2_error=get(data, "rel_l2_error", float, where), passed=get(data, "passed", bool, where),
+                   opset=get(data, "opset", int, where, optional=True),
+                   nodes=get(data, "nodes", int, where, optional=True),
+                   export_seconds=get(data, "export_seconds", float, where, optional=True),
+                   batch_max=get(data, "batch_max", int, where, optional=True))
+
+
+@dataclass(frozen=True)
+class WeightsRecord:
+    """Where the weights came from: the seed, or a file (its layout, layer and sha256)."""
+
+    source: str
+    sha256: str | None = None
+    layout: str | None = None
+    layer: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source} | {k: v for k, v in (("sha256", self.sha256), ("layout", self.layout),
+                                                             ("layer", self.layer)) if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> WeightsRecord:
+        data = obj(data, where)
+        return cls(source=get(data, "source", str, where), sha256=get(data, "sha256", str, where, optional=True),
+                   layout=get(data, "layout", str, where, optional=True),
+                   layer=get(data, "layer", int, where, optional=True))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything `mha export` wrote about one artifact folder."""
+
+    name: str
+    created: str
+    config: MHAConfig
+    contract: dict[str, Any]
+    opset: int
+    versions: dict[str, str]
+    weights: WeightsRecord
+    validation: dict[str, Any]
+    artifacts: dict[str, ArtifactRecord]
+    files: dict[str, FileRecord]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": MANIFEST_FORMAT, "name": self.name, "created": self.created, "config": self.config.to_dict(),
+                "contract": self.contract, "opset": self.opset, "versions": self.versions,
+                "weights": self.weights.to_dict(), "validation": self.validation,
+                "artifacts": {f: a.to_dict() for f, a in self.artifacts.items()},
+                "files": {f: r.to_dict() for f, r in self.files.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Manifest:
+        data = obj(data, where)
+        if data.get("format") != MANIFEST_FORMAT:
+            raise ArtifactError(f"{where}: expected manifest format {MANIFEST_FORMAT}, got {data.get('format')!r} "
+                                "(re-export the folder with this version's `mha export`)")
+        try:
+            config = MHAConfig.from_dict(get(data, "config", dict, where))
+        except ConfigError as exc:
+            raise ArtifactError(f"{where}: {exc}") from None
+        files = get(data, "files", dict, where)
+        artifacts = get(data, "artifacts", dict, where)
+        return cls(name=get(data, "name", str, where), created=get(data, "created", str, where), config=config,
+                   contract=get(data, "contract", dict, where), opset=get(data, "opset", int, where),
+                   versions=get(data, "versions", dict, where),
+                   weights=WeightsRecord.from_dict(get(data, "weights", dict, where), f"{where}: weights"),
+                   validation=get(data, "validation", dict, where),
+                   artifacts={plain_name(f, f"{where}: artifacts"):
+                              ArtifactRecord.from_dict(a, f"{where}: artifacts.{f}") for f, a in artifacts.items()},
+                   files={plain_name(f, f"{where}: files"): FileRecord.from_dict(r, f"{where}: files.{f}")
+                          for f, r in files.items()})
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_manifest(artifact_dir: Path) -> Manifest:
+    """Read `artifact_dir/manifest.json`, or raise ArtifactError naming what is wrong."""
+    folder = Path(artifact_dir)
+    path = folder / MANIFEST_NAME
+    if not folder.is_dir():
+        raise ArtifactError(f"artifact folder {folder}: expected a folder made by `mha export`, found none")
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: expected a manifest (made by `mha export`), found none") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{path}: expected a readable JSON file ({first_line(exc)})") from None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ArtifactError(f"{path}: expected JSON, got a parse error ({first_line(exc)})") from None
+    return Manifest.from_dict(data, str(path))
+
+
+class PendingDigest:
+    """The sha256 of some bytes, computed on a background thread (hashlib releases the GIL), so that
+    checking a model overlaps with ONNX Runtime building its session (docs/design-notes.md, cold start)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._digest = hashlib.sha256()
+        self._thread = threading.Thread(target=self._digest.update, args=(data,), daemon=True)
+        self._thread.start()
+
+    def hexdigest(self) -> str:
+        self._thread.join()
+        return self._digest.hexdigest()
+
+
+def read_listed(artifact_dir: Path, name: str, manifest: Manifest) -> tuple[bytes, str]:
+    """Read one file listed in the manifest and check its size; return its bytes and expected sha256."""
+    entry = manifest.files.get(name)
+    if entry is None:
+        raise ArtifactError(f"{name}: not listed in {Path(artifact_dir) / MANIFEST_NAME}")
+    path = Path(artifact_dir) / name
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: listed in the manifest but missing") from None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read it ({first_line(exc)})") from None
+    if len(data) != entry.size:
+        raise ArtifactError(f"{path}: expected {entry.size} bytes (manifest), found {len(data)}; "
+                            "file truncated or replaced: re-export it with `mha export`")
+    return data, entry.sha256
+
+
+def check_digest(path: Path, digest: str, expected: str) -> None:
+    if digest != expected:
+        raise ArtifactError(f"{path}: sha256 {digest[:12]}... differs from the manifest's {expected[:12]}...; "
+                            "the file was altered: re-export it with `mha export`")
+
+
+def read_verified(artifact_dir: Path, name: str, manifest: Manifest) -> bytes:
+    """Read one file listed in the manifest and check its size and sha256; return its bytes."""
+    data, expected = read_listed(artifact_dir, name, manifest)
+    check_digest(Path(artifact_dir) / name, sha256_bytes(data), expected)
+    return data
+
+
+def verify_all(artifact_dir: Path, manifest: Manifest) -> None:
+    """Check every file the manifest lists."""
+    for name in manifest.files:
+        read_verified(artifact_dir, name, manifest)

@@ -1,0 +1,60 @@
+"""Tolerances and the comparison every validator and fixture check uses (the rows: mha_runtime.artifact.registry)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mha_runtime.artifact.fields import get, obj
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Element-wise |a - e| <= atol + rtol * |e|; optionally also relative L2 error <= rel_l2."""
+
+    atol: float
+    rtol: float
+    rel_l2: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"atol": self.atol, "rtol": self.rtol, "rel_l2": self.rel_l2}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "tolerance") -> Tolerance:
+        data = obj(data, where)
+        return cls(atol=get(data, "atol", float, where), rtol=get(data, "rtol", float, where),
+                   rel_l2=get(data, "rel_l2", float, where, optional=True))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How far an artifact's output is from the reference, and whether that is within tolerance."""
+
+    max_abs: float
+    rel_l2: float
+    ok: bool
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> Comparison:
+    """Compare two outputs; a shape mismatch or any NaN/inf in `actual` is a failure."""
+    if actual.shape != expected.shape:
+        return Comparison(max_abs=float("inf"), rel_l2=float("inf"), ok=False)
+    a = actual.astype(np.float64)
+    e = expected.astype(np.float64)
+    if not np.isfinite(a).all():
+        return Comparison(max_abs=float("inf"), rel_l2=float("inf"), ok=False)
+    diff = np.abs(a - e)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    norm, err = _l2(e), _l2(a - e)
+    rel_l2 = err / norm if norm > 0 else err
+    ok = bool((diff <= tol.atol + tol.rtol * np.abs(e)).all())
+    if tol.rel_l2 is not None:
+        ok = ok and rel_l2 <= tol.rel_l2
+    return Comparison(max_abs=max_abs, rel_l2=rel_l2, ok=ok)
+
+
+def _l2(x: np.ndarray) -> float:
+    """The L2 norm without BLAS: np.linalg.norm calls OpenBLAS, whose thread pool, entered from the load test's
+    client threads at once, made each comparison about 80x slower (measured: 16 threads, gpt2-small answers)."""
+    return float(np.sqrt(np.sum(np.square(x))))

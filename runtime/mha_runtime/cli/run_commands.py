@@ -1,0 +1,81 @@
+"""`mha run`, `mha check` and `mha inspect`: one input through an artifact, the golden cases, the folder's facts."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from mha_runtime.artifact.registry import ONNX
+from mha_runtime.infer.providers import CHOICES
+
+
+@click.command("run")
+@click.argument("artifact", type=click.Path(path_type=Path))
+@click.option("--input", "input_path", type=click.Path(path_type=Path), required=True,
+              help="x: .npy, [batch, tokens, d_in].")
+@click.option("--output", "output_path", type=click.Path(path_type=Path), required=True,
+              help="Where to write context (.npy).")
+@click.option("--model", default=ONNX.file, show_default=True, help="Which ONNX file, when ARTIFACT is a folder.")
+@click.option("--provider", type=click.Choice(CHOICES), default="auto", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Intra-op threads (default: ONNX Runtime's).")
+def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, provider: str,
+            threads: int | None) -> None:
+    """Run one input through an ONNX artifact (folder or .onnx file) with ONNX Runtime."""
+    from mha_runtime.artifact.atomic import write_file_atomic
+    from mha_runtime.artifact.errors import ContractError
+    from mha_runtime.infer.npy import load_npy, npy_bytes
+    from mha_runtime.infer.runner import OnnxRunner
+
+    if output_path.is_dir() or not output_path.parent.is_dir():
+        raise ContractError(f"--output {output_path}: expected a file path in an existing folder")
+    x = load_npy(input_path)
+    runner = OnnxRunner(artifact, model=model, provider=provider, threads=threads)
+    if not runner.verified:
+        click.echo(f"note: {runner.path} has no manifest.json beside it: its sha256 is unverified", err=True)
+    y = runner.run(x)  # checked finite: nothing is written otherwise
+    write_file_atomic(output_path, npy_bytes(y))
+    click.echo(f"wrote {output_path} {list(y.shape)} float32 ({runner.provider})")
+
+
+@click.command("check")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("--provider", type=click.Choice(CHOICES), default="cpu", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=None)
+def check_cmd(artifact_dir: Path, provider: str, threads: int | None) -> None:
+    """Run every golden case on every artifact; the last line is `N passed, N failed`."""
+    from mha_runtime.infer.golden_check import check_golden, summary_line
+
+    results = check_golden(artifact_dir, provider=provider, threads=threads)
+    for result in results:
+        click.echo(result.line())
+    click.echo(summary_line(results))
+    if not any(r.ok for r in results) or any(not r.ok and not r.skipped for r in results):
+        sys.exit(1)
+
+
+@click.command("inspect")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
+    """Show the contract, files, sizes and validation results of an artifact folder."""
+    from mha_runtime.artifact.contract import DTYPE, INPUT_NAME, OUTPUT_NAME, IOContract
+    from mha_runtime.artifact.manifest import load_manifest
+    from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, human_size, table
+
+    manifest = load_manifest(artifact_dir)
+    if as_json:
+        click.echo(json.dumps(manifest.to_dict(), indent=2))
+        return
+    contract = IOContract(manifest.config)
+    click.echo(f"name     {manifest.name}  opset {manifest.opset}  created {manifest.created}")
+    click.echo(f"config   {manifest.config.to_json()}")
+    click.echo(f"input    {INPUT_NAME} {DTYPE} {contract.input_shape}")
+    click.echo(f"output   {OUTPUT_NAME} {DTYPE} {contract.output_shape}")
+    click.echo(f"limits   1 <= tokens <= {manifest.config.context_length}, batch >= 1")
+    click.echo(f"versions {json.dumps(manifest.versions)}")
+    click.echo(f"weights  {json.dumps(manifest.weights.to_dict())}\n")
+    click.echo(table(ARTIFACT_HEADERS, artifact_rows(manifest)) + "\n")
+    click.echo(table(["file", "size", "sha256"],
+                     [[f, human_size(r.size), r.sha256[:16]] for f, r in manifest.files.items()]))

@@ -1,0 +1,104 @@
+"""`mha serve`, `mha loadtest` and `mha triton`: the artifact behind HTTP, a bounded load on it, a Triton repository."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from mha_runtime.artifact.registry import ONNX
+from mha_runtime.infer.providers import CHOICES
+
+
+@click.command("serve")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("--model", default=ONNX.file, show_default=True, help="Which ONNX file of the folder to serve.")
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Replicas, each one process holding one runner.")
+@click.option("--max-batch", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Most requests in one ONNX Runtime call (1: no batching).")
+@click.option("--batch-wait-ms", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+              help="How long a batch waits to fill; 0 batches what queued while the previous batch ran.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the HTTP proxy listens on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--address", default=None,
+              help="Join this Ray cluster (host:port of `ray start --head`); default: start a local Ray instance.")
+@click.option("--provider", type=click.Choice(CHOICES), default="cpu", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Intra-op threads per replica.")
+def serve_cmd(artifact_dir: Path, model: str, replicas: int, max_batch: int, batch_wait_ms: float, host: str,
+              port: int, address: str | None, provider: str, threads: int) -> None:
+    """Serve an artifact over HTTP with Ray Serve (POST /v1/context) until SIGTERM, which drains it."""
+    from mha_runtime.serve.launcher import ServeOptions, serve
+
+    serve(ServeOptions(artifact=artifact_dir, model=model, replicas=replicas, max_batch=max_batch,
+                       batch_wait_ms=batch_wait_ms, host=host, port=port, address=address, provider=provider,
+                       threads=threads))
+
+
+def _int_list(value: str, option: str) -> list[int]:
+    try:
+        numbers = [int(t) for t in value.split(",") if t.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=option) from None
+    if not numbers:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=option)
+    return numbers
+
+
+@click.command("loadtest")
+@click.argument("url")
+@click.option("--artifact", "artifact_dir", type=click.Path(path_type=Path), required=True,
+              help="The artifact folder the server was started with: every answer is checked against it locally.")
+@click.option("--requests", type=click.IntRange(min=1), default=200, show_default=True, help="Requests to send.")
+@click.option("--concurrency", type=click.IntRange(min=1, max=256), default=8, show_default=True,
+              help="Requests in flight at once (one connection each).")
+@click.option("--tokens", default="16,64,256", show_default=True,
+              help="Comma-separated token counts, drawn at random per request.")
+@click.option("--batch", "batches", default="1", show_default=True,
+              help="Comma-separated batch sizes, drawn at random per request.")
+@click.option("--format", "fmt", type=click.Choice(["npy", "json"]), default="npy", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--max-seconds", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+              help="No request starts after this.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Also write the figures here.")
+def loadtest_cmd(url: str, artifact_dir: Path, requests: int, concurrency: int, tokens: str, batches: str, fmt: str,
+                 seed: int, max_seconds: float, json_path: Path | None) -> None:
+    """Bounded load on a loopback `mha serve`: throughput, latency percentiles, and every answer checked."""
+    from mha_runtime.artifact.atomic import write_file_atomic
+    from mha_runtime.serve.loadtest import loadtest, report_lines
+
+    summary = loadtest(url, artifact_dir, requests=requests, concurrency=concurrency,
+                       tokens=_int_list(tokens, "--tokens"), batches=_int_list(batches, "--batch"), fmt=fmt,
+                       seed=seed, max_seconds=max_seconds)
+    for line in report_lines(summary):
+        click.echo(line)
+    if json_path is not None:
+        write_file_atomic(json_path, (json.dumps(summary, indent=2) + "\n").encode())
+    if summary["errors"] or summary["not_sent"]:
+        click.echo(f"load test failed: {summary['errors']} error(s), {summary['not_sent']} request(s) not sent",
+                   err=True)
+        sys.exit(1)
+
+
+@click.command("triton")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("--out", "repo", type=click.Path(path_type=Path), required=True,
+              help="The model repository; other models already in it are left alone.")
+@click.option("--name", default=None, help="Model name prefix (default: the artifact's name).")
+@click.option("--model", default=ONNX.file, show_default=True, help="Which ONNX file of the folder.")
+@click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
+              help="max_batch_size of both configs.")
+def triton_cmd(artifact_dir: Path, repo: Path, name: str | None, model: str, max_batch: int) -> None:
+    """Write a Triton Inference Server model repository: <name>_onnx and <name>_torchscript."""
+    from mha_runtime.artifact.atomic import staged_folder
+    from mha_runtime.triton import triton_models
+
+    models = triton_models(artifact_dir, name=name, model=model, max_batch=max_batch)
+    for triton_model in models:  # each model folder swapped in whole, only once written
+        with staged_folder(repo / triton_model.name) as stage:
+            triton_model.write(stage)
+        click.echo(f"wrote {repo / triton_model.name} ({triton_model.platform}, {triton_model.input_name} -> "
+                   f"{triton_model.output_name})")
+    click.echo(f"serve it elsewhere with: tritonserver --model-repository={repo.resolve()}")

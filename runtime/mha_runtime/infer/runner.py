@@ -1,0 +1,118 @@
+"""The torch-free runner: one ONNX Runtime session per artifact, the contract checked before every run."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input, check_output
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
+from mha_runtime.artifact.manifest import MANIFEST_NAME, PendingDigest, check_digest, load_manifest, read_listed
+from mha_runtime.artifact.registry import ONNX
+from mha_runtime.infer.providers import resolve_provider, session_providers
+
+DEFAULT_MODEL = ONNX.file
+
+
+class OnnxRunner:
+    """Run one ONNX artifact. Build it from an artifact folder (files checked against the manifest)
+    or from a single `.onnx` file (checked against a manifest beside it, if there is one)."""
+
+    def __init__(self, artifact: str | Path, *, model: str = DEFAULT_MODEL, provider: str = "auto",
+                 threads: int | None = None) -> None:
+        if not isinstance(artifact, (str, Path)) or not str(artifact):
+            raise ArtifactError(f"artifact: expected a folder or an .onnx/.ort path, got {artifact!r}")
+        if not isinstance(model, str) or not model:
+            raise ArtifactError(f"model: expected a file name such as {DEFAULT_MODEL!r}, got {model!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"threads: expected a positive integer or None, got {threads!r}")
+        self.provider = resolve_provider(provider)
+        data, self.path, expected = read_model(Path(artifact), model)
+        self.verified = expected is not None  # False: a lone file with no manifest beside it
+        pending = PendingDigest(data) if expected is not None else None  # checked before the session is used
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only; ORT's warnings are not the user's business
+        if threads is not None:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        try:
+            self.session = ort.InferenceSession(data, sess_options=options, providers=session_providers(self.provider))
+        except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types; reduce them to one line
+            if pending is not None:
+                check_digest(self.path, pending.hexdigest(), expected)  # an altered file is the better message
+            raise ArtifactError(f"{self.path}: ONNX Runtime cannot load it ({first_line(exc)})") from None
+        if pending is not None:
+            check_digest(self.path, pending.hexdigest(), expected)
+        self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
+        self.config = _config_from_metadata(self.metadata, self.path)
+        self.contract = IOContract(self.config)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        _check_graph(self.session, self.config, self.path)
+
+    def run(self, x: Any) -> np.ndarray:
+        """x: (B, T, d_in) float32 -> context: (B, T, num_heads * d_out) float32, checked finite."""
+        if self.input_names != [INPUT_NAME]:
+            raise ContractError(f"{self.path.name} takes inputs {self.input_names}, not just {INPUT_NAME!r}: "
+                                "run the decode form with mha_runtime.infer.decode_session.DecodeSession")
+        x = check_input(x, self.config)
+        (out,) = self.execute([OUTPUT_NAME], {INPUT_NAME: x})
+        return check_output(out, x)
+
+    def execute(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """session.run, with an ONNX Runtime failure reduced to one line naming the model and the shapes."""
+        try:
+            return self.session.run(names, feeds)
+        except Exception as exc:  # ORT's own error types (Fail, InvalidArgument, RuntimeException)
+            shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in feeds.items())
+            raise ArtifactError(f"{self.path}: ONNX Runtime failed on {shapes} ({first_line(exc)})") from None
+
+    __call__ = run
+
+
+def read_model(path: Path, model: str, suffixes: tuple[str, ...] = (".onnx", ".ort")
+               ) -> tuple[bytes, Path, str | None]:
+    """Read the model bytes once, size-checked against the manifest where one applies; return them with
+    the manifest's sha256 (None for a lone file with no manifest beside it)."""
+    if path.is_dir():
+        data, expected = read_listed(path, model, load_manifest(path))
+        return data, path / model, expected
+    kinds = "/".join(suffixes)
+    if not path.exists():
+        raise ArtifactError(f"{path}: expected an artifact folder or a {kinds} file, found nothing there")
+    if path.suffix not in suffixes:
+        raise ArtifactError(f"{path}: expected an artifact folder or a {kinds} file, got {path.suffix or 'no suffix'}")
+    if (path.parent / MANIFEST_NAME).exists():  # a manifest beside the file must list it
+        data, expected = read_listed(path.parent, path.name, load_manifest(path.parent))
+        return data, path, expected
+    try:
+        return path.read_bytes(), path, None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read it ({exc.strerror or first_line(exc)})") from None
+
+
+def _check_graph(session: ort.InferenceSession, config: MHAConfig, path: Path) -> None:
+    """The graph's x and context must have the widths the metadata's config promises (a lone file whose
+    metadata disagrees with its graph is refused here, not deep inside a run)."""
+    widths = {INPUT_NAME: config.d_in, OUTPUT_NAME: config.d_model}
+    for value in [*session.get_inputs(), *session.get_outputs()]:
+        if value.name in widths:
+            last = value.shape[-1] if value.shape else None
+            if len(value.shape) != 3 or (isinstance(last, int) and last != widths[value.name]):
+                raise ArtifactError(f"{path}: graph {value.name!r} has shape {value.shape}, but its metadata's "
+                                    f"config says [batch, tokens, {widths[value.name]}]")
+
+
+def _config_from_metadata(metadata: dict[str, str], path: Path) -> MHAConfig:
+    text = metadata.get(META_CONFIG)
+    if text is None:
+        raise ArtifactError(f"{path}: expected '{META_CONFIG}' in the model's metadata (export it with `mha export`)")
+    try:
+        return MHAConfig.from_json(text)
+    except ConfigError as exc:
+        raise ArtifactError(f"{path}: metadata '{META_CONFIG}' is invalid: {exc}") from None
+
+
+__all__ = ["DEFAULT_MODEL", "OnnxRunner", "read_model"]

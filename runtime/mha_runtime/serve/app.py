@@ -1,0 +1,55 @@
+"""The Ray Serve deployment: each replica holds one OnnxRunner and batches requests with `@serve.batch`.
+
+Imports ray at module level: only `mha_runtime.serve.launcher` (after setting Ray's environment) imports this module.
+"""
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mha_runtime.infer.runner import OnnxRunner
+from mha_runtime.serve.batching import run_grouped, work
+from mha_runtime.serve.service import Answer, ContextService
+
+
+def runner_from_files(files: dict[str, bytes], *, model: str, provider: str, threads: int | None) -> OnnxRunner:
+    """An OnnxRunner from the artifact's manifest and model bytes, shipped by the driver through Ray's object
+    store (a replica on another node needs no copy of the artifact folder). The sha256 is checked again here."""
+    with tempfile.TemporaryDirectory(prefix="mha-serve-") as folder:
+        for name, data in files.items():
+            Path(folder, name).write_bytes(data)
+        return OnnxRunner(folder, model=model, provider=provider, threads=threads)  # the session keeps the bytes
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})  # Ray's default of 1 CPU each would leave replicas pending
+class ContextDeployment:
+    """The HTTP ingress and the model in one replica: one hop from Serve's proxy to the runner."""
+
+    def __init__(self, files: dict[str, bytes], *, model: str, provider: str, threads: int | None, max_batch: int,
+                 batch_wait_s: float, info: dict[str, Any], max_body: int) -> None:
+        self.runner = runner_from_files(files, model=model, provider=provider, threads=threads)
+        self.runner.run(np.zeros((1, 1, self.runner.config.d_in), np.float32))  # warm-up: the first request is not slow
+        # The decorator's settings, per replica process (its arguments below are placeholders).
+        self.run_batch.set_max_batch_size(max_batch)
+        self.run_batch.set_batch_wait_timeout_s(batch_wait_s)
+        self.cost = work(self.runner.config)
+        self.service = ContextService(config=self.runner.config, info=info, max_body=max_body, infer=self.run_batch)
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.0)
+    async def run_batch(self, xs: list[np.ndarray]) -> list[Answer]:
+        """Requests of any lengths, padded into one ONNX Runtime call per length group (batching.py says why
+        padding is exact, and when it is worth it). The calls run on a thread so that this replica's event loop
+        keeps accepting requests for the next batch."""
+        answers = await asyncio.to_thread(run_grouped, self.runner.run, xs, self.cost)
+        return [Answer(out, size, tokens) for out, size, tokens in answers]
+
+    async def __call__(self, request: Request) -> Response:
+        reply = await self.service.handle(request.method, request.url.path, request.headers, request.stream())
+        return Response(reply.body, status_code=reply.status, media_type=reply.content_type, headers=reply.headers)

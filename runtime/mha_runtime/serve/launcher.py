@@ -1,0 +1,182 @@
+"""`mha serve`: start Ray (or join a cluster), run the Serve application, and drain it on SIGTERM.
+
+Order matters, and each step below was checked against Ray 2.60:
+- Ray's environment is set before `import ray`; Ray prints task errors to sys.stdout, so our own lines go to a
+  duplicate of the real stdout and sys.stdout points at stderr while Ray runs.
+- the model is loaded and run once here first, so a bad artifact fails in one line, not in a replica's log.
+- the port is probed before Ray starts, and Serve's SO_REUSEPORT is off: a second server on a busy port fails
+  instead of silently sharing it.
+- ray.init installs its own SIGTERM handler; ours replaces it after ray.init.
+- on SIGTERM the application is deleted first (its replicas finish the requests in flight while the HTTP
+  proxy still carries their answers back); only then Serve and Ray are shut down.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from mha_runtime.artifact.errors import ServeError, first_line
+from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
+from mha_runtime.artifact.registry import spec_for
+from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
+from mha_runtime.serve.wire import body_limit
+
+APP_NAME = "mha"
+# Before `import ray` (read at import) and inherited by the raylet and workers.
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",  # no usage-stats prompt or upload
+    "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+    "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",  # workers run this interpreter, not `uv run`
+    "RAY_SERVE_LOG_TO_STDERR": "0",  # replica and controller logs go to files under Ray's temp dir
+    "SERVE_SOCKET_REUSE_PORT_ENABLED": "0",  # else two servers on one port split its requests silently
+    "RAY_AUTH_MODE": "token",  # Ray 2.60's default for a new local cluster, set so it does not warn
+}
+DRAIN_TIMEOUT_S = 20.0  # Ray's default: requests still running after this are cut with their replica
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions:
+    """What `mha serve` was asked for."""
+
+    artifact: Path
+    model: str = DEFAULT_MODEL
+    replicas: int = 1
+    max_batch: int = 16
+    batch_wait_ms: float = 0.0
+    host: str = "127.0.0.1"
+    port: int = 8000
+    address: str | None = None
+    provider: str = "cpu"
+    threads: int | None = 1
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def prepare(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Load and run the model once here (a bad artifact, or the decode form, fails before Ray starts);
+    return the files the replicas load (manifest and model, sha256-checked) and what /v1/contract answers."""
+    manifest = load_manifest(options.artifact)
+    runner = OnnxRunner(options.artifact, model=options.model, provider=options.provider, threads=options.threads)
+    try:
+        runner.run(np.zeros((1, 1, runner.config.d_in), np.float32))
+    except Exception as exc:
+        raise ServeError(f"{options.artifact / options.model}: cannot serve it ({first_line(exc)})") from None
+    record = manifest.artifacts.get(options.model)
+    tolerance = record.tolerance if record is not None else spec_for(options.model).tolerance
+    info = {"name": manifest.name, "model": options.model, "sha256": manifest.files[options.model].sha256,
+            "config": runner.config.to_dict(), "contract": runner.contract.to_dict(),
+            "tolerance": tolerance.to_dict(), "max_batch": options.max_batch,
+            "body_limit_bytes": body_limit(runner.config, options.max_batch)}
+    files = {MANIFEST_NAME: (options.artifact / MANIFEST_NAME).read_bytes(),
+             options.model: read_verified(options.artifact, options.model, manifest)}
+    return files, info
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port something already listens on, in one line and before Ray takes seconds to start."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is no clash
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ServeError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                             "choose a free port") from None
+
+
+@contextmanager
+def own_stdout() -> Iterator[TextIO]:
+    """A duplicate of the real stdout for our lines, with sys.stdout pointed at stderr for Ray's."""
+    try:
+        out: TextIO = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    except (AttributeError, OSError, ValueError):  # no real file behind sys.stdout (an embedding host)
+        yield sys.stdout
+        return
+    saved, sys.stdout = sys.stdout, sys.stderr
+    try:
+        yield out
+    finally:
+        sys.stdout = saved
+        out.close()
+
+
+def serve(options: ServeOptions) -> None:
+    """Serve until SIGTERM or SIGINT, then drain the requests in flight and return."""
+    for key, value in RAY_ENV.items():
+        os.environ.setdefault(key, value)
+    import ray.serve  # noqa: F401  (without the serve extra: ModuleNotFoundError, which the CLI names)
+
+    files, info = prepare(options)
+    if options.address is None:
+        check_port(options.host, options.port)
+    with own_stdout() as out:
+        _serve(options, files, info, out)
+
+
+def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any], out: TextIO) -> None:
+    import ray
+    from ray import serve
+
+    from mha_runtime.serve.app import ContextDeployment
+
+    local = options.address is None
+    print(f"starting {'a local Ray instance' if local else 'on the Ray cluster at ' + options.address} ...",
+          file=sys.stderr, flush=True)
+    try:
+        ray.init(address="local" if local else options.address,  # "local": never a cluster found via RAY_ADDRESS
+                 num_cpus=max(2, os.cpu_count() or 1) if local else None,  # logical; replicas ask for none
+                 include_dashboard=False if local else None, logging_level=logging.WARNING, log_to_driver=False)
+    except Exception as exc:  # ConnectionError, TimeoutError, ValueError for a bad address
+        raise ServeError(f"cannot start Ray{'' if local else ' at --address ' + options.address}: "
+                         f"{first_line(exc)}") from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # after ray.init, which installs its own handler
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # "Started Serve", "Application ready" lines
+    try:
+        serve.start(http_options={"host": options.host, "port": options.port},
+                    logging_config={"log_level": "WARNING", "enable_access_log": False})
+        app = ContextDeployment.options(
+            num_replicas=options.replicas,
+            max_ongoing_requests=max(2 * options.max_batch, 32),  # Ray's default 5 would cap every batch at 5
+            graceful_shutdown_wait_loop_s=0.2, graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S,
+        ).bind(files, model=options.model, provider=options.provider, threads=options.threads,
+               max_batch=options.max_batch, batch_wait_s=options.batch_wait_ms / 1000.0, info=info,
+               max_body=info["body_limit_bytes"])
+        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)  # returns once the replicas are healthy
+    except Exception as exc:
+        _shutdown(local)
+        raise ServeError(f"cannot start the Serve application: {first_line(exc)}") from None
+    print(f"serving {info['name']} ({options.model}) at {options.url}/v1/context: {options.replicas} replica(s), "
+          f"max batch {options.max_batch}, batch wait {options.batch_wait_ms:g} ms", file=out, flush=True)
+    while not stop.wait(0.5):
+        pass
+    print("draining the requests in flight ...", file=sys.stderr, flush=True)
+    try:
+        serve.delete(APP_NAME, _blocking=True)
+    except Exception as exc:
+        raise ServeError(f"draining failed: {first_line(exc)}") from None
+    finally:
+        _shutdown(local)
+    print("stopped", file=out, flush=True)
+
+
+def _shutdown(local: bool) -> None:
+    """Local: ray.shutdown() stops the whole instance, Serve's controller and proxy with it (serve.shutdown()
+    first would only add a raylet error line about the killed controller). On a cluster: disconnect, and leave
+    its Serve running; only our application was ours."""
+    import ray
+
+    ray.shutdown()

@@ -1,0 +1,123 @@
+"""The HTTP wire format of `POST /v1/context`: JSON or raw .npy bodies to arrays and back, and the body limit.
+
+Both sides use it: the server decodes requests and encodes answers, the load test does the reverse.
+"""
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import numpy as np
+
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
+from mha_runtime.artifact.errors import RequestError, first_line
+
+NPY = "application/x-npy"
+JSON = "application/json"
+FORMATS = {"npy": NPY, "json": JSON}
+# The body limit: max_batch x context_length x d_in values at JSON_VALUE_BYTES each (a float32 written as JSON
+# text, "-0.12345678901234567, ", is at most about 26 bytes), plus room for the npy header or JSON brackets.
+JSON_VALUE_BYTES = 32
+HEADER_BYTES = 4096
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def body_limit(config: MHAConfig, max_batch: int) -> int:
+    """The largest request body accepted, in bytes: a full batch of full-length inputs written as JSON."""
+    return HEADER_BYTES + max_batch * config.context_length * config.d_in * JSON_VALUE_BYTES
+
+
+def media_type(content_type: str | None) -> str:
+    """'application/json; charset=utf-8' -> 'application/json'."""
+    return (content_type or "").split(";")[0].strip().lower()
+
+
+def decode_request(body: bytes, content_type: str | None) -> tuple[np.ndarray, str]:
+    """A request body -> (array, answer format 'npy' or 'json'); RequestError (400) saying what is malformed.
+
+    The array is numeric but not yet checked against the contract (the runner's check_input does that).
+    """
+    kind = media_type(content_type)
+    if kind == NPY:
+        return read_npy(body, "body"), "npy"
+    if kind not in (JSON, ""):
+        raise RequestError(f"Content-Type: expected {JSON} or {NPY}, got {kind!r}")
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise RequestError(f"body: expected JSON ({first_line(exc)})") from None
+    if not isinstance(doc, dict) or INPUT_NAME not in doc:
+        raise RequestError(f'body: expected a JSON object {{"{INPUT_NAME}": [[[...]]]}}')
+    return json_array(doc[INPUT_NAME], repr(INPUT_NAME)), "json"
+
+
+def json_array(value: Any, where: str) -> np.ndarray:
+    """Nested JSON lists of numbers -> float64 array (check_input casts to float32); bools and strings refused."""
+    try:
+        array = np.asarray(value)  # no dtype=: float32 would turn "1.5" and true into numbers
+    except (ValueError, RecursionError) as exc:  # ragged nesting: "inhomogeneous shape"
+        raise RequestError(f"{where}: expected a rectangular nested list of numbers ({first_line(exc)})") from None
+    if array.dtype.kind not in "iuf":
+        raise RequestError(f"{where}: expected numbers, got JSON values of numpy kind {array.dtype.kind!r}")
+    return array.astype(np.float64, copy=False)
+
+
+def read_npy(body: bytes, where: str) -> np.ndarray:
+    """A .npy file's bytes -> array. The header is read first and its byte count checked against the body,
+    so a header that claims a huge shape allocates nothing."""
+    if not body.startswith(NPY_MAGIC):
+        raise RequestError(f"{where}: expected a .npy file (no \\x93NUMPY magic)")
+    stream = io.BytesIO(body)
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"format version {version[0]}.{version[1]}, expected 1.0 or 2.0 (np.save)")
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(stream)
+    except (ValueError, SyntaxError, EOFError, OSError) as exc:
+        raise RequestError(f"{where}: expected a .npy file ({first_line(exc)})") from None
+    if dtype.hasobject:
+        raise RequestError(f"{where}: expected a numeric .npy array, got dtype {dtype} (pickled objects refused)")
+    count = int(np.prod(shape, dtype=np.int64))
+    offset = stream.tell()
+    if len(body) - offset != count * dtype.itemsize:
+        raise RequestError(f"{where}: the .npy header says shape {list(shape)} {dtype} ({count * dtype.itemsize} "
+                           f"bytes), the body holds {len(body) - offset}")
+    array = np.frombuffer(body, dtype=dtype, count=count, offset=offset)
+    array = array.reshape(shape, order="F" if fortran else "C")
+    return array.astype(dtype.newbyteorder("="))  # a native-order copy (writable; '>f4' becomes float32)
+
+
+def npy_body(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def encode_request(x: np.ndarray, fmt: str) -> tuple[bytes, str]:
+    """An input array -> (body, Content-Type) in 'npy' or 'json'."""
+    if fmt == "npy":
+        return npy_body(x), NPY
+    return json.dumps({INPUT_NAME: x.tolist()}).encode(), JSON
+
+
+def encode_answer(context: np.ndarray, fmt: str) -> tuple[bytes, str]:
+    """The output -> (body, Content-Type), in the format the request came in."""
+    if fmt == "npy":
+        return npy_body(context), NPY
+    return json.dumps({OUTPUT_NAME: context.tolist()}).encode(), JSON
+
+
+def decode_answer(body: bytes, content_type: str | None) -> np.ndarray:
+    """An answer body -> float32 array; RequestError when it is neither a .npy file nor {"context": [...]}."""
+    if media_type(content_type) == NPY:
+        return read_npy(body, "answer")
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(f"answer: expected JSON ({first_line(exc)})") from None
+    if not isinstance(doc, dict) or OUTPUT_NAME not in doc:
+        raise RequestError(f'answer: expected a JSON object {{"{OUTPUT_NAME}": [[[...]]]}}')
+    return json_array(doc[OUTPUT_NAME], f"answer {OUTPUT_NAME!r}").astype(np.float32)
