@@ -47,8 +47,8 @@ lint: $(STAMP)
 
 # The non-Python runners, built from scratch into git-ignored folders, then checked on every preset; the C
 # runner also as built with AddressSanitizer + UBSan (a memory error aborts it, failing the target).
-# Each check's output is kept in artifacts/checks/ (the wasm check's JSON in artifacts/web/): the README's
-# portability table is generated from them (make portability).
+# Each check writes its results as JSON into artifacts/checks/ (the wasm check's into artifacts/web/): the
+# README's portability table is generated from them (make portability).
 NATIVE := runtime/native
 PRESETS := seed gpt2-small
 CHECKS := artifacts/checks
@@ -59,16 +59,16 @@ native-build: $(STAMP)
 	$(NATIVE)/node/build.sh
 	PYTHON=$(abspath $(PY)) $(NATIVE)/cpp-libtorch/build.sh
 
-artifacts/%/golden/cases.tsv: $(STAMP)
+artifacts/%/golden/cases.json: $(STAMP)
 	$(VENV)/bin/mha export --preset $* --out artifacts
 
-native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.tsv)
+native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json)
 	@mkdir -p $(CHECKS); set -eo pipefail; for p in $(PRESETS); do \
-	  echo "== $$p: Python (onnxruntime, torch for mha.pt)"; $(VENV)/bin/mha check artifacts/$$p | tee $(CHECKS)/python-$$p.txt | tail -1; \
-	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p | tee $(CHECKS)/c-$$p.txt | tail -1; \
+	  echo "== $$p: Python (onnxruntime, torch for mha.pt)"; $(VENV)/bin/mha check artifacts/$$p --json $(CHECKS)/python-$$p.json | tail -1; \
+	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p --json $(CHECKS)/c-$$p.json | tail -1; \
 	  echo "== $$p: C under AddressSanitizer + UBSan"; $(NATIVE)/c/build/mha_check_asan check artifacts/$$p | tail -1; \
-	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p | tee $(CHECKS)/node-$$p.txt | tail -1; \
-	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p | tee $(CHECKS)/cpp-$$p.txt | tail -1; \
+	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p --json $(CHECKS)/node-$$p.json | tail -1; \
+	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p --json $(CHECKS)/cpp-$$p.json | tail -1; \
 	done
 	@echo "== the manifest reader under AddressSanitizer + UBSan: truncations and random edits"
 	$(NATIVE)/c/build/json_fuzz_asan artifacts/seed/manifest.json 5000
@@ -94,7 +94,7 @@ chromium:
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
 # The WebAssembly backend in Node.js, one thread: every golden case of every artifact it can load.
-web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.tsv)
+web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.json)
 	@set -eo pipefail; for p in $(PRESETS); do \
 	  echo "== $$p: onnxruntime-web (wasm, Node.js)"; node $(WEB)/check.mjs artifacts/$$p --json artifacts/web/$$p.json | tail -2; \
 	done

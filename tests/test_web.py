@@ -27,7 +27,7 @@ from mha_export.bench.runners import wasm_medians
 from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.infer.runner import OnnxRunner
-from portability import BEGIN, END, collect, parse_json, parse_text, render, replace_block
+from portability import BEGIN, END, collect, parse_json, render, replace_block
 from test_model import EXPECTED, INPUTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -325,9 +325,12 @@ def _write_outputs(root: Path, *, wasm_not_loadable: bool = False) -> None:
     (root / "checks").mkdir(parents=True)
     (root / "web").mkdir()
     for preset in ("seed", "gpt2-small"):
-        lines = ["ok   mha.onnx  b1 max_abs=0", "FAIL mha.onnx  b2 max_abs=1", "ok   mha.pt  b1 max_abs=0"]
+        native = {"passed": 2, "failed": 1, "artifacts": [
+            {"file": "mha.onnx", "not_loadable": None,
+             "cases": [{"name": "b1", "ok": True}, {"name": "b2", "ok": False}]},
+            {"file": "mha.pt", "not_loadable": None, "cases": [{"name": "b1", "ok": True}]}]}
         for key in ("python", "node", "c", "cpp"):
-            (root / "checks" / f"{key}-{preset}.txt").write_text("\n".join([*lines, "2 passed, 1 failed"]) + "\n")
+            (root / "checks" / f"{key}-{preset}.json").write_text(json.dumps(native))
         doc = {"artifacts": [{"file": "mha.onnx", "not_loadable": None, "cases": [{"ok": True}, {"ok": True}]}]}
         if wasm_not_loadable:
             doc["artifacts"].append({"file": "mha.x.onnx", "not_loadable": "NotARealOp is not a registered op",
@@ -350,10 +353,16 @@ def test_portability_table_counts_what_the_outputs_say(tmp_path: Path) -> None:
 
 def test_portability_refuses_a_truncated_output(tmp_path: Path) -> None:
     _write_outputs(tmp_path)
-    (tmp_path / "checks" / "c-seed.txt").write_text("ok   mha.onnx  b1 max_abs=0\n")  # no summary line
-    with pytest.raises(ArtifactError, match="expected a complete check output"):
-        parse_text(tmp_path / "checks" / "c-seed.txt")
-    (tmp_path / "checks" / "c-seed.txt").unlink()
+    path = tmp_path / "checks" / "c-seed.json"
+    doc = json.loads(path.read_text())
+    doc["artifacts"].pop()  # the counts no longer match the cases listed
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ArtifactError, match="expected a complete check result"):
+        parse_json(path)
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(ArtifactError, match="expected the JSON of a check"):
+        parse_json(path)
+    path.unlink()
     with pytest.raises(ArtifactError, match="written by make native-test"):
         collect(tmp_path)
 

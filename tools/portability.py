@@ -1,14 +1,14 @@
-"""The README's portability table (artifact x runtime: golden cases passed), generated from the checks' own outputs.
+"""The README's portability table (artifact x runtime: golden cases passed), generated from the checks' JSON.
 
-`make native-test` keeps each runner's `check` output in `artifacts/checks/<runtime>-<preset>.txt`, `make web-test`
-writes the wasm check's JSON to `artifacts/web/<preset>.json`, and tests/test_web.py the browser page's result to
-`artifacts/web/<preset>.browser.json`. `python -m portability --write README.md` (`make portability`)
+Repository tooling, not part of either package. `make native-test` has each runner's `check --json` write
+`artifacts/checks/<runtime>-<preset>.json`, `make web-test` writes the wasm check's to `artifacts/web/<preset>.json`,
+and tests/test_web.py the browser page's to `artifacts/web/<preset>.browser.json`; all share one format
+(runtime/native/web/check.mjs defined it). `python tools/portability.py --write README.md` (`make portability`)
 rewrites the block between the markers; `--check README.md` fails when the block differs (a test runs it).
 """
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,17 +32,13 @@ class Source:
 
 
 SOURCES = (
-    Source("python", "Python `mha check`", "checks/python-{preset}.txt", "make native-test"),
-    Source("node", "Node.js onnxruntime-node", "checks/node-{preset}.txt", "make native-test"),
-    Source("c", "C, ORT C API", "checks/c-{preset}.txt", "make native-test"),
-    Source("cpp", "C++, libtorch", "checks/cpp-{preset}.txt", "make native-test"),
+    Source("python", "Python `mha check`", "checks/python-{preset}.json", "make native-test"),
+    Source("node", "Node.js onnxruntime-node", "checks/node-{preset}.json", "make native-test"),
+    Source("c", "C, ORT C API", "checks/c-{preset}.json", "make native-test"),
+    Source("cpp", "C++, libtorch", "checks/cpp-{preset}.json", "make native-test"),
     Source("wasm", "wasm, Node.js", "web/{preset}.json", "make web-test"),
     Source("browser", "wasm, Chromium", "web/{preset}.browser.json", "tests/test_web.py"),
 )
-
-LINE = re.compile(r"^(ok|FAIL|skip)\s+(\S+)\s+(\S+)")
-SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed")
-
 
 @dataclass
 class Outcome:
@@ -59,49 +55,31 @@ class Results:
     by_file: dict[str, Outcome] = field(default_factory=dict)
 
 
-def parse_text(path: Path) -> Results:
-    """A runner's `check` output: one `ok|FAIL|skip FILE CASE ...` line per case, then `N passed, N failed`."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read it ({first_line(exc)})") from None
-    results = Results()
-    passed = failed = 0
-    for line in lines:
-        match = LINE.match(line)
-        if not match:
-            continue
-        status, file, _case = match.groups()
-        outcome = results.by_file.setdefault(file, Outcome())
-        if status == "skip":
-            outcome.skipped = line.split(None, 3)[-1]
-            continue
-        outcome.cases += 1
-        outcome.passed += status == "ok"
-        passed += status == "ok"
-        failed += status == "FAIL"
-    summary = SUMMARY.match(lines[-1]) if lines else None
-    if summary is None or (int(summary[1]), int(summary[2])) != (passed, failed):
-        raise ArtifactError(f"{path}: expected a complete check output ending with '{passed} passed, {failed} failed', "
-                            f"got {lines[-1] if lines else 'an empty file'!r}")
-    return results
-
-
 def parse_json(path: Path) -> Results:
-    """The JSON of runtime/native/web/check.mjs --json, or of the browser page (drive.mjs --json)."""
+    """One runner's `check --json` result: per artifact file its cases, or why it was not loadable or skipped.
+    The counts must agree with the cases listed (a truncated or hand-edited file is refused)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path}: expected the JSON of a web check ({first_line(exc)})") from None
-    if not isinstance(doc, dict) or "artifacts" not in doc:
+        raise ArtifactError(f"{path}: expected the JSON of a check ({first_line(exc)})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("artifacts"), list):
         got = doc.get("error") if isinstance(doc, dict) else doc
-        raise ArtifactError(f"{path}: expected a web check result, got {str(got)[:200]!r}")
+        raise ArtifactError(f"{path}: expected a check result, got {str(got)[:200]!r}")
     results = Results()
-    for artifact in doc["artifacts"]:
-        outcome = results.by_file.setdefault(artifact["file"], Outcome())
-        outcome.not_loadable = artifact.get("not_loadable")
-        outcome.cases += len(artifact["cases"])
-        outcome.passed += sum(bool(c["ok"]) for c in artifact["cases"])
+    try:
+        for artifact in doc["artifacts"]:
+            outcome = results.by_file.setdefault(artifact["file"], Outcome())
+            outcome.not_loadable = artifact.get("not_loadable")
+            outcome.skipped = artifact.get("skipped")
+            outcome.cases += len(artifact["cases"])
+            outcome.passed += sum(bool(c["ok"]) for c in artifact["cases"])
+    except (KeyError, TypeError) as exc:
+        raise ArtifactError(f"{path}: expected artifacts with 'file' and 'cases' ({first_line(exc)})") from None
+    passed = sum(o.passed for o in results.by_file.values())
+    failed = sum(o.cases for o in results.by_file.values()) - passed
+    if "passed" in doc and (doc.get("passed"), doc.get("failed")) != (passed, failed):
+        raise ArtifactError(f"{path}: expected a complete check result: it counts {doc.get('passed')} passed, "
+                            f"{doc.get('failed')} failed, its cases {passed} passed, {failed} failed")
     return results
 
 
@@ -114,8 +92,7 @@ def collect(root: Path, presets: Sequence[str] = PRESETS) -> dict[str, dict[str,
             if not path.is_file():
                 raise ArtifactError(f"{path}: expected the {source.key} check output of {preset} "
                                     f"(written by {source.made_by}), found none")
-            parse = parse_json if path.suffix == ".json" else parse_text
-            found.setdefault(preset, {})[source.key] = parse(path)
+            found.setdefault(preset, {})[source.key] = parse_json(path)
     return found
 
 

@@ -31,8 +31,8 @@ from mha_runtime.artifact.errors import ExportError
 from mha_runtime.artifact.registry import ONNX
 
 DEFAULT_OPSET = 18
-SUPPORTED_OPSETS = range(18, 26)  # measured: the dynamo exporter works at 18..25 here
-# Masks are (context, context) bool after folding: 1 MiB at context 1024. Fold tensors up to 16M elements.
+SUPPORTED_OPSETS = range(18, 26)  # the opsets the dynamo exporter was checked at (DESIGN.md section 4)
+# Masks are (context, context) bool after folding: fold tensors up to 16M elements (context 4096).
 FOLD_LIMIT = 1 << 24
 
 
@@ -77,7 +77,7 @@ def trace_to_onnx(module: torch.nn.Module, config: MHAConfig, *, opset: int) -> 
 
 def shrink(model: ir.Model) -> ir.Model:
     """Fold each head's mask Cast into one shared bool initializer (the per-head float masks are
-    identical; at gpt2-small they would be 48 MiB of a 55 MiB file), then turn masked_fill into an
+    identical; docs/design-notes.md has what they would weigh), then turn masked_fill into an
     additive mask (exact; export/mask_rewrite.py says why and what it saves)."""
     ir_passes.DeduplicateInitializersPass(size_limit=FOLD_LIMIT)(model)  # 12 identical float masks -> 1
     ir_passes.CommonSubexpressionEliminationPass()(model)  # 12 identical Casts of it -> 1

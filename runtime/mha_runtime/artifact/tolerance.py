@@ -55,6 +55,6 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> Compari
 
 
 def _l2(x: np.ndarray) -> float:
-    """The L2 norm without BLAS: np.linalg.norm calls OpenBLAS, whose thread pool, entered from the load test's
-    client threads at once, made each comparison about 80x slower (measured: 16 threads, gpt2-small answers)."""
+    """The L2 norm without BLAS: np.linalg.norm enters OpenBLAS's thread pool, which the load test's client
+    threads contend for at once (docs/serving.md, "Checking answers", has the measurement)."""
     return float(np.sqrt(np.sum(np.square(x))))

@@ -43,13 +43,19 @@ def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, pro
 @click.argument("artifact_dir", type=click.Path(path_type=Path))
 @click.option("--provider", type=click.Choice(CHOICES), default="cpu", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None)
-def check_cmd(artifact_dir: Path, provider: str, threads: int | None) -> None:
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+              help="Also write the results as JSON (the format every runner's check writes).")
+def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path: Path | None) -> None:
     """Run every golden case on every artifact; the last line is `N passed, N failed`."""
-    from mha_runtime.infer.golden_check import check_golden, summary_line
+    from mha_runtime.artifact.atomic import write_file_atomic
+    from mha_runtime.infer.golden_check import check_golden, results_json, summary_line
 
     results = check_golden(artifact_dir, provider=provider, threads=threads)
     for result in results:
         click.echo(result.line())
+    if json_path is not None:
+        doc = results_json(results, runtime="python", artifact_dir=artifact_dir)
+        write_file_atomic(json_path, (json.dumps(doc, indent=1) + "\n").encode())
     click.echo(summary_line(results))
     if not any(r.ok for r in results) or any(not r.ok and not r.skipped for r in results):
         sys.exit(1)

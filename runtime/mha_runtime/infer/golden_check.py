@@ -6,10 +6,12 @@ installed.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -134,6 +136,28 @@ def check_golden(folder: Path, *, provider: str = "cpu", threads: int | None = N
         run = factory(Path(folder) / entry.file)
         results += check_artifact(entry.file, lambda case, x, r=run: r(x), entry.tolerance, folder, cases)
     return results
+
+
+def results_json(results: list[CaseResult], *, runtime: str, artifact_dir: Path) -> dict[str, Any]:
+    """The results as every runner's `check --json` writes them (runtime/native/web/check.mjs defined the
+    format): counts, and per artifact file its cases, or why it was skipped."""
+    artifacts: dict[str, dict[str, Any]] = {}
+    for r in results:
+        entry = artifacts.setdefault(r.artifact, {"file": r.artifact, "not_loadable": None, "skipped": None,
+                                                  "cases": []})
+        if r.skipped:
+            entry["skipped"] = r.error
+            continue
+        entry["cases"].append({"name": r.case, "shape": list(r.shape), "ok": r.ok, "error": r.error,
+                               "max_abs": _finite(r.max_abs), "rel_l2": _finite(r.rel_l2)})
+    passed = sum(r.ok for r in results)
+    failed = sum(not r.ok and not r.skipped for r in results)
+    return {"runtime": runtime, "artifact_dir": str(artifact_dir), "passed": passed, "failed": failed,
+            "artifacts": list(artifacts.values())}
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def summary_line(results: list[CaseResult]) -> str:
