@@ -46,7 +46,7 @@ def test_successful_export_replaces_the_folder(seed_dir: Path, tmp_path: Path) -
 
 
 def _two_sets(tmp_path: Path) -> tuple[Path, Path, dict[str, str], dict[str, str]]:
-    final, new = tmp_path / "seed", tmp_path / ".seed.staging-1-x"
+    final, new = tmp_path / "seed", tmp_path / ".seed.staging-00000001"
     for folder, text in ((final, "old"), (new, "new")):
         (folder / "golden").mkdir(parents=True)
         for name in ("mha.onnx", "manifest.json", "golden/cases.json"):
@@ -95,12 +95,11 @@ def test_replace_folder_leaves_a_complete_set_whatever_step_fails(tmp_path: Path
 
 
 def test_an_interrupted_swap_is_repaired_by_the_next_export(tmp_path: Path) -> None:
-    """A run killed between the two renames leaves only `.seed.old-<pid>-*`: the next export puts it back."""
+    """A run killed between the two renames leaves only `.seed.old-<id>` (unlocked): the next export puts it back."""
     from mha_runtime.artifact.atomic import clean_leftovers
 
     final, _, old_files, _ = _two_sets(tmp_path)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    os.rename(final, tmp_path / f".seed.old-{dead.stdout.strip()}-abcd1234")
+    os.rename(final, tmp_path / ".seed.old-abcd1234")
     assert clean_leftovers(final) == [] and _snapshot(final) == old_files
 
 
@@ -109,20 +108,24 @@ def test_leftover_staging_folders_are_removed_or_reported(tmp_path: Path) -> Non
 
     final = tmp_path / "seed"
     final.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / f".seed.staging-{dead.stdout.strip()}-0000aaaa"
+    stale = tmp_path / ".seed.staging-0000aaaa"  # a killed writer's: no lock held
     (stale / "golden").mkdir(parents=True)
     (stale / "mha.onnx").write_bytes(b"x" * 2048)
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    busy = tmp_path / ".seed.staging-0000bbbb"
+    busy.mkdir()
+    # Another process holds the folder's flock, as a live export does (a pid in a name proves nothing).
+    holder = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY); "
+              "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)")
+    live = subprocess.Popen([sys.executable, "-c", holder, str(busy)], stdout=subprocess.PIPE, text=True)
     try:
-        busy = tmp_path / f".seed.staging-{live.pid}-0000bbbb"
-        busy.mkdir()
+        assert live.stdout is not None and live.stdout.readline().strip() == "locked"
         notes = clean_leftovers(final)
         assert not stale.exists() and busy.exists()
-        assert len(notes) == 1 and f"belongs to running process {live.pid}" in notes[0] and "MiB" in notes[0]
+        assert len(notes) == 1 and "is locked by a running export" in notes[0] and "MiB" in notes[0]
     finally:
         live.kill()
         live.wait()
+    assert clean_leftovers(final) == [] and not busy.exists()  # the holder died: its lock went with it
 
 
 def test_sigterm_during_export_removes_the_staging_folder(tmp_path: Path) -> None:
@@ -141,3 +144,58 @@ def test_sigterm_during_export_removes_the_staging_folder(tmp_path: Path) -> Non
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ctrl_c_during_the_swap_is_reported_as_written_in_full(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The signal is held through the renames and delivered after them: the report says the folder is complete."""
+    import signal
+
+    import mha_runtime.artifact.atomic as atomic
+    from mha_runtime.artifact.errors import Interrupted
+
+    final, new, _, new_files = _two_sets(tmp_path)
+    real_rename = os.rename
+
+    def rename_then_interrupt(src: str | Path, dst: str | Path) -> None:
+        real_rename(src, dst)
+        if Path(dst) == final:
+            os.kill(os.getpid(), signal.SIGINT)  # held: it lands once the renames are done
+
+    monkeypatch.setattr(atomic.os, "rename", rename_then_interrupt)
+    with pytest.raises(Interrupted, match=r"interrupted after .*seed was written in full"):
+        atomic.replace_folder(new, final)
+    assert _snapshot(final) == new_files and sorted(p.name for p in tmp_path.iterdir()) == ["seed"]
+
+
+def test_staged_files_and_folders_are_fsynced_before_the_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mha_runtime.artifact.atomic as atomic
+
+    events: list[str] = []
+    real_fsync, real_rename = os.fsync, os.rename
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(atomic.os, "rename", lambda a, b: (events.append("rename"), real_rename(a, b))[1])
+    with atomic.staged_folder(tmp_path / "seed") as stage:
+        (stage / "golden").mkdir()
+        for name in ("mha.onnx", "golden/cases.json"):
+            (stage / name).write_text(name)
+    first_rename = events.index("rename")
+    assert events[:first_rename].count("fsync") == 4  # two files, golden/ and the staging folder itself
+    assert events[first_rename + 1:].count("fsync") == 1  # the parent, after the rename
+    assert sorted(p.name for p in (tmp_path / "seed").rglob("*")) == ["cases.json", "golden", "mha.onnx"]
+
+
+def test_the_umask_is_read_without_changing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.umask sets the mask process-wide while it reads it: another thread creating a file meanwhile gets 0."""
+    import mha_runtime.artifact.atomic as atomic
+
+    code = ("import os; os.umask(0o027); import mha_runtime.artifact.atomic as a; "
+            "print(oct(a.current_umask()), oct(a.file_mode(0o666)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0o27", "0o640"]
+
+    def no_umask(mask: int) -> int:
+        raise AssertionError("os.umask was called")
+
+    monkeypatch.setattr(atomic.os, "umask", no_umask)
+    assert atomic.file_mode(0o777) == 0o777 & ~atomic.current_umask()

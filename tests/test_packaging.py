@@ -6,6 +6,7 @@ to the same `mha` command through entry points.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -28,8 +29,11 @@ def _source_packages(root: Path, name: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("wheels")
-    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, REPO / "runtime", REPO / "export")
+    out, src = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("src")
+    for folder in ("runtime", "export"):  # built from copies: setuptools' build/ and egg-info stay out of the checkout
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("build", "*.egg-info", "native",
+                                                                                   "__pycache__"))
+    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, src / "runtime", src / "export")
     assert built.returncode == 0, built.stderr
     (runtime,) = out.glob("mha_runtime-*.whl")
     (export,) = out.glob("mha_export-*.whl")

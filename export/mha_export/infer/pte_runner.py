@@ -16,7 +16,6 @@ import torch
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import check_input, check_output
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
-from mha_runtime.artifact.manifest import PendingDigest, check_digest
 from mha_runtime.artifact.registry import PTE
 from mha_runtime.infer.runner import read_model
 
@@ -46,17 +45,13 @@ class PteRunner:
     manifest) or a lone file; the config comes from the program itself (its `mha_config` constant method)."""
 
     def __init__(self, artifact: str | Path, *, model: str = PTE.file, threads: int | None = None) -> None:
-        data, self.path, expected = read_model(Path(artifact), model, (".pte",))
-        self.verified = expected is not None
-        pending = PendingDigest(data) if expected is not None else None
+        data, self.path, self.verified = read_model(Path(artifact), model, (".pte",))  # verified before parsing
         with quiet():
             from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
             from executorch.runtime import Runtime
 
             if threads is not None:
                 _unsafe_reset_threadpool(threads)  # ExecuTorch's own pool; torch's thread setting does not reach it
-            if pending is not None:
-                check_digest(self.path, pending.hexdigest(), expected)
             try:
                 self._program = Runtime.get().load_program(data)  # kept: a Method outliving its Program crashes
                 self._method = self._program.load_method("forward")

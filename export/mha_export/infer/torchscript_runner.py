@@ -1,6 +1,7 @@
 """Load and run `mha.pt` (TorchScript) for the golden checks, the validator and the bench."""
 from __future__ import annotations
 
+import io
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ import torch
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ArtifactError, first_line
+from mha_runtime.infer.runner import read_model
 
 CONFIG_EXTRA = "config.json"
 
@@ -26,12 +28,14 @@ def torchscript_runner(path: Path) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def load_torchscript(path: Path) -> tuple[torch.jit.ScriptModule, MHAConfig]:
-    """Load `mha.pt` and the config embedded in it."""
+    """Load `mha.pt` and the config embedded in it, from bytes checked against the manifest beside it (when
+    there is one) before torch.jit parses them."""
+    data, path, _ = read_model(Path(path), Path(path).name, (".pt",))
     extra = {CONFIG_EXTRA: ""}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            module = torch.jit.load(str(path), map_location="cpu", _extra_files=extra)
+            module = torch.jit.load(io.BytesIO(data), map_location="cpu", _extra_files=extra)
     except Exception as exc:
         raise ArtifactError(f"{path}: torch.jit.load cannot read it ({first_line(exc)})") from None
     return module.eval(), MHAConfig.from_json(extra[CONFIG_EXTRA])

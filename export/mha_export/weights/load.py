@@ -16,7 +16,7 @@ import torch
 
 from mha_export.model.wrapper import MultiHeadAttentionWrapper, build_wrapper
 from mha_export.weights.layouts import MASK_KEYS, Located, layer_keys, locate, to_wrapper_state
-from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.config import MHAConfig, file_kind
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import Manifest, WeightsRecord, sha256_file
 from mha_runtime.artifact.registry import WEIGHTS_FILE
@@ -44,9 +44,12 @@ class WeightFile:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
+        if not self.path.exists():
             raise ConfigError(f"--weights {self.path}: expected a .safetensors file or a torch state_dict, "
                               "found nothing there")
+        if not self.path.is_file():  # a FIFO or a device would block or never end; a folder is no checkpoint
+            raise ConfigError(f"--weights {self.path}: expected a regular file (.safetensors or a torch state_dict), "
+                              f"got {file_kind(self.path.stat().st_mode)}")
         self._safe: Any = None
         self._state: dict[str, Any] = {}
         try:
@@ -117,7 +120,8 @@ def load_model(config: MHAConfig, weights: Path | None = None, *, layer: int | N
     missing = sorted(set(model.state_dict()) - set(state) - {k for k in model.state_dict() if k.endswith(".mask")})
     if missing:  # a programming error in a mapping, not a user error
         raise AssertionError(f"layout {located.layout.name} left {missing} unset")
-    record = WeightsRecord(source=str(weights), sha256=sha256_file(Path(weights)), layout=located.layout.name,
+    # The file's name, not its path: an artifact carries no path of the machine that built it.
+    record = WeightsRecord(source=Path(weights).name, sha256=sha256_file(Path(weights)), layout=located.layout.name,
                            layer=located.layer)
     return model.eval(), record
 

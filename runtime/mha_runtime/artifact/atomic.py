@@ -1,11 +1,15 @@
 """Atomic writes: build in a temporary sibling, then rename into place; never lose the folder that was there.
 
-Temporary folders carry the writer's pid in their names (`.<name>.staging-<pid>-<id>`, `.<name>.old-<pid>-<id>`),
-so the next export of the same name can tell leftovers of a killed run (removed, or put back when they hold the
-only complete copy) from those of a live one (reported with their size, left alone).
+Temporary folders are named `.<name>.staging-<id>` and `.<name>.old-<id>`. A writer holds an exclusive
+`fcntl.flock` on each of its temporary folders for as long as it uses them, so the next export of the same
+name tells a killed run's leftovers (no lock: removed, or put back when they hold the only complete copy) from a
+live one's (locked: reported with their size, left alone), across processes and containers sharing the volume.
+Staged files and folders are fsynced before the swap and the parent after it, so a power cut leaves the old or
+the new complete set.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -18,49 +22,98 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.artifact.errors import ArtifactError, Interrupted
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (os.umask would set it process-wide, racing other threads):
+    from /proc/self/status where the kernel says it, else from the mode a new file gets."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    probe = Path(tempfile.gettempdir()) / f".mha-umask-{uuid.uuid4().hex}"
+    fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o777)
+    try:
+        return 0o777 & ~os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
 
 
 def file_mode(mode: int = 0o666) -> int:
     """`mode` as the process umask lets it be (0644 for files, 0755 for folders under the usual 022)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mode & ~mask
+    return mode & ~current_umask()
 
 
 def _apply_umask(folder: Path) -> None:
     """Tools write some files 0600 (safetensors, mkstemp): give every file and folder the umask's mode."""
-    os.chmod(folder, file_mode(0o777))
+    files, folders = file_mode(0o666), file_mode(0o777)
+    os.chmod(folder, folders)
     for path in folder.rglob("*"):
-        os.chmod(path, file_mode(0o777 if path.is_dir() else 0o666))
+        os.chmod(path, folders if path.is_dir() else files)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Every file's data, then every folder's entries (deepest first), on disk."""
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+        elif path.is_dir():
+            _fsync_dir(path)
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM while folders are renamed, so that a Ctrl-C lands before or after, never between."""
-    held = {signal.SIGINT, signal.SIGTERM}
+    """Hold SIGINT and SIGTERM while folders are renamed, so that a Ctrl-C lands before or after, never between.
+
+    Python-level handlers that only note the signal, restored after the renames, which then re-raise it: a
+    blocked signal mask would not do, since the kernel delivers a process signal to any thread that does not block
+    it (ONNX Runtime's and torch's pools), and Python then runs the handler in the main thread at once."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    for signum in dict.fromkeys(caught):
+        signal.raise_signal(signum)  # the restored handler runs now (Ctrl-C: KeyboardInterrupt)
 
 
 def _temp_name(final: Path, kind: str) -> str:
-    return f".{final.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return f".{final.name}.{kind}-{uuid.uuid4().hex[:12]}"
 
 
-def _alive(pid: int) -> bool:
+def lock_folder(folder: Path, *, wait: bool = True) -> int | None:
+    """An open descriptor of `folder` holding an exclusive flock (the lock follows the folder through renames),
+    or None when another process holds it and `wait` is False. Closing the descriptor releases it."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _size(path: Path) -> int:
@@ -71,18 +124,23 @@ def clean_leftovers(final: Path) -> list[str]:
     """Deal with `.<name>.staging-*` and `.<name>.old-*` beside `final`: a dead writer's staging folder is
     removed; its old folder is put back if `final` is missing (the swap was cut between its renames), else
     removed; a live writer's folders are reported. Returns one line per folder left alone."""
-    pattern = re.compile(rf"\.{re.escape(final.name)}\.(staging|old)-(\d+)-[0-9a-f]+")
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.(staging|old)-[0-9a-f]+")
     notes = []
     for path in sorted(final.parent.glob(f".{final.name}.*")):
         match = pattern.fullmatch(path.name)
         if not match or not path.is_dir():
             continue
-        if _alive(int(match[2])) and int(match[2]) != os.getpid():
-            notes.append(f"{path} ({_size(path) / 2**20:.1f} MiB) belongs to running process {match[2]}; left alone")
-        elif match[1] == "old" and not final.exists():
-            os.rename(path, final)  # the only complete copy: put it back
-        else:
-            shutil.rmtree(path, ignore_errors=True)
+        fd = lock_folder(path, wait=False)
+        if fd is None:
+            notes.append(f"{path} ({_size(path) / 2**20:.1f} MiB) is locked by a running export; left alone")
+            continue
+        try:
+            if match[1] == "old" and not final.exists():
+                os.rename(path, final)  # the only complete copy: put it back
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
     return notes
 
 
@@ -114,37 +172,55 @@ def staged_folder(final: Path) -> Iterator[Path]:
             print(f"note: {note}", file=sys.stderr)
         stage = final.parent / _temp_name(final, "staging")
         stage.mkdir()
+        lock = lock_folder(stage)
     except OSError as exc:
         raise ArtifactError(f"--out {final.parent}: cannot write there ({exc.strerror or exc})") from None
     try:
         yield stage
         _apply_umask(stage)
+        _fsync_tree(stage)
         replace_folder(stage, final)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
 def replace_folder(new: Path, final: Path) -> None:
     """Swap `new` into `final`. After any failure at any step, `final` holds the old or the new complete set:
     the old folder is renamed aside, the new one renamed in, and on failure the old one is renamed back; it is
-    deleted only once the new one is in place. Signals are held during the renames."""
+    deleted only once the new one is in place. Signals are held during the renames; one that came meanwhile is
+    raised after them as `Interrupted`, which says the new folder was written in full."""
     old = final.with_name(_temp_name(final, "old")) if final.exists() else None
-    with _signals_held():
-        if old is not None:
-            os.rename(final, old)
-        try:
-            os.rename(new, final)
-        except BaseException:
+    old_lock = lock_folder(final) if old is not None else None  # the old set stays locked while aside
+    swapped = False
+    try:
+        with _signals_held():
             if old is not None:
-                try:
-                    os.rename(old, final)
-                except OSError as exc:  # a second failure: say where the complete old set is
-                    raise ArtifactError(f"{final}: the swap failed twice; the previous folder is intact at {old}: "
-                                        f"rename it back ({exc.strerror or exc})") from None
-            raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)  # a leftover here is removed by the next export (clean_leftovers)
+                os.rename(final, old)
+            try:
+                os.rename(new, final)
+            except BaseException:
+                if old is not None:
+                    try:
+                        os.rename(old, final)
+                    except OSError as exc:  # a second failure: say where the complete old set is
+                        raise ArtifactError(f"{final}: the swap failed twice; the previous folder is intact at "
+                                            f"{old}: rename it back ({exc.strerror or exc})") from None
+                raise
+            swapped = True
+            _fsync_dir(final.parent)
+    except KeyboardInterrupt:
+        if swapped:  # the held Ctrl-C or SIGTERM, delivered once the new set was in place
+            raise Interrupted(f"interrupted after {final} was written in full") from None
+        raise
+    finally:
+        if swapped and old is not None:
+            shutil.rmtree(old, ignore_errors=True)  # a leftover here is removed by the next export (clean_leftovers)
+        if old_lock is not None:
+            os.close(old_lock)
 
 
 def write_file_atomic(path: Path, data: bytes) -> None:

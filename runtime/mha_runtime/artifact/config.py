@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ class MHAConfig:
     def from_file(cls, path: Path) -> MHAConfig:
         """A config from a JSON file; every problem is one ConfigError line naming the file."""
         try:
-            return cls.from_json(Path(path).read_text())
+            return cls.from_json(read_regular(Path(path), MAX_CONFIG_BYTES).decode())
         except FileNotFoundError:
             raise ConfigError(f"--config {path}: expected a JSON file of config fields, found nothing there") from None
         except (OSError, UnicodeDecodeError) as exc:
@@ -82,9 +83,35 @@ class MHAConfig:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"config: expected JSON, got a parse error ({exc})") from None
+        except RecursionError:
+            raise ConfigError("config: expected a flat JSON object of config fields, got nesting too deep to "
+                              "parse") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config: expected a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)
+
+
+# A config is a handful of fields: a larger file is not one (and is not read whole).
+MAX_CONFIG_BYTES = 1 << 16
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes. A FIFO, a device (/dev/zero) or a folder is refused
+    before any read, as is a larger file: ConfigError naming what it is."""
+    mode = path.stat().st_mode  # FileNotFoundError for the caller to word
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"expected a regular file, got {file_kind(mode)}")
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"expected a file of at most {limit} bytes, got a larger one")
+    return data
+
+
+def file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 PRESETS: dict[str, MHAConfig] = {

@@ -45,6 +45,10 @@ class _Failure(Protocol):
     def line(self) -> str: ...
 
 
+class Interrupted(MHAError):
+    """A Ctrl-C or SIGTERM that came after the output was complete: the message says what was written."""
+
+
 class ValidationError(MHAError):
     """One or more artifacts differ from eager PyTorch beyond tolerance; every failing case is listed."""
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,20 +164,6 @@ def load_manifest(artifact_dir: Path) -> Manifest:
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ArtifactError(f"{path}: expected JSON, got a parse error ({first_line(exc)})") from None
     return Manifest.from_dict(data, str(path))
-
-
-class PendingDigest:
-    """The sha256 of some bytes, computed on a background thread (hashlib releases the GIL), so that
-    checking a model overlaps with ONNX Runtime building its session (docs/design-notes.md, cold start)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._digest = hashlib.sha256()
-        self._thread = threading.Thread(target=self._digest.update, args=(data,), daemon=True)
-        self._thread.start()
-
-    def hexdigest(self) -> str:
-        self._thread.join()
-        return self._digest.hexdigest()
 
 
 def read_listed(artifact_dir: Path, name: str, manifest: Manifest) -> tuple[bytes, str]:

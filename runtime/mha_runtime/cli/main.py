@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from mha_runtime.artifact.errors import MHAError, first_line
+from mha_runtime.artifact.errors import Interrupted, MHAError, first_line
 
 COMMANDS_GROUP = "mha.commands"
 EXPORT_COMMANDS = ("export", "validate", "bench")
@@ -68,6 +68,8 @@ class MhaGroup(click.Group):
             fail(exc.format_message(), exc.exit_code)
         except (click.Abort, KeyboardInterrupt):
             fail("interrupted; nothing was written", 130)
+        except Interrupted as exc:
+            fail(str(exc), 130)
         except MHAError as exc:
             fail(str(exc), 1)
         except MemoryError:

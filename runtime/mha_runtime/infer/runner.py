@@ -10,7 +10,7 @@ import onnxruntime as ort
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input, check_output
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
-from mha_runtime.artifact.manifest import MANIFEST_NAME, PendingDigest, check_digest, load_manifest, read_listed
+from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
 from mha_runtime.artifact.registry import ONNX
 from mha_runtime.infer.providers import resolve_provider, session_providers
 
@@ -30,9 +30,7 @@ class OnnxRunner:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"threads: expected a positive integer or None, got {threads!r}")
         self.provider = resolve_provider(provider)
-        data, self.path, expected = read_model(Path(artifact), model)
-        self.verified = expected is not None  # False: a lone file with no manifest beside it
-        pending = PendingDigest(data) if expected is not None else None  # checked before the session is used
+        data, self.path, self.verified = read_model(Path(artifact), model)  # verified before any parser sees it
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only; ORT's warnings are not the user's business
         if threads is not None:
@@ -41,11 +39,7 @@ class OnnxRunner:
         try:
             self.session = ort.InferenceSession(data, sess_options=options, providers=session_providers(self.provider))
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types; reduce them to one line
-            if pending is not None:
-                check_digest(self.path, pending.hexdigest(), expected)  # an altered file is the better message
             raise ArtifactError(f"{self.path}: ONNX Runtime cannot load it ({first_line(exc)})") from None
-        if pending is not None:
-            check_digest(self.path, pending.hexdigest(), expected)
         self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
         self.config = _config_from_metadata(self.metadata, self.path)
         self.contract = IOContract(self.config)
@@ -72,23 +66,21 @@ class OnnxRunner:
     __call__ = run
 
 
-def read_model(path: Path, model: str, suffixes: tuple[str, ...] = (".onnx", ".ort")
-               ) -> tuple[bytes, Path, str | None]:
-    """Read the model bytes once, size-checked against the manifest where one applies; return them with
-    the manifest's sha256 (None for a lone file with no manifest beside it)."""
+def read_model(path: Path, model: str, suffixes: tuple[str, ...] = (".onnx", ".ort")) -> tuple[bytes, Path, bool]:
+    """Read the model bytes once and check their size and sha256 against the manifest where one applies, before
+    anything parses them; return them, the path, and whether they were verified (False: a lone file with no
+    manifest beside it)."""
     if path.is_dir():
-        data, expected = read_listed(path, model, load_manifest(path))
-        return data, path / model, expected
+        return read_verified(path, model, load_manifest(path)), path / model, True
     kinds = "/".join(suffixes)
     if not path.exists():
         raise ArtifactError(f"{path}: expected an artifact folder or a {kinds} file, found nothing there")
     if path.suffix not in suffixes:
         raise ArtifactError(f"{path}: expected an artifact folder or a {kinds} file, got {path.suffix or 'no suffix'}")
     if (path.parent / MANIFEST_NAME).exists():  # a manifest beside the file must list it
-        data, expected = read_listed(path.parent, path.name, load_manifest(path.parent))
-        return data, path, expected
+        return read_verified(path.parent, path.name, load_manifest(path.parent)), path, True
     try:
-        return path.read_bytes(), path, None
+        return path.read_bytes(), path, False
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot read it ({exc.strerror or first_line(exc)})") from None
 
