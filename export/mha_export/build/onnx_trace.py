@@ -88,8 +88,22 @@ def shrink(model: ir.Model) -> ir.Model:
     return model
 
 
+# Node metadata the dynamo exporter stamps that names files of the machine that built the model (the source
+# lines of every op: the checkout, the venv's site-packages). Dropped so that the bytes depend only on the
+# config and weights; the op names, name scopes and module classes stay.
+MACHINE_METADATA = ("pkg.torch.onnx.stack_trace",)
+
+
+def strip_machine_metadata(model: ir.Model) -> None:
+    """Remove MACHINE_METADATA from every node of every graph (subgraphs included)."""
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for key in MACHINE_METADATA:
+            node.metadata_props.pop(key, None)
+
+
 def stamp_metadata(model: ir.Model, config: MHAConfig, contract_json: str | None = None) -> None:
     """Carry the config and the I/O contract in metadata_props, so a runner needs nothing else."""
+    strip_machine_metadata(model)
     model.metadata_props[META_CONFIG] = config.to_json()
     model.metadata_props[META_CONTRACT] = contract_json or IOContract(config).to_json()
     model.producer_name = "mha-export"
