@@ -251,6 +251,18 @@ def test_service_refuses_unknown_json_keys() -> None:
     assert reply.status == 400 and _error(reply).endswith("got unknown keys 'k0', 'k1', 'k2', 'k3', 'k4' and 3 more")
 
 
+def test_service_refuses_npy_with_bytes_after_the_array() -> None:
+    """The seeded bug: without read_npy's byte-count check, np.frombuffer(count=...) would read the array and
+    silently drop what follows it."""
+    service = _service()
+    body = npy_body(np.ones((1, 2, 3), np.float32)) + b"\0" * 4
+    reply = _handle(service, "POST", "/v1/context", body, {"content-type": NPY})
+    assert reply.status == 400
+    assert _error(reply) == "body: the .npy header says shape [1, 2, 3] float32 (24 bytes), the body holds 28"
+    exact = _handle(service, "POST", "/v1/context", body[:-4], {"content-type": NPY})
+    assert exact.status == 200 and np.array_equal(decode_answer(exact.body, exact.content_type), np.ones((1, 2, 4)))
+
+
 def test_service_internal_failure_is_500_in_one_line() -> None:
     reply = _handle(_service(RuntimeError("boom\nsecond line")), "POST", "/v1/context", b'{"x": [[[1, 2, 3]]]}')
     assert reply.status == 500 and _error(reply) == "internal error: RuntimeError: boom"
