@@ -2,6 +2,7 @@
 consistent with the medians, both decode forms (mid preset), a PNG. No timing asserts."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -13,7 +14,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from mha_export.bench.flops import causal_flops, dense_flops
+from helpers import MID
+from mha_export.bench.flops import causal_flops, decode_step_flops, dense_flops, dense_formula
 from mha_export.bench.options import default_threads, parse_batches, parse_threads, resolve_shapes
 from mha_export.bench.report import format_report, write_outputs
 from mha_export.bench.run import _stats, run_bench
@@ -24,21 +26,50 @@ from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.cli.main import cli
 
 
-@pytest.mark.parametrize("name,tokens", [("seed", 6), ("seed", 1), ("gpt2-small", 16)])
-def test_dense_flops_equal_torchs_count_of_the_wrapper(name: str, tokens: int) -> None:
-    """torch's FlopCounterMode counts the eager wrapper's matmuls independently of export/flops.py."""
+def _torch_flops(config: MHAConfig, *, batch: int, tokens: int) -> int:
+    """torch's FlopCounterMode over one forward pass of the eager wrapper (its matmuls, out_proj's included)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    config = preset(name)
     model = seeded_model(config)
+    assert (model.out_proj is not None) == config.out_proj
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
-        model(torch.zeros(2, tokens, config.d_in))
-    assert dense_flops(config, batch=2, tokens=tokens) == counter.get_total_flops()
+        model(torch.zeros(batch, tokens, config.d_in))
+    return int(counter.get_total_flops())
 
 
-def test_causal_flops_count_the_unmasked_pairs() -> None:
-    config = MHAConfig(d_in=5, d_out=3, num_heads=2, context_length=9)
+@pytest.mark.parametrize("out_proj", [False, True])
+@pytest.mark.parametrize("name,tokens", [("seed", 6), ("seed", 1), ("gpt2-small", 16), ("mid", 48)])
+def test_dense_flops_equal_torchs_count_of_the_wrapper(name: str, tokens: int, out_proj: bool) -> None:
+    """torch's FlopCounterMode counts the eager wrapper's matmuls independently of export/flops.py, with and
+    without the output projection (mid has q/k/v biases: bias adds are not FLOPs in either count)."""
+    config = dataclasses.replace(MID if name == "mid" else preset(name), out_proj=out_proj)
+    assert dense_flops(config, batch=2, tokens=tokens) == _torch_flops(config, batch=2, tokens=tokens)
+    assert dense_formula(config).endswith(" + 2*B*T*(H*d_out)^2") == out_proj
+
+
+def test_out_proj_adds_its_matmul_to_every_count() -> None:
+    """2*B*T*(H*d_out)^2 on top of the same config without it, in the dense, causal and decode-step counts."""
+    plain = MHAConfig(d_in=5, d_out=3, num_heads=2, context_length=9)
+    projected = dataclasses.replace(plain, out_proj=True)
+    width = plain.num_heads * plain.d_out
+    assert _torch_flops(projected, batch=3, tokens=7) - _torch_flops(plain, batch=3, tokens=7) == 2 * 3 * 7 * width**2
+    for count in (dense_flops, causal_flops):
+        assert count(projected, batch=3, tokens=7) - count(plain, batch=3, tokens=7) == 2 * 3 * 7 * width**2
+    assert decode_step_flops(projected, past=8) - decode_step_flops(plain, past=8) == 2 * width**2
+
+
+@pytest.mark.parametrize("out_proj", [False, True])
+def test_decode_step_flops_are_the_causal_work_of_one_more_token(out_proj: bool) -> None:
+    config = MHAConfig(d_in=5, d_out=3, num_heads=2, context_length=9, out_proj=out_proj)
+    for past in (0, 3, 8):
+        added = causal_flops(config, batch=1, tokens=past + 1) - causal_flops(config, batch=1, tokens=past)
+        assert decode_step_flops(config, past=past) == added
+
+
+@pytest.mark.parametrize("out_proj", [False, True])
+def test_causal_flops_count_the_unmasked_pairs(out_proj: bool) -> None:
+    config = MHAConfig(d_in=5, d_out=3, num_heads=2, context_length=9, out_proj=out_proj)
     for tokens in (1, 4, 9):
         visible = int(np.tril(np.ones((tokens, tokens))).sum())  # (query, key) pairs the mask keeps
         dense = dense_flops(config, batch=1, tokens=tokens)
@@ -105,6 +136,7 @@ def test_bench_json_has_every_runner_shape_and_thread_count(seed_dir: Path, tmp_
     shapes = [(1, 1), (1, 4), (1, 6), (2, 3), (8, 6)]
     assert data["threads"] == [1, 2] and data["main_threads"] == 2 and set(data["by_threads"]) == {"1", "2"}
     assert data["tokens"] == [1, 4, 6] and data["batches"] == [[2, 3], [8, 6]]
+    assert data["flop_formula"] == "2*B*T*d_in*3*H*d_out + 4*B*H*T^2*d_out"  # the seed config has no out_proj
     assert "judged" not in data and "targets" not in json_path.read_text()
     assert data["notes"] == ["mha.pte: batch 8 x 6 not timed (its planned maximum batch is 4)"]
     for key, run in data["by_threads"].items():

@@ -20,7 +20,7 @@ import click
 import numpy as np
 import torch
 
-from mha_export.bench.flops import DENSE_FORMULA, causal_flops, decode_step_flops, dense_flops
+from mha_export.bench.flops import causal_flops, decode_step_flops, dense_flops, dense_formula
 from mha_export.bench.options import Shape, default_threads, resolve_shapes
 from mha_export.bench.runners import (
     DECODE_BURST,
@@ -112,7 +112,7 @@ def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Sh
         "threads": threads, "main_threads": max(threads), "rounds": rounds, "settle_s": settle,
         "decode_burst": DECODE_BURST,
         "machine": {**machine(), "loadavg_start": start_load, "loadavg_end": loadavg()},
-        "versions": versions(), "flop_formula": DENSE_FORMULA, "notes": notes,
+        "versions": versions(), "flop_formula": dense_formula(config), "notes": notes,
         "artifacts": {f: {"size_bytes": manifest.files[f].size,
                           "export_seconds": manifest.artifacts[f].export_seconds} for f in files},
         "by_threads": by_threads,
