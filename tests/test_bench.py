@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 from helpers import MID
 from mha_export.bench.flops import causal_flops, decode_step_flops, dense_flops, dense_formula
 from mha_export.bench.options import default_threads, parse_batches, parse_threads, resolve_shapes
-from mha_export.bench.report import format_report, write_outputs
+from mha_export.bench.report import NO_MATPLOTLIB, format_report, write_outputs
 from mha_export.bench.run import _stats, run_bench
 from mha_export.weights.load import seeded_model
 from mha_runtime.artifact.config import MHAConfig, preset
@@ -128,7 +129,9 @@ def test_bench_json_has_every_runner_shape_and_thread_count(seed_dir: Path, tmp_
     # Two rounds, so that a median differs from the min and the p90 the ratios must not be taken from.
     result = run_bench(seed_dir, tokens=[1, 4, 6], batches=[(2, 3), (8, 6)], threads=[2, 1], rounds=2,
                        progress=False, settle=0.0)
-    json_path, png_path = write_outputs(result, tmp_path / "bench")
+    written = write_outputs(result, tmp_path / "bench")
+    assert written.note is None and written.png_path is not None
+    json_path, png_path = written.json_path, written.png_path
     data = json.loads(json_path.read_text())
     manifest = load_manifest(seed_dir)
     config = manifest.config
@@ -241,6 +244,28 @@ def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
         assert bad.exit_code == code and message in bad.stderr, (args, bad.stderr)
         assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_write_outputs_without_matplotlib_writes_the_json_and_a_note(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    result = {"name": "seed", "by_threads": {}, "main_threads": 1}  # the plot would need more: never reached
+    written = write_outputs(result, tmp_path / "out")
+    assert written.json_path == tmp_path / "out" / "bench.json" and json.loads(written.json_path.read_text()) == result
+    assert written.png_path is None and written.note == NO_MATPLOTLIB
+    assert not (tmp_path / "out" / "latency.png").exists()
+
+
+def test_bench_command_without_matplotlib_notes_the_skipped_plot(seed_dir: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = _bench(seed_dir, "--rounds", "1", "--threads", "1", "--tokens", "6", "--batches", "none",
+                    "--settle", "0", "--only", "mha.onnx", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines.count(f"note: {NO_MATPLOTLIB}") == 1 and lines[-1] == f"wrote {tmp_path / 'bench.json'}"
+    assert json.loads((tmp_path / "bench.json").read_text())["shapes"] == [[1, 6]]
+    assert not (tmp_path / "latency.png").exists()
 
 
 def test_bench_names_variants_missing_from_the_folder(seed_copy: Path) -> None:
