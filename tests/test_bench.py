@@ -2,9 +2,11 @@
 consistent with the medians, both decode forms (mid preset), a PNG. No timing asserts."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +15,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from mha_export.bench.flops import causal_flops, dense_flops
+from helpers import MID
+from mha_export.bench.flops import causal_flops, decode_step_flops, dense_flops, dense_formula
 from mha_export.bench.options import default_threads, parse_batches, parse_threads, resolve_shapes
-from mha_export.bench.report import format_report, write_outputs
+from mha_export.bench.report import NO_MATPLOTLIB, format_report, write_outputs
 from mha_export.bench.run import _stats, run_bench
 from mha_export.weights.load import seeded_model
 from mha_runtime.artifact.config import MHAConfig, preset
@@ -24,21 +27,50 @@ from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.cli.main import cli
 
 
-@pytest.mark.parametrize("name,tokens", [("seed", 6), ("seed", 1), ("gpt2-small", 16)])
-def test_dense_flops_equal_torchs_count_of_the_wrapper(name: str, tokens: int) -> None:
-    """torch's FlopCounterMode counts the eager wrapper's matmuls independently of export/flops.py."""
+def _torch_flops(config: MHAConfig, *, batch: int, tokens: int) -> int:
+    """torch's FlopCounterMode over one forward pass of the eager wrapper (its matmuls, out_proj's included)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    config = preset(name)
     model = seeded_model(config)
+    assert (model.out_proj is not None) == config.out_proj
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
-        model(torch.zeros(2, tokens, config.d_in))
-    assert dense_flops(config, batch=2, tokens=tokens) == counter.get_total_flops()
+        model(torch.zeros(batch, tokens, config.d_in))
+    return int(counter.get_total_flops())
 
 
-def test_causal_flops_count_the_unmasked_pairs() -> None:
-    config = MHAConfig(d_in=5, d_out=3, num_heads=2, context_length=9)
+@pytest.mark.parametrize("out_proj", [False, True])
+@pytest.mark.parametrize("name,tokens", [("seed", 6), ("seed", 1), ("gpt2-small", 16), ("mid", 48)])
+def test_dense_flops_equal_torchs_count_of_the_wrapper(name: str, tokens: int, out_proj: bool) -> None:
+    """torch's FlopCounterMode counts the eager wrapper's matmuls independently of export/flops.py, with and
+    without the output projection (mid has q/k/v biases: bias adds are not FLOPs in either count)."""
+    config = dataclasses.replace(MID if name == "mid" else preset(name), out_proj=out_proj)
+    assert dense_flops(config, batch=2, tokens=tokens) == _torch_flops(config, batch=2, tokens=tokens)
+    assert dense_formula(config).endswith(" + 2*B*T*(H*d_out)^2") == out_proj
+
+
+def test_out_proj_adds_its_matmul_to_every_count() -> None:
+    """2*B*T*(H*d_out)^2 on top of the same config without it, in the dense, causal and decode-step counts."""
+    plain = MHAConfig(d_in=5, d_out=3, num_heads=2, context_length=9)
+    projected = dataclasses.replace(plain, out_proj=True)
+    width = plain.num_heads * plain.d_out
+    assert _torch_flops(projected, batch=3, tokens=7) - _torch_flops(plain, batch=3, tokens=7) == 2 * 3 * 7 * width**2
+    for count in (dense_flops, causal_flops):
+        assert count(projected, batch=3, tokens=7) - count(plain, batch=3, tokens=7) == 2 * 3 * 7 * width**2
+    assert decode_step_flops(projected, past=8) - decode_step_flops(plain, past=8) == 2 * width**2
+
+
+@pytest.mark.parametrize("out_proj", [False, True])
+def test_decode_step_flops_are_the_causal_work_of_one_more_token(out_proj: bool) -> None:
+    config = MHAConfig(d_in=5, d_out=3, num_heads=2, context_length=9, out_proj=out_proj)
+    for past in (0, 3, 8):
+        added = causal_flops(config, batch=1, tokens=past + 1) - causal_flops(config, batch=1, tokens=past)
+        assert decode_step_flops(config, past=past) == added
+
+
+@pytest.mark.parametrize("out_proj", [False, True])
+def test_causal_flops_count_the_unmasked_pairs(out_proj: bool) -> None:
+    config = MHAConfig(d_in=5, d_out=3, num_heads=2, context_length=9, out_proj=out_proj)
     for tokens in (1, 4, 9):
         visible = int(np.tril(np.ones((tokens, tokens))).sum())  # (query, key) pairs the mask keeps
         dense = dense_flops(config, batch=1, tokens=tokens)
@@ -48,8 +80,19 @@ def test_causal_flops_count_the_unmasked_pairs() -> None:
 
 def test_stats_median_min_and_p90() -> None:
     samples = [float(v) for v in (7, 1, 9, 3, 5, 2, 10, 4, 8, 6)]
-    assert _stats(samples) == {"median_s": 5.5, "min_s": 1.0, "p90_s": 10.0}
+    stats = _stats(samples)
+    assert (stats["median_s"], stats["min_s"]) == (5.5, 1.0)
+    assert stats["p90_s"] == pytest.approx(float(np.percentile(samples, 90)))  # 9.1: not the max at 10 rounds
+    assert stats["p90_s"] < max(samples)
     assert _stats([2.0]) == {"median_s": 2.0, "min_s": 2.0, "p90_s": 2.0}
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 9, 10, 11, 32, 101])
+def test_stats_p90_is_numpys_percentile(n: int) -> None:
+    samples = [float(v) for v in np.random.default_rng(n).exponential(1e-3, n)]
+    stats = _stats(samples)
+    assert stats["p90_s"] == pytest.approx(float(np.percentile(samples, 90)), rel=1e-12)
+    assert stats["median_s"] == pytest.approx(float(np.median(samples)), rel=1e-12) and stats["min_s"] == min(samples)
 
 
 def test_shapes_defaults_options_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,7 +129,9 @@ def test_bench_json_has_every_runner_shape_and_thread_count(seed_dir: Path, tmp_
     # Two rounds, so that a median differs from the min and the p90 the ratios must not be taken from.
     result = run_bench(seed_dir, tokens=[1, 4, 6], batches=[(2, 3), (8, 6)], threads=[2, 1], rounds=2,
                        progress=False, settle=0.0)
-    json_path, png_path = write_outputs(result, tmp_path / "bench")
+    written = write_outputs(result, tmp_path / "bench")
+    assert written.note is None and written.png_path is not None
+    json_path, png_path = written.json_path, written.png_path
     data = json.loads(json_path.read_text())
     manifest = load_manifest(seed_dir)
     config = manifest.config
@@ -94,6 +139,7 @@ def test_bench_json_has_every_runner_shape_and_thread_count(seed_dir: Path, tmp_
     shapes = [(1, 1), (1, 4), (1, 6), (2, 3), (8, 6)]
     assert data["threads"] == [1, 2] and data["main_threads"] == 2 and set(data["by_threads"]) == {"1", "2"}
     assert data["tokens"] == [1, 4, 6] and data["batches"] == [[2, 3], [8, 6]]
+    assert data["flop_formula"] == "2*B*T*d_in*3*H*d_out + 4*B*H*T^2*d_out"  # the seed config has no out_proj
     assert "judged" not in data and "targets" not in json_path.read_text()
     assert data["notes"] == ["mha.pte: batch 8 x 6 not timed (its planned maximum batch is 4)"]
     for key, run in data["by_threads"].items():
@@ -198,6 +244,28 @@ def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
         assert bad.exit_code == code and message in bad.stderr, (args, bad.stderr)
         assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_write_outputs_without_matplotlib_writes_the_json_and_a_note(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    result = {"name": "seed", "by_threads": {}, "main_threads": 1}  # the plot would need more: never reached
+    written = write_outputs(result, tmp_path / "out")
+    assert written.json_path == tmp_path / "out" / "bench.json" and json.loads(written.json_path.read_text()) == result
+    assert written.png_path is None and written.note == NO_MATPLOTLIB
+    assert not (tmp_path / "out" / "latency.png").exists()
+
+
+def test_bench_command_without_matplotlib_notes_the_skipped_plot(seed_dir: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = _bench(seed_dir, "--rounds", "1", "--threads", "1", "--tokens", "6", "--batches", "none",
+                    "--settle", "0", "--only", "mha.onnx", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines.count(f"note: {NO_MATPLOTLIB}") == 1 and lines[-1] == f"wrote {tmp_path / 'bench.json'}"
+    assert json.loads((tmp_path / "bench.json").read_text())["shapes"] == [[1, 6]]
+    assert not (tmp_path / "latency.png").exists()
 
 
 def test_bench_names_variants_missing_from_the_folder(seed_copy: Path) -> None:

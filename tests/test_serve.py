@@ -35,6 +35,7 @@ from mha_runtime.serve.process import ServerProcess, free_port, session_members
 from mha_runtime.serve.service import Answer, ContextService, Reply
 from mha_runtime.serve.wire import (
     NPY,
+    NPY_MAGIC,
     body_limit,
     decode_answer,
     decode_request,
@@ -85,9 +86,14 @@ def test_pickled_npy_is_refused() -> None:
         decode_request(stream.getvalue() + b"\0" * 8, NPY)
 
 
-def test_body_limit_follows_the_config_and_max_batch() -> None:
-    assert body_limit(SEED, 1) == 4096 + 6 * 3 * 32
-    assert body_limit(SEED, 8) - 4096 == 8 * (body_limit(SEED, 1) - 4096)
+def test_body_limit_follows_the_config_max_batch_and_format() -> None:
+    assert body_limit(SEED, 1, "json") == 4096 + 6 * 3 * 32
+    assert body_limit(SEED, 1, "npy") == 4096 + 6 * 3 * 4  # float32
+    for fmt in ("json", "npy"):
+        assert body_limit(SEED, 8, fmt) - 4096 == 8 * (body_limit(SEED, 1, fmt) - 4096)
+    full = npy_body(np.zeros((8, 6, 3), np.float32))  # the largest input a --max-batch 8 server takes
+    assert len(full) <= body_limit(SEED, 8, "npy") < len(full) + 4096
+    assert len(json.dumps({"x": np.full((8, 6, 3), -0.12345678901234567).tolist()})) <= body_limit(SEED, 8, "json")
 
 
 # ---- exact padded batching ------------------------------------------------------------------------------------
@@ -135,12 +141,12 @@ async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
         yield part
 
 
-def _service(infer_error: Exception | None = None) -> ContextService:
+def _service(infer_error: Exception | None = None, max_batch: int = 1) -> ContextService:
     async def infer(x: np.ndarray) -> Answer:
         if infer_error is not None:
             raise infer_error
         return Answer(x[..., :1].repeat(4, axis=-1), 1, x.shape[1])
-    return ContextService(config=SEED, info={"name": "seed"}, max_body=body_limit(SEED, 1), infer=infer)
+    return ContextService(config=SEED, info={"name": "seed"}, max_batch=max_batch, infer=infer)
 
 
 def _handle(service: ContextService, method: str, path: str, body: bytes = b"",
@@ -175,13 +181,86 @@ def test_service_contract_violation_is_400_with_the_runners_line() -> None:
 
 
 def test_service_body_limit_is_413_declared_or_streamed() -> None:
-    limit = body_limit(SEED, 1)
+    limit = body_limit(SEED, 1, "json")
     declared = _handle(_service(), "POST", "/v1/context", b"", {"content-length": str(limit + 1)})
     assert declared.status == 413 and "over the limit" in _error(declared)
     service = _service()
     streamed = asyncio.run(service.handle("POST", "/v1/context", {"content-type": "application/json"},
                                           _chunks(*[b" " * 1024] * 20)))  # chunked: no Content-Length
     assert streamed.status == 413
+
+
+def _good(service: ContextService) -> None:
+    """A good request on `service` is answered: a refusal leaves nothing behind."""
+    ok = _handle(service, "POST", "/v1/context", b'{"x": [[[1, 2, 3]]]}')
+    assert ok.status == 200 and json.loads(ok.body) == {"context": [[[1.0, 1.0, 1.0, 1.0]]]}
+
+
+def test_service_refuses_a_batch_over_max_batch_with_413() -> None:
+    service = _service(max_batch=2)
+    for fmt in ("json", "npy"):
+        body, content_type = encode_request(np.zeros((3, 2, 3), np.float32), fmt)
+        reply = _handle(service, "POST", "/v1/context", body, {"content-type": content_type})
+        assert reply.status == 413, fmt
+        assert _error(reply) == ("input 'x': batch 3 is over this server's max batch 2 (--max-batch); "
+                                 "send at most 2 per request")
+        _good(service)
+    body, content_type = encode_request(np.zeros((2, 6, 3), np.float32), "npy")  # a full batch at the limit
+    assert _handle(service, "POST", "/v1/context", body, {"content-type": content_type}).status == 200
+
+
+def test_service_body_limit_is_per_format() -> None:
+    """max batch 1 on the seed config: JSON 4096 + 18 * 32 = 4672 bytes, .npy 4096 + 18 * 4 = 4168 bytes; an
+    .npy body over its limit is refused from Content-Length and while streaming, before any parsing."""
+    service = _service()
+    npy_limit, json_limit = body_limit(SEED, 1, "npy"), body_limit(SEED, 1, "json")
+    assert (npy_limit, json_limit) == (4168, 4672)
+    over = NPY_MAGIC + b"\0" * (npy_limit + 1 - len(NPY_MAGIC))  # no valid header: parsing it would be a 400
+    declared = _handle(service, "POST", "/v1/context", over, {"content-type": NPY})
+    assert declared.status == 413
+    assert _error(declared) == ("body of 4169 bytes is over the limit of 4168 bytes (max batch 1 x context_length 6 "
+                                "x d_in 3 values at 4 bytes each as npy, plus 4096)")
+    streamed = asyncio.run(service.handle("POST", "/v1/context", {"content-type": NPY},
+                                          _chunks(over[:4000], over[4000:])))  # chunked: no Content-Length
+    assert streamed.status == 413 and _error(streamed) == ("body is over the limit of 4168 bytes (max batch 1 x "
+                                                           "context_length 6 x d_in 3 values at 4 bytes each as "
+                                                           "npy, plus 4096)")
+    at_limit = _handle(service, "POST", "/v1/context", over[:-1], {"content-type": NPY})
+    assert at_limit.status == 400 and "expected a .npy file" in _error(at_limit)  # within the limit: parsed
+    _good(service)
+    padded = b'{"x": [[[1, 2, 3]]]}'.ljust(npy_limit + 1)  # over the .npy limit, within JSON's: answered
+    assert _handle(service, "POST", "/v1/context", padded).status == 200
+    too_long = _handle(service, "POST", "/v1/context", b'{"x": [[[1, 2, 3]]]}'.ljust(json_limit + 1))
+    assert too_long.status == 413 and "at 32 bytes each as json" in _error(too_long)
+    other = _handle(service, "POST", "/v1/context", b"x=1", {"content-type": "text/plain"})
+    assert other.status == 400 and _error(other) == ("Content-Type: expected application/json or "
+                                                     "application/x-npy, got 'text/plain'")
+
+
+def test_service_refuses_unknown_json_keys() -> None:
+    service = _service()
+    for body, names in ((b'{"x": [[[1, 2, 3]]], "y": 1}', "key 'y'"),
+                        (b'{"y": 1, "x": [[[1, 2, 3]]], "batch": 2}', "keys 'batch', 'y'"),
+                        (b'{"y": 1}', "key 'y'")):
+        reply = _handle(service, "POST", "/v1/context", body)
+        assert reply.status == 400
+        assert _error(reply) == f'body: expected a JSON object {{"x": [[[...]]]}}, got unknown {names}'
+        _good(service)
+    many = json.dumps({"x": [[[1, 2, 3]]]} | {f"k{i}": i for i in range(7)} | {"z" * 50: 0}).encode()
+    reply = _handle(service, "POST", "/v1/context", many)
+    assert reply.status == 400 and _error(reply).endswith("got unknown keys 'k0', 'k1', 'k2', 'k3', 'k4' and 3 more")
+
+
+def test_service_refuses_npy_with_bytes_after_the_array() -> None:
+    """The seeded bug: without read_npy's byte-count check, np.frombuffer(count=...) would read the array and
+    silently drop what follows it."""
+    service = _service()
+    body = npy_body(np.ones((1, 2, 3), np.float32)) + b"\0" * 4
+    reply = _handle(service, "POST", "/v1/context", body, {"content-type": NPY})
+    assert reply.status == 400
+    assert _error(reply) == "body: the .npy header says shape [1, 2, 3] float32 (24 bytes), the body holds 28"
+    exact = _handle(service, "POST", "/v1/context", body[:-4], {"content-type": NPY})
+    assert exact.status == 200 and np.array_equal(decode_answer(exact.body, exact.content_type), np.ones((1, 2, 4)))
 
 
 def test_service_internal_failure_is_500_in_one_line() -> None:
@@ -258,7 +337,9 @@ def test_server_health_and_contract(server: ServerProcess, seed_dir: Path) -> No
     info, manifest = json.loads(body), load_manifest(seed_dir)
     assert status == 200 and info["name"] == "seed" and info["model"] == "mha.onnx"
     assert info["sha256"] == manifest.files["mha.onnx"].sha256 and info["config"] == manifest.config.to_dict()
-    assert info["contract"] == manifest.contract and info["body_limit_bytes"] == body_limit(manifest.config, 8)
+    assert info["contract"] == manifest.contract and info["max_batch"] == 8
+    assert info["body_limit_bytes"] == {"npy": body_limit(manifest.config, 8, "npy"),
+                                        "json": body_limit(manifest.config, 8, "json")}
     assert _get(server, "/v1/nope")[0] == 404 and _get(server, "/v1/context")[0] == 405
     assert server.stdout().startswith(f"serving seed (mha.onnx) at {server.url}/v1/context")
 
@@ -284,6 +365,10 @@ def _bad_shots(config: MHAConfig, limit: int) -> list[Shot]:
         contract(np.ones((1, 2, width), np.int32), "npy"),  # integer dtype
         Shot(b'{"x": [[[true, false, true]]]}', "application/json", expect=400),
         Shot(b" " * (limit + 1), "application/json", expect=413),  # over the body limit
+        Shot(npy_body(np.ones((9, 1, width), np.float32)), NPY, expect=413,  # the server runs --max-batch 8
+             error="input 'x': batch 9 is over this server's max batch 8 (--max-batch); send at most 8 per request"),
+        Shot(b'{"x": [[[1, 2, 3]]], "y": 1}', "application/json", expect=400,
+             error='body: expected a JSON object {"x": [[[...]]]}, got unknown key \'y\''),
         Shot(b"x=1", "text/plain", expect=400),
     ]
 
@@ -293,7 +378,7 @@ def test_mixed_load_every_answer_right_every_refusal_one_line(server: ServerProc
     contract-breaking request every fifth; nothing lost, nothing wrong, every refusal its status and line."""
     config = load_manifest(seed_dir).config
     good = {fmt: good_shots(config, tokens=range(1, 7), batches=(1, 3), fmt=fmt, seed=3) for fmt in ("npy", "json")}
-    bad = _bad_shots(config, body_limit(config, 8))
+    bad = _bad_shots(config, body_limit(config, 8, "json"))
 
     def shot(i: int) -> Shot:
         return bad[(i // 5) % len(bad)] if i % 5 == 4 else good["npy" if i % 2 else "json"](i)

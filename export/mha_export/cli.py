@@ -137,6 +137,8 @@ def bench_cmd(preset: str, root: Path, tokens: str | None, batches: str | None, 
     chosen = [name.strip() for name in only.split(",") if name.strip()] or None
     result = run_bench(root / preset, tokens=parsed["--tokens"], batches=parsed["--batches"],
                        threads=parsed["--threads"], rounds=rounds, only=chosen, settle=settle)
-    json_path, png_path = write_outputs(result, out)
+    written = write_outputs(result, out)
     click.echo(format_report(result))
-    click.echo(f"\nwrote {json_path} and {png_path}")
+    if written.note is not None:
+        click.echo(f"note: {written.note}")
+    click.echo(f"\nwrote {written.json_path}" + ("" if written.png_path is None else f" and {written.png_path}"))

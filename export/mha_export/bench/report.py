@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,17 +95,32 @@ def format_report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    """bench.json and latency.png (log-log latency against tokens at batch 1 for the main thread count, with the
-    causal and dense floors at that run's MatMul peak as lines)."""
-    import matplotlib
+NO_MATPLOTLIB = "latency.png not written: matplotlib is not installed (pip install './export[bench]')"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+@dataclass(frozen=True)
+class Outputs:
+    """What write_outputs wrote: bench.json always; latency.png, or None and a note saying why not."""
+
+    json_path: Path
+    png_path: Path | None
+    note: str | None = None
+
+
+def write_outputs(result: dict[str, Any], out_dir: Path) -> Outputs:
+    """bench.json, then latency.png (log-log latency against tokens at batch 1 for the main thread count, with
+    the causal and dense floors at that run's MatMul peak as lines). The JSON is written before matplotlib is
+    imported: without it (an optional extra) the figures are kept and only the plot is skipped, with a note."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / "bench.json", out_dir / "latency.png"
     write_file_atomic(json_path, (json.dumps(result, indent=2) + "\n").encode())
+    try:
+        import matplotlib
+    except ImportError:
+        return Outputs(json_path, None, NO_MATPLOTLIB)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     run = result["by_threads"][str(result["main_threads"])]
     rows = [r for r in run["results"] if r["batch"] == 1]
     fig, ax = plt.subplots(figsize=(8, 5.5))
@@ -127,4 +143,4 @@ def write_outputs(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_png(fig, png_path)
-    return json_path, png_path
+    return Outputs(json_path, png_path)

@@ -33,14 +33,15 @@ class ContextDeployment:
     """The HTTP ingress and the model in one replica: one hop from Serve's proxy to the runner."""
 
     def __init__(self, files: dict[str, bytes], *, model: str, provider: str, threads: int | None, max_batch: int,
-                 batch_wait_s: float, info: dict[str, Any], max_body: int) -> None:
+                 batch_wait_s: float, info: dict[str, Any]) -> None:
         self.runner = runner_from_files(files, model=model, provider=provider, threads=threads)
         self.runner.run(np.zeros((1, 1, self.runner.config.d_in), np.float32))  # warm-up: the first request is not slow
         # The decorator's settings, per replica process (its arguments below are placeholders).
         self.run_batch.set_max_batch_size(max_batch)
         self.run_batch.set_batch_wait_timeout_s(batch_wait_s)
         self.cost = work(self.runner.config)
-        self.service = ContextService(config=self.runner.config, info=info, max_body=max_body, infer=self.run_batch)
+        self.service = ContextService(config=self.runner.config, info=info, max_batch=max_batch,
+                                      infer=self.run_batch)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.0)
     async def run_batch(self, xs: list[np.ndarray]) -> list[Answer]:

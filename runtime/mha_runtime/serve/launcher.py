@@ -30,7 +30,7 @@ from mha_runtime.artifact.errors import ServeError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
 from mha_runtime.artifact.registry import spec_for
 from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
-from mha_runtime.serve.wire import body_limit
+from mha_runtime.serve.wire import FORMATS, body_limit
 
 APP_NAME = "mha"
 # Before `import ray` (read at import) and inherited by the raylet and workers.
@@ -79,7 +79,7 @@ def prepare(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
     info = {"name": manifest.name, "model": options.model, "sha256": manifest.files[options.model].sha256,
             "config": runner.config.to_dict(), "contract": runner.contract.to_dict(),
             "tolerance": tolerance.to_dict(), "max_batch": options.max_batch,
-            "body_limit_bytes": body_limit(runner.config, options.max_batch)}
+            "body_limit_bytes": {fmt: body_limit(runner.config, options.max_batch, fmt) for fmt in FORMATS}}
     files = {MANIFEST_NAME: (options.artifact / MANIFEST_NAME).read_bytes(),
              options.model: read_verified(options.artifact, options.model, manifest)}
     return files, info
@@ -153,8 +153,7 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
             max_ongoing_requests=max(2 * options.max_batch, 32),  # Ray's default 5 would cap every batch at 5
             graceful_shutdown_wait_loop_s=0.2, graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S,
         ).bind(files, model=options.model, provider=options.provider, threads=options.threads,
-               max_batch=options.max_batch, batch_wait_s=options.batch_wait_ms / 1000.0, info=info,
-               max_body=info["body_limit_bytes"])
+               max_batch=options.max_batch, batch_wait_s=options.batch_wait_ms / 1000.0, info=info)
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)  # returns once the replicas are healthy
     except Exception as exc:
         _shutdown(local)

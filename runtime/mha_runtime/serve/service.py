@@ -5,8 +5,9 @@ tests drive it directly.
     GET  /v1/health    {"status": "ok"}
     GET  /v1/contract  the model's name, file, sha256, config, I/O contract, tolerance and server limits
 
-A contract violation or a malformed body is 400, a body over the limit 413, anything else 500; the body of
-every refusal is {"error": "<one line>"}.
+A contract violation, a malformed body or an unknown JSON key is 400; a body over its format's limit, or a batch
+over the server's max batch, 413 (well-formed, but more than this server takes at once: split it); anything else
+500. The body of every refusal is {"error": "<one line>"}.
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import check_input
+from mha_runtime.artifact.contract import INPUT_NAME, check_input
 from mha_runtime.artifact.errors import ContractError, RequestError, first_line
-from mha_runtime.serve.wire import JSON, decode_request, encode_answer
+from mha_runtime.serve.wire import JSON, body_limit, decode_request, encode_answer, limit_reason, request_format
 
 CONTEXT, HEALTH, CONTRACT = "/v1/context", "/v1/health", "/v1/contract"
 ROUTES = {CONTEXT: "POST", HEALTH: "GET", CONTRACT: "GET"}
@@ -54,13 +55,14 @@ def error_reply(status: int, message: str) -> Reply:
 
 
 class ContextService:
-    """Routes one HTTP request; `infer` runs one checked input (B, T, d_in) and may batch it with others."""
+    """Routes one HTTP request; `infer` runs one checked input (B, T, d_in) and may batch it with others.
+    `max_batch` bounds each request's batch and, through wire.body_limit, its body."""
 
-    def __init__(self, *, config: MHAConfig, info: dict[str, Any], max_body: int,
+    def __init__(self, *, config: MHAConfig, info: dict[str, Any], max_batch: int,
                  infer: Callable[[np.ndarray], Awaitable[Answer]]) -> None:
         self.config = config
         self.info = info
-        self.max_body = max_body
+        self.max_batch = max_batch
         self.infer = infer
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], body: AsyncIterator[bytes]) -> Reply:
@@ -84,18 +86,25 @@ class ContextService:
             return error_reply(500, f"internal error: {type(exc).__name__}: {first_line(exc)}")
 
     async def _context(self, headers: Mapping[str, str], body: AsyncIterator[bytes]) -> Reply:
-        data = await read_limited(headers, body, self.max_body)
-        array, fmt = decode_request(data, headers.get("content-type"))
+        content_type = headers.get("content-type")
+        fmt = request_format(content_type)  # the limit depends on it; another Content-Type is refused unread
+        limit = body_limit(self.config, self.max_batch, fmt)
+        data = await read_limited(headers, body, limit, limit_reason(self.config, self.max_batch, fmt))
+        array, fmt = decode_request(data, content_type)
         x = check_input(array, self.config)  # before batching: one bad request never fails a batch
+        if x.shape[0] > self.max_batch:  # after the contract check, so that a wrong rank is named as such
+            raise RequestError(f"input {INPUT_NAME!r}: batch {x.shape[0]} is over this server's max batch "
+                               f"{self.max_batch} (--max-batch); send at most {self.max_batch} per request",
+                               status=413)
         answer = await self.infer(x)
         payload, content_type = encode_answer(answer.context, fmt)
         return Reply(200, payload, content_type, {BATCH_REQUESTS: str(answer.batch_requests),
                                                   BATCH_TOKENS: str(answer.batch_tokens)})
 
 
-async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], limit: int) -> bytes:
+async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], limit: int, reason: str) -> bytes:
     """The whole body, or RequestError 413 as soon as it is known to be over `limit`: from Content-Length before
-    reading anything, else while streaming (a chunked or lying body)."""
+    reading anything, else while streaming (a chunked or lying body). `reason` says how the limit is made."""
     declared = headers.get("content-length")
     if declared is not None:
         try:
@@ -103,13 +112,11 @@ async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], l
         except ValueError:
             raise RequestError(f"Content-Length: expected an integer, got {declared!r}") from None
         if size > limit:
-            raise RequestError(f"body of {size} bytes is over the limit of {limit} bytes "
-                               "(max batch x context_length x d_in values as JSON)", status=413)
+            raise RequestError(f"body of {size} bytes is over the limit of {limit} bytes ({reason})", status=413)
     chunks, total = [], 0
     async for chunk in body:
         total += len(chunk)
         if total > limit:
-            raise RequestError(f"body is over the limit of {limit} bytes "
-                               "(max batch x context_length x d_in values as JSON)", status=413)
+            raise RequestError(f"body is over the limit of {limit} bytes ({reason})", status=413)
         chunks.append(chunk)
     return b"".join(chunks)

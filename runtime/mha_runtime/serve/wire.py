@@ -17,16 +17,35 @@ from mha_runtime.artifact.errors import RequestError, first_line
 NPY = "application/x-npy"
 JSON = "application/json"
 FORMATS = {"npy": NPY, "json": JSON}
-# The body limit: max_batch x context_length x d_in values at JSON_VALUE_BYTES each (a float32 written as JSON
-# text, "-0.12345678901234567, ", is at most about 26 bytes), plus room for the npy header or JSON brackets.
+# The body limit, per format: max_batch x context_length x d_in values at VALUE_BYTES[format] each, plus
+# HEADER_BYTES of room for the npy header or JSON brackets. JSON: a float32 written as text,
+# "-0.12345678901234567, ", is at most about 26 bytes, so 32. npy: float32, 4; a float64 .npy (which the
+# contract casts) is held to the same bytes, so it carries half the values.
 JSON_VALUE_BYTES = 32
+VALUE_BYTES = {"json": JSON_VALUE_BYTES, "npy": 4}
 HEADER_BYTES = 4096
 NPY_MAGIC = b"\x93NUMPY"
 
 
-def body_limit(config: MHAConfig, max_batch: int) -> int:
-    """The largest request body accepted, in bytes: a full batch of full-length inputs written as JSON."""
-    return HEADER_BYTES + max_batch * config.context_length * config.d_in * JSON_VALUE_BYTES
+def body_limit(config: MHAConfig, max_batch: int, fmt: str) -> int:
+    """The largest request body accepted in format 'json' or 'npy', in bytes: a full batch of full-length inputs."""
+    return HEADER_BYTES + max_batch * config.context_length * config.d_in * VALUE_BYTES[fmt]
+
+
+def limit_reason(config: MHAConfig, max_batch: int, fmt: str) -> str:
+    """How body_limit's figure is made, for the 413 line."""
+    return (f"max batch {max_batch} x context_length {config.context_length} x d_in {config.d_in} values at "
+            f"{VALUE_BYTES[fmt]} bytes each as {fmt}, plus {HEADER_BYTES}")
+
+
+def request_format(content_type: str | None) -> str:
+    """A request's Content-Type -> 'npy' or 'json' (no Content-Type is JSON); RequestError (400) for another."""
+    kind = media_type(content_type)
+    if kind == NPY:
+        return "npy"
+    if kind not in (JSON, ""):
+        raise RequestError(f"Content-Type: expected {JSON} or {NPY}, got {kind!r}")
+    return "json"
 
 
 def media_type(content_type: str | None) -> str:
@@ -39,17 +58,23 @@ def decode_request(body: bytes, content_type: str | None) -> tuple[np.ndarray, s
 
     The array is numeric but not yet checked against the contract (the runner's check_input does that).
     """
-    kind = media_type(content_type)
-    if kind == NPY:
+    if request_format(content_type) == "npy":
         return read_npy(body, "body"), "npy"
-    if kind not in (JSON, ""):
-        raise RequestError(f"Content-Type: expected {JSON} or {NPY}, got {kind!r}")
     try:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise RequestError(f"body: expected JSON ({first_line(exc)})") from None
-    if not isinstance(doc, dict) or INPUT_NAME not in doc:
-        raise RequestError(f'body: expected a JSON object {{"{INPUT_NAME}": [[[...]]]}}')
+    expected = f'body: expected a JSON object {{"{INPUT_NAME}": [[[...]]]}}'
+    if not isinstance(doc, dict):
+        raise RequestError(expected)
+    # Unknown keys are refused, not ignored: a client's misspelt or extra field is a mistake it should hear about.
+    unknown = sorted(set(doc) - {INPUT_NAME})
+    if unknown:
+        shown = ", ".join(repr(key if len(key) <= 40 else key[:40] + "...") for key in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise RequestError(f"{expected}, got unknown key{'s' if len(unknown) > 1 else ''} {shown}{more}")
+    if INPUT_NAME not in doc:
+        raise RequestError(expected)
     return json_array(doc[INPUT_NAME], repr(INPUT_NAME)), "json"
 
 
