@@ -18,7 +18,6 @@ from mha_runtime.artifact.errors import ExportError
 from mha_runtime.artifact.registry import VARIANTS
 
 
-
 def _restamp(model: onnx.ModelProto, source: onnx.ModelProto) -> None:
     """Converters drop or keep metadata unpredictably: copy the contract from the source graph."""
     meta = {p.key: p.value for p in source.metadata_props}

@@ -15,8 +15,8 @@ import onnxscript.optimizer
 import torch
 from torch.export import Dim
 
-from mha_export.model.example import example_input
 from mha_export.build.mask_rewrite import additive_mask
+from mha_export.model.example import example_input
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import (
     BATCH_AXIS,

@@ -7,10 +7,7 @@ a builder.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from types import MappingProxyType
-
-import torch
 
 from mha_export.build.blocks import build_blocks
 from mha_export.build.contrib import build_contrib
@@ -22,7 +19,6 @@ from mha_export.build.pte import build_pte
 from mha_export.build.qblocks import build_qblocks
 from mha_export.build.sdpa import build_attention, build_fused
 from mha_export.build.torchscript import build_torchscript
-from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.registry import VARIANTS
 
 # (wrapper, config, folder, *, opset) -> writes the variant's files into folder.
