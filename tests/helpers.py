@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -65,3 +66,15 @@ def add_zero_case(folder: Path, name: str, shape: tuple[int, int, int], width: i
         if "schedules" in entry:
             entry["schedules"][name] = [shape[1]]
     (golden / "cases.json").write_text(json.dumps(doc))
+
+
+def copy_packages(dest: Path) -> Path:
+    """runtime/ and export/ copied under `dest`, without what installs and builds leave there (setuptools' build/
+    and egg-info beside each pyproject.toml, bytecode caches, the native runners' sources and builds)."""
+    for folder in ("runtime", "export"):
+        def ignore(where: str, names: list[str], top: Path = REPO / folder) -> set[str]:
+            skipped = {n for n in names if n == "__pycache__" or n.endswith(".egg-info")}
+            return skipped | ({"build", "native"} & set(names) if Path(where) == top else set())
+
+        shutil.copytree(REPO / folder, dest / folder, ignore=ignore)
+    return dest

@@ -6,7 +6,6 @@ to the same `mha` command through entry points.
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, copy_packages
 from mha_runtime.artifact.manifest import load_manifest
 
 
@@ -30,9 +29,7 @@ def _source_packages(root: Path, name: str) -> set[str]:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out, src = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("src")
-    for folder in ("runtime", "export"):  # built from copies: setuptools' build/ and egg-info stay out of the checkout
-        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("build", "*.egg-info", "native",
-                                                                                   "__pycache__"))
+    copy_packages(src)  # built from copies: setuptools' build/ and egg-info stay out of the checkout
     built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, src / "runtime", src / "export")
     assert built.returncode == 0, built.stderr
     (runtime,) = out.glob("mha_runtime-*.whl")

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import io
 import warnings
+import zipfile
 from pathlib import Path
 
 import torch
@@ -30,7 +33,41 @@ def export_torchscript(module: torch.nn.Module, config: MHAConfig, path: Path) -
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TorchScript deprecation and tracer notes: expected, see README
         traced = torch.jit.trace(share_masks(module).eval(), (example_input(config),), check_trace=False)
-        torch.jit.save(traced, str(path), _extra_files={CONFIG_EXTRA: config.to_json()})
+        buffer = io.BytesIO()
+        torch.jit.save(traced, buffer, _extra_files={CONFIG_EXTRA: config.to_json()})
+    path.write_bytes(reproducible_archive(buffer.getvalue()))
+
+
+# torch.jit.save writes, besides the model, `*.debug_pkl` records (the source line of every traced op, as absolute
+# paths of the checkout and the venv) and a `.data/serialization_id` that differs on every save. Both are
+# optional to the loaders (torch.jit.load, libtorch): the archive is rewritten without the debug records, with an
+# id derived from the content, and with torch's own layout (stored records whose data start 64-byte aligned,
+# padded in an "FB" extra field, fixed timestamps), so the bytes depend only on the config and the weights.
+ALIGN = 64
+SERIALIZATION_ID = ".data/serialization_id"
+
+
+def reproducible_archive(data: bytes) -> bytes:
+    """The TorchScript zip `data` without debug records and with a content-derived serialization id."""
+    source = zipfile.ZipFile(io.BytesIO(data))
+    names = [n for n in source.namelist() if not n.endswith((".debug_pkl", SERIALIZATION_ID))]
+    digest = hashlib.sha256()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+
+        def put(name: str, payload: bytes) -> None:
+            pad = (-(out.tell() + 30 + len(name.encode()) + 4)) % ALIGN  # local header, name, extra header
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.extra = b"FB" + pad.to_bytes(2, "little") + b"Z" * pad
+            archive.writestr(info, payload)
+
+        for name in names:
+            payload = source.read(name)
+            digest.update(name.encode() + b"\0" + payload)
+            put(name, payload)
+        root = names[0].split("/")[0]
+        put(f"{root}/{SERIALIZATION_ID}", str(int(digest.hexdigest()[:32], 16)).zfill(40)[:40].encode())
+    return out.getvalue()
 
 
 def build_torchscript(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:

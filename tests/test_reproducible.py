@@ -1,0 +1,71 @@
+"""The same config and weights give the same artifact bytes wherever the checkout lives, and no file names a path
+of the machine that built it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, copy_packages
+from mha_runtime.artifact.manifest import load_manifest, sha256_file
+
+# ONNX Runtime's ORT-format writer orders its flatbuffer differently on every run of the same session (docs/
+# design-notes.md, "Reproducible bytes", has the reproduction); the manifest records the digest of the file shipped.
+NOT_BYTE_STABLE = (".ort",)
+# What the manifest says about the run rather than the artifacts.
+RUN_FACTS = ("created", "export_seconds")
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _without_run_facts(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _without_run_facts(v) for k, v in value.items() if k not in RUN_FACTS}
+    return value
+
+
+@pytest.fixture(scope="module")
+def elsewhere(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The seed preset exported by a copy of the checkout at another path (PYTHONPATH puts the copy first)."""
+    copy = copy_packages(tmp_path_factory.mktemp("another-checkout") / "mha")
+    out = tmp_path_factory.mktemp("elsewhere-out")
+    code = ("import sys, mha_export; from pathlib import Path; from mha_export.pipeline.export import export_preset; "
+            "print(mha_export.__file__); export_preset('seed', Path(sys.argv[1]))")
+    env = {**os.environ, "PYTHONPATH": f"{copy / 'runtime'}{os.pathsep}{copy / 'export'}"}
+    done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env,
+                          cwd=copy, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(str(copy)), done.stdout  # the copy's code did the export
+    return out / "seed", copy
+
+
+def test_two_checkouts_write_the_same_bytes(seed_dir: Path, elsewhere: tuple[Path, Path]) -> None:
+    ours, theirs = _files(seed_dir), _files(elsewhere[0])
+    assert sorted(ours) == sorted(theirs)
+    differ = [name for name in ours if ours[name] != theirs[name]]
+    assert [n for n in differ if not n.endswith(NOT_BYTE_STABLE)] == ["manifest.json"], differ
+    a, b = (json.loads(files["manifest.json"]) for files in (ours, theirs))
+    for name in differ:  # the .ort digests differ; every other record is equal
+        a["files"].pop(name, None), b["files"].pop(name, None)
+    assert _without_run_facts(a) == _without_run_facts(b)
+
+
+def test_the_manifest_records_the_digest_of_the_file_that_ships(seed_dir: Path) -> None:
+    manifest = load_manifest(seed_dir)
+    assert {name: sha256_file(seed_dir / name) for name in manifest.files} == {
+        name: record.sha256 for name, record in manifest.files.items()}
+
+
+def test_no_artifact_names_a_path_of_the_build_machine(seed_dir: Path, elsewhere: tuple[Path, Path]) -> None:
+    needles = {str(REPO), str(elsewhere[1]), str(Path(sys.prefix)), os.path.expanduser("~")}
+    needles = {n.encode() for n in needles if len(n) > 1}
+    for folder in (seed_dir, elsewhere[0]):
+        for name, data in _files(folder).items():
+            found = [n.decode() for n in needles if n in data]
+            assert not found, f"{folder / name} names {found}"
