@@ -4,11 +4,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import zipfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from mha_runtime.artifact.config import MHAConfig
 
@@ -18,38 +16,13 @@ REPO = Path(__file__).resolve().parent.parent
 PRESET_DIGESTS = Path(__file__).parent / "data" / "preset_digests.json"
 
 
-def content_digest(path: Path) -> str:
-    """sha256 of what an artifact computes, blind to the Python module paths exporters record.
-
-    ONNX: the model without node metadata and doc strings (they name `mha_export.model.wrapper.CausalAttention`).
-    TorchScript: the tensors, the embedded config and the pickled module structure, not the code files
-    (their paths carry the module name). Anything else: its bytes.
-    """
-    path = Path(path)
-    digest = hashlib.sha256()
-    if path.suffix == ".onnx":
-        model = onnx.load(str(path))
-        for node in model.graph.node:
-            del node.metadata_props[:]
-            node.doc_string = ""
-        digest.update(model.SerializeToString())
-    elif path.suffix == ".pt":
-        with zipfile.ZipFile(path) as archive:
-            for name in sorted(archive.namelist()):
-                inner = name.split("/", 1)[1]
-                if inner.startswith(("data/", "extra/")) or inner in ("byteorder", "constants.pkl"):
-                    digest.update(inner.encode() + b"\0" + archive.read(name))
-    else:
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def preset_digests(folder: Path) -> dict[str, str]:
-    """content_digest of the artifacts and weights of a folder (not .ort: ONNX Runtime does not write
-    them byte-stable). Golden files are checked against the eager model and torch's generator instead
-    (test_golden.py): float kernels may differ in the last bit between CPUs."""
-    return {p.name: content_digest(p) for p in sorted(Path(folder).iterdir())
-            if p.suffix in (".onnx", ".pt", ".safetensors")}
+    """sha256 of the bytes of the artifacts and weights of a folder: exports are byte-reproducible
+    (test_reproducible.py), so the bytes themselves are pinned. Not the .ort files (ONNX Runtime does not write
+    them byte-stable) nor the golden files (checked against the eager model and torch's generator in
+    test_golden.py: float kernels may differ in the last bit between CPUs)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).iterdir())
+            if p.suffix in (".onnx", ".pt", ".pte", ".safetensors")}
 
 
 def add_zero_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) -> None:
