@@ -12,8 +12,8 @@ import click
 
 from mha_runtime.artifact.config import PRESETS, MHAConfig, preset
 from mha_runtime.artifact.errors import MHAError
+from mha_runtime.artifact.registry import ALL, Selection, buildable, parse_variants
 from mha_runtime.artifact.registry import CHOICES as VARIANT_CHOICES
-from mha_runtime.artifact.registry import parse_variants
 
 DEFAULT_OUT = Path("artifacts")
 
@@ -23,9 +23,9 @@ class VariantList(click.ParamType):
 
     name = "LIST"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, ...]:
-        if isinstance(value, tuple):
-            return value
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Selection:
+        if isinstance(value, tuple) or value == ALL:
+            return value  # type: ignore[no-any-return]
         try:
             return parse_variants(str(value))
         except MHAError as exc:
@@ -49,10 +49,12 @@ class VariantList(click.ParamType):
 @click.option("--variants", type=VariantList(), default="all", show_default=True,
               help=f"Comma-separated variants: {', '.join(VARIANT_CHOICES)}; or 'all' / 'none'.")
 def export_cmd(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
-               weights: Path | None, layer: int | None, opset: int, variants: tuple[str, ...]) -> None:
+               weights: Path | None, layer: int | None, opset: int, variants: Selection) -> None:
     """Export, validate and place the artifacts of each preset, or of your own config and weights."""
     from mha_export.build.onnx_trace import check_opset
+    from mha_export.pipeline.budget import check_budget
     from mha_export.pipeline.export import export_preset
+    from mha_export.weights.load import check_weights_path
     from mha_runtime.artifact.atomic import check_folder_target
     from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, table
 
@@ -70,20 +72,25 @@ def export_cmd(presets: tuple[str, ...], config_path: Path | None, name: str | N
         jobs = [(name or n, preset(n)) for n in names]
     if layer is not None and weights is None:
         raise click.UsageError("--layer picks a block of --weights: give --weights FILE")
-    check_opset(opset)  # refuse before any work starts
-    for folder, _ in jobs:
+    check_opset(opset)  # refuse before any work starts, for every job
+    if weights is not None:
+        check_weights_path(weights)
+    for folder, config in jobs:
         check_folder_target(Path(out) / folder)
-    rows = []
+        check_budget(config)
+        buildable(config, variants)
+    rows, notes = [], []
     for folder, config in jobs:
         click.echo(f"exporting {folder} ...", err=True)
         result = export_preset(folder, out, config=config, weights=weights, layer=layer, opset=opset, progress=True,
                                variants=variants)
         rows += artifact_rows(result.manifest)
         click.echo(f"  {folder}: done in {result.seconds:.1f} s", err=True)
-        for note in result.notes:
-            click.echo(f"  note: {note}", err=True)
+        notes += [f"{folder}: {note}" for note in result.notes]
     click.echo(table(ARTIFACT_HEADERS, rows))
     click.echo("artifacts in " + ", ".join(str(Path(out) / folder) for folder, _ in jobs))
+    for note in dict.fromkeys(notes):  # last, so that what was left out and how to add it is what one reads
+        click.echo(f"note: {note}", err=True)
 
 
 @click.command("validate")

@@ -21,7 +21,7 @@ from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.manifest import Manifest
 from mha_runtime.artifact.registry import (
-    CHOICES,
+    ALL,
     DECODE,
     DECODE_INPLACE,
     EXECUTORCH_RUNTIME,
@@ -144,7 +144,7 @@ def build_decode_forms(folder: Path, manifest: Manifest, threads: int) -> list[D
 def missing_variants(manifest: Manifest) -> list[str]:
     """A note when the folder lacks variants its config allows (an export by an older version, or a --variants
     subset): `make bench` reuses an existing folder, and a silently shorter table would look like the whole."""
-    allowed, _ = buildable(manifest.config, CHOICES)
+    allowed, _ = buildable(manifest.config, ALL)
     missing = [v for v in allowed if any(spec.file not in manifest.files for spec in VARIANTS[v].artifacts)]
     if not missing:
         return []

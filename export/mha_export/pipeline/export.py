@@ -11,7 +11,9 @@ from safetensors.torch import save_file
 
 from mha_export.build.onnx_trace import DEFAULT_OPSET, check_opset
 from mha_export.build.table import BUILDERS
+from mha_export.pipeline.budget import check_budget
 from mha_export.pipeline.fixtures import write_golden
+from mha_export.pipeline.progress import steps
 from mha_export.pipeline.seal import artifact_facts, write_manifest
 from mha_export.pipeline.validate import SWEEP_SEEDS, sweep_shapes, validate
 from mha_export.weights.load import load_model
@@ -20,10 +22,11 @@ from mha_runtime.artifact.config import MHAConfig, preset
 from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.artifact.manifest import Manifest
 from mha_runtime.artifact.registry import (
-    CHOICES,
+    ALL,
     EXECUTORCH_RUNTIME,
     PTE_MAX_BATCH,
     WEIGHTS_FILE,
+    Selection,
     artifact_specs,
     buildable,
     with_needs,
@@ -38,10 +41,11 @@ def check_folder_name(name: str) -> None:
 
 
 def build_all(model: torch.nn.Module, config: MHAConfig, folder: Path, variants: tuple[str, ...], *,
-              opset: int) -> dict[str, float]:
+              opset: int, progress: bool = False, label: str = "building") -> dict[str, float]:
     """Run every builder the variants need, in registry order; return seconds per artifact file."""
     seconds = {}
-    for variant in with_needs(variants):
+    for variant in steps(with_needs(variants), label=label, unit="variant", enabled=progress,
+                         name=lambda v: v.name):
         start = time.perf_counter()
         BUILDERS[variant.name](model, config, folder, opset=opset)
         for spec in variant.artifacts:  # a variant of several files records its whole build time on each
@@ -60,7 +64,7 @@ class ExportResult:
 
 def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None, weights: Path | None = None,
                   layer: int | None = None, opset: int = DEFAULT_OPSET, progress: bool = False,
-                  variants: tuple[str, ...] = CHOICES) -> ExportResult:
+                  variants: Selection = ALL) -> ExportResult:
     """Export preset `name` (or `config` under that folder name) into `out_root/name`, with the seed's weights
     or one layer of `weights`.
 
@@ -71,12 +75,14 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
     check_folder_name(name)
     config = config or preset(name)
     check_opset(opset)
+    check_budget(config)
     variants, notes = buildable(config, variants)
     model, weights_info = load_model(config, weights, layer=layer)
     artifacts = artifact_specs(variants)
     with staged_folder(Path(out_root) / name) as stage:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(stage / WEIGHTS_FILE))
-        seconds = build_all(model, config, stage, variants, opset=opset)
+        seconds = build_all(model, config, stage, variants, opset=opset, progress=progress,
+                            label=f"building {name}")
         write_golden(model, config, stage, artifacts)
         reports = validate(stage, model, config, artifacts, progress=progress, label=f"validating {name}")
         manifest = write_manifest(

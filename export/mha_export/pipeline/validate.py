@@ -1,20 +1,18 @@
 """Every artifact against the eager wrapper over a sweep of shapes and seeds; failures collected, then raised."""
 from __future__ import annotations
 
-import contextlib
 import itertools
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
 import numpy as np
 import torch
 
 from mha_export.infer.torchscript_runner import torchscript_runner
 from mha_export.model.example import example_tokens
+from mha_export.pipeline.progress import steps
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ValidationError
 from mha_runtime.artifact.manifest import ArtifactRecord
@@ -109,22 +107,21 @@ def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts:
     runners = {spec.file: artifact_runner(folder, spec) for spec in artifacts}
     reports = {spec.file: ArtifactReport(spec) for spec in artifacts}
     jobs = [(shape, seed) for shape in sweep_shapes(config) for seed in SWEEP_SEEDS]
-    bar = click.progressbar(jobs, label=label, file=sys.stderr) if progress else None
-    with bar if bar is not None else contextlib.nullcontext(jobs) as items:
-        for (batch, tokens), seed in items:
-            gen = torch.Generator().manual_seed(seed)
-            x = torch.randn(batch, tokens, config.d_in, generator=gen)  # (B, T, d_in)
-            with torch.no_grad():
-                expected = model(x).numpy()  # (B, T, num_heads * d_out)
-            for spec in artifacts:
-                report = reports[spec.file]
-                cmp = compare(runners[spec.file](x.numpy()), expected, spec.tolerance)
-                report.cases += 1
-                report.max_abs = max(report.max_abs, cmp.max_abs)
-                report.rel_l2 = max(report.rel_l2, cmp.rel_l2)
-                if not cmp.ok:
-                    report.failures.append(Failure(spec.file, (batch, tokens, config.d_in), seed, cmp.max_abs,
-                                                   cmp.rel_l2, spec.tolerance))
+    for (batch, tokens), seed in steps(jobs, label=label, unit="shape", enabled=progress,
+                                       name=lambda job: f"B={job[0][0]} T={job[0][1]}"):
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(batch, tokens, config.d_in, generator=gen)  # (B, T, d_in)
+        with torch.no_grad():
+            expected = model(x).numpy()  # (B, T, num_heads * d_out)
+        for spec in artifacts:
+            report = reports[spec.file]
+            cmp = compare(runners[spec.file](x.numpy()), expected, spec.tolerance)
+            report.cases += 1
+            report.max_abs = max(report.max_abs, cmp.max_abs)
+            report.rel_l2 = max(report.rel_l2, cmp.rel_l2)
+            if not cmp.ok:
+                report.failures.append(Failure(spec.file, (batch, tokens, config.d_in), seed, cmp.max_abs,
+                                               cmp.rel_l2, spec.tolerance))
     failures = [f for r in reports.values() for f in r.failures]
     if failures:
         raise ValidationError(failures)

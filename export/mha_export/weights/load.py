@@ -39,17 +39,21 @@ def _quiet() -> Iterator[None]:
         yield
 
 
+def check_weights_path(path: Path) -> None:
+    """--weights must name a regular file: a FIFO or a device would block or never end; a folder is no checkpoint."""
+    if not path.exists():
+        raise ConfigError(f"--weights {path}: expected a .safetensors file or a torch state_dict, found nothing there")
+    if not path.is_file():
+        raise ConfigError(f"--weights {path}: expected a regular file (.safetensors or a torch state_dict), "
+                          f"got {file_kind(path.stat().st_mode)}")
+
+
 class WeightFile:
     """A checkpoint's key names, and its tensors on demand."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        if not self.path.exists():
-            raise ConfigError(f"--weights {self.path}: expected a .safetensors file or a torch state_dict, "
-                              "found nothing there")
-        if not self.path.is_file():  # a FIFO or a device would block or never end; a folder is no checkpoint
-            raise ConfigError(f"--weights {self.path}: expected a regular file (.safetensors or a torch state_dict), "
-                              f"got {file_kind(self.path.stat().st_mode)}")
+        check_weights_path(self.path)
         self._safe: Any = None
         self._state: dict[str, Any] = {}
         try:

@@ -5,9 +5,10 @@ judge each file with its row, and nothing else in the codebase spells a file nam
 """
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ExportError
@@ -69,6 +70,15 @@ class Variant:
     low_precision: bool = False
     # Why a config's shape cannot be built (None: it can); `all` leaves such a variant out with a note.
     refuses: Callable[[MHAConfig], str | None] | None = None
+    # Python modules the builder needs beyond the export package, and the install that brings them: without
+    # them `all` leaves the variant out with a note naming the install, and a variant asked for by name is refused.
+    requires: tuple[str, ...] = ()
+    install: str | None = None
+
+    def missing(self) -> str | None:
+        """What this environment lacks to build the variant, or None."""
+        absent = [m for m in self.requires if importlib.util.find_spec(m) is None]
+        return f"needs {', '.join(absent)}: {self.install}" if absent else None
 
     @property
     def file(self) -> str:
@@ -110,7 +120,8 @@ REGISTRY: tuple[Variant, ...] = (
             (ArtifactSpec("mha.ort", "onnx", ONNX_RUNTIME), ArtifactSpec("mha.fused.ort", "fused", ONNX_RUNTIME)),
             needs=("onnx", "fused")),
     Variant("pte", f"ExecuTorch program with the XNNPACK delegate (batch <= {PTE_MAX_BATCH})",
-            _one("mha.pte", "pte", EXECUTORCH_RUNTIME), tolerances={"cpu": FP32}),
+            _one("mha.pte", "pte", EXECUTORCH_RUNTIME), tolerances={"cpu": FP32},
+            requires=("executorch",), install="pip install './export[executorch]'"),
     Variant("decode", "key/value-cache form for token-by-token generation (its own I/O)",
             _one("mha.decode.onnx", "decode", DECODE_RUNTIME), tolerances={"cpu": FP32}),
     Variant("decode-inplace", "decode with one preallocated cache of context_length written in place",
@@ -120,6 +131,10 @@ REGISTRY: tuple[Variant, ...] = (
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in REGISTRY}
 CHOICES: tuple[str, ...] = tuple(v.name for v in REGISTRY if not v.core)
+# `--variants all`: every choice this config and environment can build; the rest left out with a note.
+ALL = "all"
+# What `--variants` gives: ALL, or the names asked for (each then refused when it cannot be built).
+Selection = tuple[str, ...] | Literal["all"]
 # Combinations people ask for that cannot be built, with the reason.
 UNBUILDABLE: dict[str, str] = {
     "int8-attention": "int8 dynamic quantization of the opset-23 Attention node gives an invalid graph; "
@@ -143,11 +158,11 @@ def tolerance_for(kind: str, provider: str = "cpu") -> Tolerance:
     return row
 
 
-def parse_variants(text: str | Iterable[str]) -> tuple[str, ...]:
-    """'fused,int8' -> ('fused', 'int8'); 'all' -> every variant; 'none' or '' -> (). Refuses before any work."""
+def parse_variants(text: str | Iterable[str]) -> Selection:
+    """'fused,int8' -> ('fused', 'int8'); 'all' -> ALL; 'none' or '' -> (). Refuses before any work."""
     names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
-    if names == ["all"]:
-        return CHOICES
+    if names == [ALL]:
+        return ALL
     if names in ([], ["none"]):
         return ()
     for name in names:
@@ -170,19 +185,22 @@ def with_needs(variants: Iterable[str]) -> tuple[Variant, ...]:
     return tuple(v for v in REGISTRY if v.name in chosen)
 
 
-def buildable(config: MHAConfig, variants: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
-    """The variants this config's shape allows, and a note for each one left out. `all` (every choice) leaves
-    out what cannot be built; a variant asked for by name is refused before any work."""
+def buildable(config: MHAConfig, variants: Selection) -> tuple[tuple[str, ...], list[str]]:
+    """The variants this config's shape and this environment allow, and a note for each one left out. ALL leaves
+    out what cannot be built; a variant asked for by name (itself or as another's need) is refused before any
+    work."""
     kept, notes = [], []
-    for name in variants:
-        reason = VARIANTS[name].refuses(config) if VARIANTS[name].refuses is not None else None
+    for variant in with_needs(CHOICES if variants == ALL else variants):
+        shape = variant.refuses(config) if variant.refuses is not None else None
+        reason = shape or variant.missing()
         if reason is None:
-            kept.append(name)
-        elif tuple(variants) == CHOICES:
-            notes.append(f"variant {name!r} left out: {reason}")
+            kept.append(variant.name)
+        elif variants == ALL:
+            notes.append(f"variant {variant.name!r} left out: {reason}")
         else:
-            raise ExportError(f"variant {name!r} cannot be built for this config: {reason}")
-    return tuple(kept), notes
+            where = "for this config" if shape else "here"
+            raise ExportError(f"variant {variant.name!r} cannot be built {where}: {reason}")
+    return tuple(v for v in kept if v in CHOICES), notes
 
 
 def artifact_specs(variants: Iterable[str]) -> tuple[ArtifactSpec, ...]:
