@@ -37,7 +37,7 @@ mkdir -p "$build/lib"
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so.1"  # the library's SONAME
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so"
 common="$here/../common"
-sources=("$here/mha_check.c" "$common/artifact.c" "$common/json.c" "$common/sha256.c")
+sources=("$here/mha_check.c" "$common/artifact.c" "$common/json.c" "$common/report.c" "$common/sha256.c")
 warn=(-std=c11 -Wall -Wextra -Werror -Wshadow -Wformat=2)
 gcc "${warn[@]}" -O2 -I"$include" -I"$common" "${sources[@]}" -o "$build/mha_check" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm
