@@ -21,6 +21,9 @@
  * onnxruntime-decode-inplace; the in-place form's key/value cache is one buffer per tensor, bound through the
  * IoBinding API as both past and present, so ONNX Runtime writes each chunk's rows into it.
  *
+ * main() calls setlocale(LC_ALL, "") as an embedding program would; the JSON reader and every number this
+ * program prints use the "C" locale (common/json.h), so a decimal-comma locale (de_DE) changes nothing.
+ *
  * Built against the headers of Debian's libonnxruntime-dev and the libonnxruntime.so.1 of the
  * onnxruntime Python wheel; the C API is backward compatible, so older headers work with it.
  */
@@ -608,6 +611,7 @@ static int check_args(int argc, char **argv, const char **dir, const char **json
 }
 
 int main(int argc, char **argv) {
+    setlocale(LC_ALL, "");  /* as an embedding program would: nothing below may depend on LC_NUMERIC */
     if (argc >= 3 && strcmp(argv[1], "sha256") == 0) return sha256_files(argc, argv);
     const char *dir, *json_path;
     int check = check_args(argc, argv, &dir, &json_path), run = argc == 7 && strcmp(argv[1], "run") == 0;
