@@ -37,14 +37,14 @@ mkdir -p "$build/lib"
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so.1"  # the library's SONAME
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so"
 common="$here/../common"
-sources=("$here/mha_check.c" "$common/artifact.c" "$common/json.c" "$common/sha256.c")
+sources=("$here/mha_check.c" "$common/artifact.c" "$common/json.c" "$common/report.c" "$common/sha256.c")
 warn=(-std=c11 -Wall -Wextra -Werror -Wshadow -Wformat=2)
 gcc "${warn[@]}" -O2 -I"$include" -I"$common" "${sources[@]}" -o "$build/mha_check" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm
 gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/example.c" -o "$build/example" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib"
 # The same runner under AddressSanitizer and UBSan (a report aborts: sanitizer_options.c), and the
-# in-process fuzzer of the manifest reader; `make native-test` and tests/test_native.py run both.
+# in-process fuzzer of the manifest and cases.json readers; `make native-test` and tests/test_native.py run both.
 asan=(-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 gcc "${warn[@]}" "${asan[@]}" -I"$include" -I"$common" "${sources[@]}" "$here/sanitizer_options.c" \
   -o "$build/mha_check_asan" -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm

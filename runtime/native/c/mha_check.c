@@ -1,26 +1,36 @@
 /* mha_check: run the mha-export ONNX artifacts through the ONNX Runtime C API.
  *
- *   mha_check check ARTIFACT_DIR                          every golden case in golden/cases.tsv
+ *   mha_check check ARTIFACT_DIR [--json FILE]            every golden case of golden/cases.json
  *   mha_check run MODEL.onnx IN.bin BATCH TOKENS OUT.bin  one input (raw little-endian float32)
  *   mha_check sha256 FILE...                              the digests it checks files with (like sha256sum)
  *
- * `check` trusts nothing it has not verified: manifest.json is required, and cases.tsv, every golden
- * file and every model are checked against its size and sha256 before use; each line of cases.tsv is
- * validated against the manifest's config (shapes, counts, decode schedules) before a buffer is sized
- * from it; the model's own config ("mha.config" metadata) must equal the manifest's; inputs must be
- * finite. `run` does the same with the manifest.json beside MODEL, and says "unverified" when there
- * is none. Every failure is one line; the output file is written under a unique temporary name and
- * renamed into place, so concurrent runs never see each other's half-written files.
+ * `check` trusts nothing it has not verified: manifest.json is required, and cases.json, every golden
+ * file and every model are checked against its size and sha256 before use (cases.json before it is
+ * parsed); each (artifact, case) pair of cases.json is validated against the manifest's config (shapes,
+ * counts, tolerances, decode schedules) before a buffer is sized from it; the model's own config
+ * ("mha.config" metadata) must equal the manifest's; inputs must be finite. `run` does the same with the
+ * manifest.json beside MODEL, and says "unverified" when there is none. Every failure is one line; output
+ * files are written under a unique temporary name and renamed into place, so concurrent runs never see
+ * each other's half-written files.
  *
- * `check` runs the onnxruntime, onnxruntime-decode and onnxruntime-decode-inplace lines of cases.tsv; the
- * in-place form's key/value cache is one buffer per tensor, bound through the IoBinding API as both past and
- * present, so ONNX Runtime writes each chunk's rows into it.
+ * `check` prints one line per case ("ok   FILE CASE max_abs=... rel_l2=..." or "FAIL FILE CASE why") and
+ * ends with "N passed, N failed"; --json FILE also writes the results as JSON (common/report.h: the format
+ * of runtime/native/web/check.mjs --json, with "runtime": "c").
+ *
+ * `check` runs the cases.json artifacts of the runtimes onnxruntime, onnxruntime-decode and
+ * onnxruntime-decode-inplace; the in-place form's key/value cache is one buffer per tensor, bound through the
+ * IoBinding API as both past and present, so ONNX Runtime writes each chunk's rows into it.
+ *
+ * main() calls setlocale(LC_ALL, "") as an embedding program would; the JSON reader and every number this
+ * program prints use the "C" locale (common/json.h), so a decimal-comma locale (de_DE) changes nothing.
  *
  * Built against the headers of Debian's libonnxruntime-dev and the libonnxruntime.so.1 of the
  * onnxruntime Python wheel; the C API is backward compatible, so older headers work with it.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <locale.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +40,8 @@
 #include <onnxruntime_c_api.h>
 
 #include "artifact.h"
+#include "json.h"
+#include "report.h"
 #include "sha256.h"
 
 #if ORT_API_VERSION < 16
@@ -51,9 +63,10 @@ static int failed(OrtStatus *status, const char *what, char *why, size_t n) {
 }
 
 /* A session from model bytes already read (and verified when a manifest is given); the config from its
- * "mha.config" metadata, which must equal the manifest's. NULL with the reason in why. */
+ * "mha.config" metadata, which must equal the manifest's. NULL with the reason in why; *unloadable (when
+ * given) set when ONNX Runtime itself refused the bytes. */
 static OrtSession *open_model(const unsigned char *bytes, size_t len, const char *path, const MhaManifest *m,
-                              MhaConfig *cfg, char *why, size_t n) {
+                              MhaConfig *cfg, int *unloadable, char *why, size_t n) {
     OrtSessionOptions *opts = NULL;
     OrtSession *session = NULL;
     OrtModelMetadata *meta = NULL;
@@ -61,9 +74,13 @@ static OrtSession *open_model(const unsigned char *bytes, size_t len, const char
     char *text = NULL, what[4200];
     snprintf(what, sizeof what, "%s: ONNX Runtime cannot load it", path);
     if (failed(ort->CreateSessionOptions(&opts), what, why, n) ||
-        failed(ort->SetIntraOpNumThreads(opts, 1), what, why, n) ||
-        failed(ort->CreateSessionFromArray(env, bytes, len, opts, &session), what, why, n)) {
+        failed(ort->SetIntraOpNumThreads(opts, 1), what, why, n)) {
         if (opts) ort->ReleaseSessionOptions(opts);
+        return NULL;
+    }
+    if (failed(ort->CreateSessionFromArray(env, bytes, len, opts, &session), what, why, n)) {
+        if (unloadable) *unloadable = 1;
+        ort->ReleaseSessionOptions(opts);
         return NULL;
     }
     ort->ReleaseSessionOptions(opts);
@@ -322,6 +339,7 @@ typedef struct {
     OrtSession *session;
     MhaConfig cfg;
     char error[1024];  /* why the model was refused, for each of its cases */
+    int unloadable;    /* ... by ONNX Runtime itself (the JSON's not_loadable) */
 } Loaded;
 
 static void load(Loaded *l, const char *dir, const char *file, const MhaManifest *m) {
@@ -329,23 +347,41 @@ static void load(Loaded *l, const char *dir, const char *file, const MhaManifest
     if (l->session) ort->ReleaseSession(l->session);
     l->session = NULL;
     l->error[0] = '\0';
+    l->unloadable = 0;
     snprintf(l->file, sizeof l->file, "%s", file);
     unsigned char *bytes;
     size_t len;
     char path[4400];
     if (mha_read_verified(m, dir, file, &bytes, &len, l->error, sizeof l->error)) return;
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    l->session = open_model(bytes, len, path, m, &l->cfg, l->error, sizeof l->error);
+    l->session = open_model(bytes, len, path, m, &l->cfg, &l->unloadable, l->error, sizeof l->error);
     free(bytes);
 }
 
-/* One case of cases.tsv: 1 passed, 0 failed (its line printed either way). */
-static int check_case(const char *dir, const MhaManifest *m, Loaded *l, const MhaCase *c) {
+/* printf with the "C" locale's '.' whatever setlocale chose: the lines are parsed by other programs. */
+static void print_c(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void print_c(const char *fmt, ...) {
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int w = json_vsnprintf_c(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (w < 0) { fputs("error: cannot format a line in the \"C\" locale\n", stdout); return; }
+    fputs(line, stdout);
+    if ((size_t)w >= sizeof line) fputc('\n', stdout);  /* cut short: still one line */
+}
+
+/* One (artifact, case) pair of cases.json: 1 passed, 0 failed (its line printed, and reported, either way). */
+static int check_case(const char *dir, const MhaManifest *m, Loaded *l, const MhaCase *c, MhaReport *report) {
     char why[1024] = "";
     float *x = NULL, *want = NULL, *got = NULL;
     MhaCompare r = {0, 0, 0};
     load(l, dir, c->file, m);
-    if (!l->session) snprintf(why, sizeof why, "%s", l->error);
+    if (!l->session) {
+        snprintf(why, sizeof why, "%s", l->error);
+        if (l->unloadable) mha_report_not_loadable(report, l->error);
+        else mha_report_artifact_error(report, l->error);
+    }
     if (!why[0]) x = golden_floats(m, dir, c->input_bin, c->input_count, why, sizeof why);
     if (!why[0]) want = golden_floats(m, dir, c->output_bin, c->output_count, why, sizeof why);
     if (!why[0] && !(got = calloc(c->output_count ? c->output_count : 1, sizeof(float))))
@@ -359,83 +395,109 @@ static int check_case(const char *dir, const MhaManifest *m, Loaded *l, const Mh
     }
     if (!why[0]) r = mha_compare(got, want, c->output_count, c->atol, c->rtol, c->has_rel_l2, c->rel_l2);
     if (why[0])
-        printf("FAIL %-20s %-10s %s\n", c->file, c->name, why);
+        print_c("FAIL %-20s %-10s %s\n", c->file, c->name, why);
     else if (r.ok)
-        printf("ok   %-20s %-10s max_abs=%.3g rel_l2=%.3g\n", c->file, c->name, r.max_abs, r.rel_l2);
+        print_c("ok   %-20s %-10s max_abs=%.3g rel_l2=%.3g\n", c->file, c->name, r.max_abs, r.rel_l2);
     else if (c->has_rel_l2)
-        printf("FAIL %-20s %-10s max_abs=%.3g rel_l2=%.3g atol=%g rel_l2<=%g\n", c->file, c->name, r.max_abs, r.rel_l2,
-               c->atol, c->rel_l2);
+        print_c("FAIL %-20s %-10s max_abs=%.3g rel_l2=%.3g atol=%g rel_l2<=%g\n", c->file, c->name, r.max_abs, r.rel_l2,
+                c->atol, c->rel_l2);
     else
-        printf("FAIL %-20s %-10s max_abs=%.3g rel_l2=%.3g atol=%g\n", c->file, c->name, r.max_abs, r.rel_l2, c->atol);
+        print_c("FAIL %-20s %-10s max_abs=%.3g rel_l2=%.3g atol=%g\n", c->file, c->name, r.max_abs, r.rel_l2, c->atol);
+    mha_report_case(report, c->name, why[0] ? NULL : &r, why[0] ? why : NULL);
     free(x);
     free(want);
     free(got);
     return !why[0] && r.ok;
 }
 
-/* The runtimes of cases.tsv this runner runs (TorchScript lines are the C++ runner's). */
+/* The runtimes of cases.json this runner runs (TorchScript artifacts are the C++ runner's). */
 static int ours(const char *runtime) {
     return strcmp(runtime, MHA_ONNX_RUNTIME) == 0 || strcmp(runtime, MHA_DECODE_RUNTIME) == 0 ||
            strcmp(runtime, MHA_DECODE_INPLACE_RUNTIME) == 0;
 }
 
-static int check_dir(const char *dir) {
+/* A check that stops before any case: one line on stderr, and (with --json) the error as the result. */
+static int stop(const char *dir, const char *json_path, const char *why) {
+    fprintf(stderr, "error: %s\n", why);
+    char err[1024];
+    if (json_path && mha_report_write_error("c", dir, why, json_path, err, sizeof err))
+        fprintf(stderr, "error: %s\n", err);
+    return 1;
+}
+
+static int check_dir(const char *dir, const char *json_path) {
     MhaManifest m;
     char err[1024], path[4400];
-    snprintf(path, sizeof path, "%s/golden/cases.tsv", dir);
+    snprintf(path, sizeof path, "%s/golden/cases.json", dir);
     struct stat st;
     if (stat(path, &st) != 0) {
-        fprintf(stderr, "error: %s: expected golden fixtures (made by `mha export`), found none\n", path);
-        return 1;
+        char why[4500];
+        snprintf(why, sizeof why, "%s: expected golden fixtures (made by `mha export`), found none", path);
+        return stop(dir, json_path, why);
     }
-    if (mha_manifest_load(dir, &m, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); return 1; }
-    unsigned char *tsv;
+    if (mha_manifest_load(dir, &m, err, sizeof err)) return stop(dir, json_path, err);
+    unsigned char *bytes;
     size_t len;
-    if (mha_read_verified(&m, dir, "golden/cases.tsv", &tsv, &len, err, sizeof err)) {
-        fprintf(stderr, "error: %s\n", err);
-        mha_manifest_free(&m);
-        return 1;
+    MhaCases doc;
+    /* verified against the manifest's size and sha256 before a byte of it is parsed */
+    int bad = mha_read_verified(&m, dir, "golden/cases.json", &bytes, &len, err, sizeof err);
+    if (!bad) {
+        bad = mha_cases_parse((const char *)bytes, len, path, &m.config, &doc, err, sizeof err);
+        free(bytes);
     }
-    if (memchr(tsv, '\0', len)) {
-        fprintf(stderr, "error: %s: expected text, found a NUL byte\n", path);
-        free(tsv);
+    if (bad) {
         mha_manifest_free(&m);
-        return 1;
+        return stop(dir, json_path, err);
     }
-    char *text = realloc(tsv, len + 1);
-    if (!text) { fprintf(stderr, "error: out of memory\n"); free(tsv); mha_manifest_free(&m); return 1; }
-    text[len] = '\0';
     int passed = 0, failures = 0;
-    Loaded loaded = {"", NULL, {0, 0, 0, 0}, ""};
-    long number = 0;
-    for (char *line = text, *next; line; line = next) {
-        char *nl = strchr(line, '\n');
-        next = nl ? nl + 1 : NULL;
-        if (nl) *nl = '\0';
-        number++;
-        if (line[0] == '#' || line[0] == '\0') continue;
-        MhaCase c;
-        if (mha_case_parse(line, &m.config, &c, err, sizeof err)) {
-            if (!c.split) {
-                printf("FAIL %s line %ld: %s\n", path, number, err);
-                failures++;
-            } else if (ours(c.runtime)) {
-                printf("FAIL %-20s %-10s %s\n", c.file, c.name, err);
-                failures++;
-            }  /* else another runner's line (TorchScript: the C++ runner's) */
+    Loaded loaded = {"", NULL, {0, 0, 0, 0}, "", 0};
+    MhaReport report;
+    mha_report_init(&report, "c", dir);
+    mha_report_version(&report, "onnxruntime", OrtGetApiBase()->GetVersionString());
+    for (size_t a = 0; a < doc.nartifacts; a++)
+        for (size_t i = 0; i < doc.ncases; i++) {
+            MhaCase c;
+            if (mha_case_get(&doc, a, i, &m.config, &c, err, sizeof err)) {
+                if (!c.split) {  /* no usable file, runtime or name: whose it is cannot be told; every runner fails it */
+                    char line[5500];
+                    snprintf(line, sizeof line, "%s artifacts[%zu] cases[%zu]: %s", path, a, i, err);
+                    print_c("FAIL %s\n", line);
+                    mha_report_error(&report, line);
+                    failures++;
+                } else if (ours(c.runtime)) {
+                    print_c("FAIL %-20s %-10s %s\n", c.file, c.name, err);
+                    mha_report_artifact(&report, a, c.file, c.runtime);
+                    mha_report_case(&report, c.name, NULL, err);
+                    failures++;
+                }  /* else another runner's artifact (TorchScript: the C++ runner's) */
+                mha_case_free(&c);
+                continue;
+            }
+            if (ours(c.runtime)) {
+                mha_report_artifact(&report, a, c.file, c.runtime);
+                check_case(dir, &m, &loaded, &c, &report) ? passed++ : failures++;
+            }
             mha_case_free(&c);
-            continue;
         }
-        if (ours(c.runtime))
-            check_case(dir, &m, &loaded, &c) ? passed++ : failures++;
-        mha_case_free(&c);
-    }
-    free(text);
+    mha_cases_free(&doc);
     if (loaded.session) ort->ReleaseSession(loaded.session);
     mha_manifest_free(&m);
     printf("%d passed, %d failed\n", passed, failures);
     if (passed + failures == 0) fprintf(stderr, "error: %s: no ONNX case found\n", path);
-    return failures > 0 || passed == 0;
+    int rc = failures > 0 || passed == 0;
+    if (json_path) {
+        fflush(stdout);
+        if (report.passed != passed || report.failed != failures) {
+            fprintf(stderr, "error: %s: the results kept (%d passed, %d failed) differ from the count; not written\n",
+                    json_path, report.passed, report.failed);
+            rc = 1;
+        } else if (mha_report_write(&report, json_path, err, sizeof err)) {
+            fprintf(stderr, "error: %s\n", err);
+            rc = 1;
+        }
+    }
+    mha_report_free(&report);
+    return rc;
 }
 
 /* A whole decimal argument in [lo, hi]. */
@@ -448,33 +510,18 @@ static int arg_int(const char *s, long long lo, long long hi, long long *out) {
     return 1;
 }
 
-/* Write n floats to path through a unique temporary file in the same folder, then rename it into place. */
-static int write_atomically(const char *path, const float *y, size_t count, char *why, size_t n) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp) {
-        snprintf(why, n, "%s: expected a shorter output path", path);
-        return 1;
-    }
-    int fd = mkstemp(tmp);
-    if (fd < 0) { snprintf(why, n, "%s: cannot create a temporary file beside it", path); return 1; }
-    mode_t mask = umask(0);  /* mkstemp makes 0600; give the file the mode a plain fopen would */
-    umask(mask);
-    FILE *f = fdopen(fd, "wb");
-    int bad = !f || fchmod(fd, 0666 & ~mask) != 0;
-    for (size_t i = 0; !bad && i < count; i++) {  /* little-endian, whatever the host */
+/* count floats to path as little-endian float32 (whatever the host), through a unique temporary file beside it
+ * renamed into place. */
+static int write_floats(const char *path, const float *y, size_t count, char *why, size_t n) {
+    unsigned char *bytes = malloc(count ? count * 4 : 1);
+    if (!bytes) { snprintf(why, n, "%s: out of memory", path); return 1; }
+    for (size_t i = 0; i < count; i++) {
         uint32_t bits;
         memcpy(&bits, &y[i], 4);
-        unsigned char b[4] = {(unsigned char)bits, (unsigned char)(bits >> 8), (unsigned char)(bits >> 16),
-                              (unsigned char)(bits >> 24)};
-        bad = fwrite(b, 1, 4, f) != 4;
+        for (int b = 0; b < 4; b++) bytes[4 * i + (size_t)b] = (unsigned char)(bits >> (8 * b));
     }
-    if (f) bad = fclose(f) != 0 || bad;
-    else close(fd);
-    if (!bad) bad = rename(tmp, path) != 0;
-    if (bad) {
-        snprintf(why, n, "%s: cannot write it", path);
-        remove(tmp);
-    }
+    int bad = mha_write_atomically(path, bytes, count * 4, why, n) != MHA_OK;
+    free(bytes);
     return bad;
 }
 
@@ -501,7 +548,7 @@ static int run_one(char **argv) {
         rc = mha_read_verified(&m, dir, slash ? slash + 1 : model, &bytes, &len, why, sizeof why);
     }
     MhaConfig cfg;
-    if (!rc && !(s = open_model(bytes, len, model, have_manifest ? &m : NULL, &cfg, why, sizeof why))) rc = 1;
+    if (!rc && !(s = open_model(bytes, len, model, have_manifest ? &m : NULL, &cfg, NULL, why, sizeof why))) rc = 1;
     free(bytes);
     bytes = NULL;
     if (!rc && !arg_int(argv[4], 1, 1 << 20, &B)) {
@@ -526,8 +573,8 @@ static int run_one(char **argv) {
     }
     if (!rc && !(y = malloc(out_count * sizeof(float)))) { snprintf(why, sizeof why, "out of memory"); rc = 1; }
     if (!rc && run_plain(s, &cfg, x, B, T, y, why, sizeof why)) rc = 1;
-    if (!rc && write_atomically(output, y, out_count, why, sizeof why)) rc = 1;
-    if (!rc) printf("wrote %s [%lld, %lld, %lld]\n", output, B, T, cfg.num_heads * cfg.d_out);
+    if (!rc && write_floats(output, y, out_count, why, sizeof why)) rc = 1;
+    if (!rc) print_c("wrote %s [%lld, %lld, %lld]\n", output, B, T, cfg.num_heads * cfg.d_out);
     else fprintf(stderr, "error: %s\n", why);
     free(x);
     free(y);
@@ -551,12 +598,26 @@ static int sha256_files(int argc, char **argv) {
     return bad;
 }
 
+/* check ARTIFACT_DIR [--json FILE] (--json before or after the folder): 1 when the arguments are these. */
+static int check_args(int argc, char **argv, const char **dir, const char **json_path) {
+    *dir = *json_path = NULL;
+    if (argc < 3 || strcmp(argv[1], "check") != 0) return 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc && !*json_path && argv[i + 1][0]) *json_path = argv[++i];
+        else if (strncmp(argv[i], "--", 2) != 0 && !*dir) *dir = argv[i];
+        else return 0;
+    }
+    return *dir != NULL;
+}
+
 int main(int argc, char **argv) {
+    setlocale(LC_ALL, "");  /* as an embedding program would: nothing below may depend on LC_NUMERIC */
     if (argc >= 3 && strcmp(argv[1], "sha256") == 0) return sha256_files(argc, argv);
-    int check = argc == 3 && strcmp(argv[1], "check") == 0, run = argc == 7 && strcmp(argv[1], "run") == 0;
+    const char *dir, *json_path;
+    int check = check_args(argc, argv, &dir, &json_path), run = argc == 7 && strcmp(argv[1], "run") == 0;
     if (!check && !run) {
-        fprintf(stderr, "usage: mha_check check ARTIFACT_DIR | mha_check run MODEL.onnx IN.bin BATCH TOKENS OUT.bin"
-                        " | mha_check sha256 FILE...\n");
+        fprintf(stderr, "usage: mha_check check ARTIFACT_DIR [--json FILE] | mha_check run MODEL.onnx IN.bin BATCH "
+                        "TOKENS OUT.bin | mha_check sha256 FILE...\n");
         return 2;
     }
     ort = OrtGetApiBase()->GetApi(ORT_API_VERSION);
@@ -567,7 +628,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", why);
         return 1;
     }
-    int rc = check ? check_dir(argv[2]) : run_one(argv);
+    int rc = check ? check_dir(dir, json_path) : run_one(argv);
     ort->ReleaseMemoryInfo(cpu);
     ort->ReleaseEnv(env);
     return rc;

@@ -166,6 +166,54 @@ int mha_join(char *out, size_t size, const char *a, const char *b, char *err, si
     return MHA_OK;
 }
 
+int mha_write_atomically(const char *path, const void *data, size_t len, char *err, size_t n) {
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp) {
+        snprintf(err, n, "%.200s...: expected a shorter output path", path);
+        return MHA_ERROR;
+    }
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        snprintf(err, n, "%s: cannot create a temporary file beside it (%s)", path, strerror(errno));
+        return MHA_ERROR;
+    }
+    mode_t mask = umask(0);  /* mkstemp makes 0600; give the file the mode a plain fopen would */
+    umask(mask);
+    int bad = fchmod(fd, 0666 & ~mask) != 0;
+    for (size_t done = 0; !bad && done < len;) {
+        ssize_t w = write(fd, (const char *)data + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) bad = 1;
+        else done += (size_t)w;
+    }
+    bad = close(fd) != 0 || bad;
+    if (!bad) bad = rename(tmp, path) != 0;
+    if (bad) {
+        snprintf(err, n, "%s: cannot write it (%s)", path, strerror(errno));
+        remove(tmp);
+    }
+    return bad ? MHA_ERROR : MHA_OK;
+}
+
+int mha_make_parents(const char *path, char *err, size_t n) {
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) {
+        snprintf(err, n, "%.200s...: expected a path shorter than %zu bytes", path, sizeof dir);
+        return MHA_ERROR;
+    }
+    for (char *p = dir + 1; *p; p++) {  /* each folder on the way; the last part is the file itself */
+        if (*p != '/') continue;
+        *p = '\0';
+        struct stat st;
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST && !(stat(dir, &st) == 0 && S_ISDIR(st.st_mode))) {
+            snprintf(err, n, "%s: cannot make the folder (%s)", dir, strerror(errno));
+            return MHA_ERROR;
+        }
+        *p = '/';
+    }
+    return MHA_OK;
+}
+
 int mha_manifest_load(const char *dir, MhaManifest *m, char *err, size_t n) {
     char path[4096];
     memset(m, 0, sizeof *m);
@@ -298,94 +346,219 @@ int mha_floats(const unsigned char *bytes, size_t len, size_t count, const char 
     return MHA_OK;
 }
 
-/* A whole field as an integer in [lo, hi]; no sign but '-', no spaces, no trailing text. */
-static int parse_int(const char *s, long long lo, long long hi, long long *out) {
-    if (!*s || !(*s == '-' || (*s >= '0' && *s <= '9'))) return 0;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno == ERANGE || *end || v < lo || v > hi) return 0;
-    *out = v;
-    return 1;
+/* --- golden/cases.json ------------------------------------------------------------------------------------ */
+
+/* A short rendering of a JSON value for messages: 3, 0.5, "text", null, an array. */
+static const char *shown_value(const JsonValue *v, char *buf, size_t size) {
+    if (!v) snprintf(buf, size, "nothing");
+    else if (v->type == JSON_NUMBER && v->is_integer) snprintf(buf, size, "%lld", v->integer);
+    else if (v->type == JSON_NUMBER) json_format_number(v->number, buf, size);
+    else if (v->type == JSON_STRING) {
+        size_t len = strcspn(v->str, "\n\r");  /* one line */
+        snprintf(buf, size, "\"%.*s%s\"", (int)(len > 30 ? 30 : len), v->str, len > 30 || v->str[len] ? "..." : "");
+    } else if (v->type == JSON_BOOL) snprintf(buf, size, "%s", v->boolean ? "true" : "false");
+    else snprintf(buf, size, "%s", json_type_name(v));
+    return buf;
 }
 
-static int parse_tolerance(const char *s, double *out) {
-    if (!*s || !((*s >= '0' && *s <= '9') || *s == '.')) return 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (*end || !isfinite(v) || v < 0) return 0;
-    *out = v;
-    return 1;
+/* The elements of an array (or NULL), counted in *count. */
+static const JsonValue **elements(const JsonValue *array, size_t *count) {
+    *count = 0;
+    for (const JsonValue *e = array->child; e; e = e->next) (*count)++;
+    const JsonValue **out = calloc(*count ? *count : 1, sizeof *out);
+    if (!out) return NULL;
+    size_t i = 0;
+    for (const JsonValue *e = array->child; e; e = e->next) out[i++] = e;
+    return out;
 }
 
-static int copy_field(char *dst, size_t size, const char *src) {
-    size_t len = strlen(src);
-    if (len == 0 || len >= size) return 0;
-    memcpy(dst, src, len + 1);
-    return 1;
+/* obj[key] when it is the string want, or absent. */
+static int absent_or(const JsonValue *obj, const char *key, const char *want, const char *where, char *err, size_t n) {
+    const JsonValue *v = json_get(obj, key);
+    char shown[64];
+    if (!v || (v->type == JSON_STRING && strcmp(v->str, want) == 0)) return MHA_OK;
+    snprintf(err, n, "%s: expected '%s' \"%s\", got %s", where, key, want, shown_value(v, shown, sizeof shown));
+    return MHA_ERROR;
 }
 
-static int parse_schedule(char *text, MhaCase *c, char *err, size_t n) {
-    char shown[48];
-    snprintf(shown, sizeof shown, "%.40s%s", text, strlen(text) > 40 ? "..." : "");
-    size_t commas = 0;
-    for (const char *p = text; *p; p++) commas += *p == ',';
-    if (commas + 1 > (size_t)c->tokens) {
-        snprintf(err, n, "schedule %s: expected at most tokens=%lld chunks, got %zu", shown, c->tokens, commas + 1);
+int mha_cases_parse(const char *text, size_t len, const char *where, const MhaConfig *cfg, MhaCases *doc, char *err,
+                    size_t n) {
+    memset(doc, 0, sizeof *doc);
+    snprintf(doc->path, sizeof doc->path, "%s", where);
+    if (len > MHA_MAX_CASES_FILE) {
+        snprintf(err, n, "%s: expected at most %zu bytes, got %zu", where, MHA_MAX_CASES_FILE, len);
         return MHA_ERROR;
     }
-    c->schedule = calloc(commas + 1, sizeof *c->schedule);
+    char why[256], at[512];
+    JsonValue *root = json_parse(text, len, why, sizeof why);
+    if (!root) {
+        snprintf(err, n, "%s: expected JSON, got a parse error (%s)", where, why);
+        return MHA_ERROR;
+    }
+    doc->root = root;
+    const JsonValue *format = json_get(root, "format"), *cases = json_get(root, "cases");
+    const JsonValue *artifacts = json_get(root, "artifacts"), *config = json_get(root, "config");
+    if (root->type != JSON_OBJECT) {
+        snprintf(err, n, "%s: expected a JSON object, got %s", where, json_type_name(root));
+        goto fail;
+    }
+    if (!format || format->type != JSON_NUMBER || !format->is_integer || format->integer != MHA_CASES_FORMAT) {
+        snprintf(err, n, "%s: expected 'format' %d, got %s (re-export the folder with this version's `mha export`)",
+                 where, MHA_CASES_FORMAT, format && format->type == JSON_NUMBER ? "another number" : json_type_name(format));
+        goto fail;
+    }
+    if (!cases || cases->type != JSON_ARRAY || !artifacts || artifacts->type != JSON_ARRAY) {
+        snprintf(err, n, "%s: expected an object with 'cases' and 'artifacts' arrays, got %s and %s", where,
+                 json_type_name(cases), json_type_name(artifacts));
+        goto fail;
+    }
+    if (absent_or(root, "dtype", "float32", where, err, n) || absent_or(root, "byte_order", "little", where, err, n) ||
+        absent_or(root, "input", "x", where, err, n) || absent_or(root, "output", "context", where, err, n))
+        goto fail;
+    if (config) {  /* the fixtures' own record of the config: the manifest's, or they belong elsewhere */
+        MhaConfig own;
+        snprintf(at, sizeof at, "%s: config", where);
+        if (mha_config_from(config, at, &own, err, n)) goto fail;
+        for (int i = 0; i < 4; i++)
+            if (*config_slot(&own, i) != *config_slot((MhaConfig *)cfg, i)) {
+                snprintf(err, n, "%s says %s=%lld, the manifest says %lld; the fixtures do not belong to this folder", at,
+                         CONFIG_KEYS[i], *config_slot(&own, i), *config_slot((MhaConfig *)cfg, i));
+                goto fail;
+            }
+    }
+    if (!(doc->cases = elements(cases, &doc->ncases)) || !(doc->artifacts = elements(artifacts, &doc->nartifacts))) {
+        snprintf(err, n, "%s: out of memory", where);
+        goto fail;
+    }
+    if (doc->ncases && doc->nartifacts > MHA_MAX_PAIRS / doc->ncases) {
+        snprintf(err, n, "%s: expected at most %d (artifact, case) pairs, got %zu artifacts * %zu cases", where,
+                 MHA_MAX_PAIRS, doc->nartifacts, doc->ncases);
+        goto fail;
+    }
+    return MHA_OK;
+fail:
+    mha_cases_free(doc);
+    return MHA_ERROR;
+}
+
+void mha_cases_free(MhaCases *doc) {
+    json_free(doc->root);
+    free(doc->cases);
+    free(doc->artifacts);
+    doc->root = NULL;
+    doc->cases = doc->artifacts = NULL;
+    doc->ncases = doc->nartifacts = 0;
+}
+
+/* obj[key] as a string of 1 to size - 1 bytes without control characters, copied into dst. */
+static int string_field(const JsonValue *obj, const char *key, const char *where, char *dst, size_t size, char *err,
+                        size_t n) {
+    const JsonValue *v = json_get(obj, key);
+    if (!v || v->type != JSON_STRING) {
+        snprintf(err, n, "%s: expected a string '%s', got %s", where, key, json_type_name(v));
+        return 0;
+    }
+    if (v->str_len == 0 || v->str_len >= size) {
+        snprintf(err, n, "%s: %s: expected 1 to %zu characters, got %zu", where, key, size - 1, v->str_len);
+        return 0;
+    }
+    for (size_t i = 0; i < v->str_len; i++)  /* every FAIL line stays one line */
+        if ((unsigned char)v->str[i] < 0x20 || v->str[i] == 0x7f) {
+            snprintf(err, n, "%s: %s: expected no control characters, got one at byte %zu", where, key, i);
+            return 0;
+        }
+    memcpy(dst, v->str, v->str_len + 1);
+    return 1;
+}
+
+/* A number >= 0 (JSON numbers are finite: json.c refuses 1e999). */
+static int tolerance_number(const JsonValue *v) { return v && v->type == JSON_NUMBER && v->number >= 0; }
+
+/* [a, b, c] of integers. */
+static int shape3(const JsonValue *v, long long out[3]) {
+    if (!v || v->type != JSON_ARRAY) return 0;
+    int i = 0;
+    for (const JsonValue *e = v->child; e; e = e->next, i++) {
+        if (i == 3 || e->type != JSON_NUMBER || !e->is_integer) return 0;
+        out[i] = e->integer;
+    }
+    return i == 3;
+}
+
+static int parse_schedule(const JsonValue *s, MhaCase *c, char *err, size_t n) {
+    char full[64] = "", shown[48], one[48];
+    size_t used = 0, count = 0;
+    for (const JsonValue *e = s && s->type == JSON_ARRAY ? s->child : NULL; e; e = e->next) {
+        count++;
+        if (used <= 40) {  /* enough for the first 40 characters, as the message shows them */
+            int w = snprintf(full + used, sizeof full - used, "%s%s", used ? "," : "", shown_value(e, one, sizeof one));
+            used = w < 0 || (size_t)w >= sizeof full - used ? sizeof full - 1 : used + (size_t)w;
+        }
+    }
+    if (!s || s->type != JSON_ARRAY) shown_value(s, full, sizeof full);
+    snprintf(shown, sizeof shown, "%.40s%s", full, strlen(full) > 40 ? "..." : "");
+    if (!s || s->type != JSON_ARRAY || count == 0) {
+        snprintf(err, n, "schedule %s: expected a list of chunks", shown);
+        return MHA_ERROR;
+    }
+    if (count > (size_t)c->tokens) {
+        snprintf(err, n, "schedule %s: expected at most tokens=%lld chunks, got %zu", shown, c->tokens, count);
+        return MHA_ERROR;
+    }
+    c->schedule = calloc(count, sizeof *c->schedule);
     if (!c->schedule) { snprintf(err, n, "schedule: out of memory"); return MHA_ERROR; }
     long long total = 0;  /* at most tokens chunks of at most tokens each: no overflow */
-    for (char *chunk = text; chunk;) {
-        char *comma = strchr(chunk, ',');
-        if (comma) *comma = '\0';
-        long long v;
-        if (!parse_int(chunk, 1, c->tokens, &v)) {
-            snprintf(err, n, "schedule %s: expected chunks of 1 to tokens=%lld tokens, got '%.20s'", shown, c->tokens,
-                     chunk);
+    for (const JsonValue *e = s->child; e; e = e->next) {
+        if (e->type != JSON_NUMBER || !e->is_integer || e->integer < 1 || e->integer > c->tokens) {
+            snprintf(err, n, "schedule %s: expected chunks of 1 to tokens=%lld tokens, got '%s'", shown, c->tokens,
+                     shown_value(e, one, sizeof one));
             return MHA_ERROR;
         }
-        c->schedule[c->chunks++] = v;
-        total += v;
-        chunk = comma ? comma + 1 : NULL;
+        c->schedule[c->chunks++] = e->integer;
+        total += e->integer;
     }
     if (total != c->tokens) {
         snprintf(err, n, "schedule %s adds up to %lld, expected tokens=%lld", shown, total, c->tokens);
         return MHA_ERROR;
     }
+    long long past = c->schedule[0];
+    for (size_t i = 1; c->inplace && c->batch > 1 && i < c->chunks; past += c->schedule[i++])
+        if (c->schedule[i] > 1) {
+            snprintf(err, n, "schedule %s: a chunk of %lld tokens after a past of %lld needs batch 1 (ONNX Runtime's "
+                     "GroupQueryAttention), got batch %lld: feed single tokens", shown, c->schedule[i], past, c->batch);
+            return MHA_ERROR;
+        }
     return MHA_OK;
 }
 
-int mha_case_parse(char *line, const MhaConfig *cfg, MhaCase *c, char *err, size_t n) {
-    static const char *const NAMES[14] = {"file", "kind", "runtime", "atol", "rtol", "rel_l2", "case", "batch",
-                                          "tokens", "d_in", "d_model", "input_bin", "output_bin", "schedule"};
+int mha_case_get(const MhaCases *doc, size_t artifact, size_t index, const MhaConfig *cfg, MhaCase *c, char *err,
+                 size_t n) {
     memset(c, 0, sizeof *c);
-    char *field[14];
-    size_t count = 0;
-    for (char *p = line;;) {
-        char *tab = strchr(p, '\t');
-        if (count < 14) field[count] = p;
-        count++;
-        if (!tab) break;
-        *tab = '\0';
-        p = tab + 1;
-    }
-    if (count != 14) {
-        snprintf(err, n, "expected 14 tab-separated fields (%s ... schedule), got %zu", NAMES[0], count);
+    char where[64], shown[64], shown2[64];
+    if (artifact >= doc->nartifacts || index >= doc->ncases) {
+        snprintf(err, n, "expected artifacts[%zu] and cases[%zu], found %zu artifacts and %zu cases", artifact, index,
+                 doc->nartifacts, doc->ncases);
         return MHA_ERROR;
     }
-    char *sizes[6] = {c->file, c->kind, c->runtime, c->name, c->input_bin, c->output_bin};
-    size_t caps[6] = {sizeof c->file, sizeof c->kind, sizeof c->runtime, sizeof c->name, sizeof c->input_bin,
-                      sizeof c->output_bin};
-    int which[6] = {0, 1, 2, 6, 11, 12};
-    for (int i = 0; i < 6; i++) {
-        if (!copy_field(sizes[i], caps[i], field[which[i]])) {
-            snprintf(err, n, "%s: expected 1 to %zu characters, got %zu", NAMES[which[i]], caps[i] - 1,
-                     strlen(field[which[i]]));
-            return MHA_ERROR;
-        }
+    const JsonValue *a = doc->artifacts[artifact], *k = doc->cases[index];
+    snprintf(where, sizeof where, "artifacts[%zu]", artifact);
+    if (a->type != JSON_OBJECT) {
+        snprintf(err, n, "%s: expected an object, got %s", where, json_type_name(a));
+        return MHA_ERROR;
     }
+    if (!string_field(a, "file", where, c->file, sizeof c->file, err, n) ||
+        !string_field(a, "kind", where, c->kind, sizeof c->kind, err, n) ||
+        !string_field(a, "runtime", where, c->runtime, sizeof c->runtime, err, n))
+        return MHA_ERROR;
+    snprintf(where, sizeof where, "cases[%zu]", index);
+    if (k->type != JSON_OBJECT) {
+        snprintf(err, n, "%s: expected an object, got %s", where, json_type_name(k));
+        return MHA_ERROR;
+    }
+    if (!string_field(k, "name", where, c->name, sizeof c->name, err, n) ||
+        !string_field(k, "input_bin", where, c->input_bin, sizeof c->input_bin, err, n) ||
+        !string_field(k, "output_bin", where, c->output_bin, sizeof c->output_bin, err, n))
+        return MHA_ERROR;
     c->split = 1;
     const char *names[3] = {c->file, c->input_bin, c->output_bin};
     for (int i = 0; i < 3; i++)
@@ -394,21 +567,35 @@ int mha_case_parse(char *line, const MhaConfig *cfg, MhaCase *c, char *err, size
                      names[i]);
             return MHA_ERROR;
         }
-    if (!parse_tolerance(field[3], &c->atol) || !parse_tolerance(field[4], &c->rtol)) {
-        snprintf(err, n, "tolerance: expected atol and rtol numbers >= 0, got '%.30s' and '%.30s'", field[3], field[4]);
+    const JsonValue *tol = json_get(a, "tolerance");
+    const JsonValue *atol = json_get(tol, "atol"), *rtol = json_get(tol, "rtol"), *rel_l2 = json_get(tol, "rel_l2");
+    if (!tol || tol->type != JSON_OBJECT) {
+        snprintf(err, n, "tolerance: expected an object {atol, rtol, rel_l2}, got %s", json_type_name(tol));
         return MHA_ERROR;
     }
-    c->has_rel_l2 = strcmp(field[5], "-") != 0;
-    if (c->has_rel_l2 && !parse_tolerance(field[5], &c->rel_l2)) {
-        snprintf(err, n, "rel_l2: expected '-' or a number >= 0, got '%.30s'", field[5]);
+    if (!tolerance_number(atol) || !tolerance_number(rtol)) {
+        snprintf(err, n, "tolerance: expected atol and rtol numbers >= 0, got %s and %s",
+                 shown_value(atol, shown, sizeof shown), shown_value(rtol, shown2, sizeof shown2));
         return MHA_ERROR;
     }
-    long long *ints[4] = {&c->batch, &c->tokens, &c->d_in, &c->width};
-    for (int i = 0; i < 4; i++)
-        if (!parse_int(field[7 + i], LLONG_MIN, LLONG_MAX, ints[i])) {
-            snprintf(err, n, "%s: expected an integer, got '%.30s'", NAMES[7 + i], field[7 + i]);
-            return MHA_ERROR;
-        }
+    c->atol = atol->number;
+    c->rtol = rtol->number;
+    c->has_rel_l2 = rel_l2 && rel_l2->type != JSON_NULL;
+    if (c->has_rel_l2 && !tolerance_number(rel_l2)) {
+        snprintf(err, n, "rel_l2: expected null or a number >= 0, got %s", shown_value(rel_l2, shown, sizeof shown));
+        return MHA_ERROR;
+    }
+    if (c->has_rel_l2) c->rel_l2 = rel_l2->number;
+    long long in[3], out[3];
+    if (!shape3(json_get(k, "input_shape"), in) || !shape3(json_get(k, "output_shape"), out)) {
+        snprintf(err, n, "expected input_shape and output_shape [batch, tokens, width] of integers, got %s and %s",
+                 json_type_name(json_get(k, "input_shape")), json_type_name(json_get(k, "output_shape")));
+        return MHA_ERROR;
+    }
+    c->batch = in[0];
+    c->tokens = in[1];
+    c->d_in = in[2];
+    c->width = out[2];
     /* the contract, before any size is computed from these */
     if (c->d_in != cfg->d_in) {
         snprintf(err, n, "expected last axis d_in=%lld, got %lld", cfg->d_in, c->d_in);
@@ -426,6 +613,11 @@ int mha_case_parse(char *line, const MhaConfig *cfg, MhaCase *c, char *err, size
         snprintf(err, n, "expected output width num_heads*d_out=%lld, got %lld", cfg->num_heads * cfg->d_out, c->width);
         return MHA_ERROR;
     }
+    if (out[0] != c->batch || out[1] != c->tokens) {
+        snprintf(err, n, "expected output [batch, tokens] = [%lld, %lld], got [%lld, %lld]", c->batch, c->tokens, out[0],
+                 out[1]);
+        return MHA_ERROR;
+    }
     size_t bt, in_count, out_count;
     if (__builtin_mul_overflow((size_t)c->batch, (size_t)c->tokens, &bt) ||
         __builtin_mul_overflow(bt, (size_t)c->d_in, &in_count) ||
@@ -438,24 +630,25 @@ int mha_case_parse(char *line, const MhaConfig *cfg, MhaCase *c, char *err, size
     c->output_count = out_count;
     c->inplace = strcmp(c->runtime, MHA_DECODE_INPLACE_RUNTIME) == 0;
     int decode = c->inplace || strcmp(c->runtime, MHA_DECODE_RUNTIME) == 0;
+    const JsonValue *schedules = json_get(a, "schedules");
     if (!decode) {
-        if (strcmp(field[13], "-") != 0) {
-            snprintf(err, n, "schedule: expected '-' for runtime %s, got '%.30s'", c->runtime, field[13]);
+        if (schedules && schedules->type != JSON_NULL) {
+            snprintf(err, n, "schedules: expected none for runtime %s, got %s", c->runtime, json_type_name(schedules));
             return MHA_ERROR;
         }
         return MHA_OK;
     }
-    char shown[48];  /* parse_schedule cuts the field at its commas */
-    snprintf(shown, sizeof shown, "%.40s%s", field[13], strlen(field[13]) > 40 ? "..." : "");
-    if (parse_schedule(field[13], c, err, n)) return MHA_ERROR;
-    long long past = c->schedule[0];
-    for (size_t i = 1; c->inplace && c->batch > 1 && i < c->chunks; past += c->schedule[i++])
-        if (c->schedule[i] > 1) {
-            snprintf(err, n, "schedule %s: a chunk of %lld tokens after a past of %lld needs batch 1 (ONNX Runtime's "
-                     "GroupQueryAttention), got batch %lld: feed single tokens", shown, c->schedule[i], past, c->batch);
-            return MHA_ERROR;
-        }
-    return MHA_OK;
+    if (!schedules || schedules->type != JSON_OBJECT) {
+        snprintf(err, n, "schedules: expected an object of schedules per case for runtime %s, got %s", c->runtime,
+                 json_type_name(schedules));
+        return MHA_ERROR;
+    }
+    const JsonValue *schedule = json_get(schedules, c->name);
+    if (!schedule) {
+        snprintf(err, n, "schedules: expected a schedule for case '%s', found none", c->name);
+        return MHA_ERROR;
+    }
+    return parse_schedule(schedule, c, err, n);
 }
 
 void mha_case_free(MhaCase *c) {

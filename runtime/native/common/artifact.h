@@ -1,6 +1,6 @@
 /* What the C and C++ runners trust, and only after checking it: manifest.json (format 2: the config and
- * every file's size and sha256), each file read against it, each line of golden/cases.tsv validated
- * against the config before any buffer is sized from it, and the comparison with a tolerance row.
+ * every file's size and sha256), each file read against it, each (artifact, case) pair of golden/cases.json
+ * validated against the config before any buffer is sized from it, and the comparison with a tolerance.
  * Every failure is one line in err (no newline), naming what was expected and what came. */
 #ifndef MHA_ARTIFACT_H
 #define MHA_ARTIFACT_H
@@ -52,9 +52,30 @@ int mha_read_verified(const MhaManifest *m, const char *dir, const char *name, u
 int mha_floats(const unsigned char *bytes, size_t len, size_t count, const char *where, float **out, char *err,
                size_t n);
 
-/* One line of golden/cases.tsv. */
+/* golden/cases.json (format 1): the golden cases (shapes, .bin files) and the artifacts they run on (file,
+ * runtime, tolerance, the decode runtimes' schedules per case). mha_cases_parse checks the document's shape;
+ * every (artifact, case) pair is validated by mha_case_get when it is used. */
+#define MHA_CASES_FORMAT 1
+#define MHA_MAX_CASES_FILE ((size_t)16 << 20)  /* bytes of cases.json */
+#define MHA_MAX_PAIRS 1000000                  /* artifacts * cases: one FAIL line each at worst */
+
 typedef struct {
-    int split;  /* the 14 fields were found: file, runtime and name are usable for a FAIL line */
+    char path[4096];                    /* DIR/golden/cases.json, for messages */
+    JsonValue *root;
+    const JsonValue **artifacts, **cases; /* the elements of the two arrays, by index */
+    size_t nartifacts, ncases;
+} MhaCases;
+
+/* The document: an object of format 1 with 'cases' and 'artifacts' arrays; 'config' (when there) equal to the
+ * manifest's cfg, 'dtype' float32, 'byte_order' little, 'input' x, 'output' context (each when there). */
+int mha_cases_parse(const char *text, size_t len, const char *where, const MhaConfig *cfg, MhaCases *doc, char *err,
+                    size_t n);
+void mha_cases_free(MhaCases *doc);
+
+/* One (artifact, case) pair of cases.json. */
+typedef struct {
+    int split;  /* file, kind, runtime, name and the .bin names were read: file, runtime and name are usable for a
+                   FAIL line (and runtime says which runner the pair belongs to) */
     char file[256], kind[64], runtime[64], name[128], input_bin[256], output_bin[256];
     double atol, rtol, rel_l2;
     int has_rel_l2;
@@ -68,12 +89,17 @@ typedef struct {
 #define MHA_ONNX_RUNTIME "onnxruntime"
 #define MHA_DECODE_RUNTIME "onnxruntime-decode"
 /* The in-place form (GroupQueryAttention): a chunk of more than one token after a past only at batch 1, so a
- * schedule with one at batch > 1 is refused by mha_case_parse. */
+ * schedule with one at batch > 1 is refused by mha_case_get. */
 #define MHA_DECODE_INPLACE_RUNTIME "onnxruntime-decode-inplace"
+#define MHA_TORCHSCRIPT_RUNTIME "torchscript"
 
-/* line: one NUL-terminated line without its newline (modified in place). The decode runtimes need a schedule
- * of chunks (1..tokens each) that add up to tokens; every other runtime '-'. */
-int mha_case_parse(char *line, const MhaConfig *cfg, MhaCase *c, char *err, size_t n);
+/* artifacts[artifact] x cases[index], validated against the manifest's config before any size is computed:
+ * names inside the artifact folder, tolerance {atol, rtol >= 0, rel_l2 null or >= 0}, input_shape
+ * [batch, tokens, d_in] and output_shape [batch, tokens, num_heads * d_out] within the contract and of a size
+ * that fits in memory; the decode runtimes need schedules[name], chunks of 1..tokens adding up to tokens,
+ * every other runtime no 'schedules'. MHA_ERROR with one line in err (c->split says how far it got). */
+int mha_case_get(const MhaCases *doc, size_t artifact, size_t index, const MhaConfig *cfg, MhaCase *c, char *err,
+                 size_t n);
 void mha_case_free(MhaCase *c);
 
 typedef struct { int ok; double max_abs, rel_l2; } MhaCompare;
@@ -84,6 +110,12 @@ MhaCompare mha_compare(const float *got, const float *want, size_t count, double
 
 /* snprintf that reports truncation: MHA_OK, or MHA_ERROR with "path too long" in err. */
 int mha_join(char *out, size_t size, const char *a, const char *b, char *err, size_t n);
+
+/* data[0:len] to path through a unique temporary file beside it (mode 0666 & ~umask), renamed into place, so a
+ * reader never sees a half-written file; the temporary file is removed on failure. */
+int mha_write_atomically(const char *path, const void *data, size_t len, char *err, size_t n);
+/* The folders above path, made as `mkdir -p` would (0777 & ~umask). */
+int mha_make_parents(const char *path, char *err, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,9 @@
 /* See json.h. Recursive descent over (text, len) with an explicit end pointer. */
+#define _POSIX_C_SOURCE 200809L  /* newlocale, uselocale, freelocale */
 #include "json.h"
 
 #include <errno.h>
+#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -142,6 +144,22 @@ static char *parse_string(Parser *ps, size_t *len_out) {
 
 static int digit(const Parser *ps, const char *q) { return q < ps->end && *q >= '0' && *q <= '9'; }
 
+/* The "C" locale made current for this thread only, so that strtod and printf use '.' as the decimal point
+ * whatever setlocale() the embedding program called (a decimal comma would read "0.005" as 0). glibc hands out
+ * its static "C" locale object here (no allocation, freelocale a no-op); other C libraries allocate a small one.
+ * 0 when it cannot be had (out of memory). */
+static int c_locale_enter(locale_t *c, locale_t *old) {
+    *c = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    if (*c == (locale_t)0) return 0;
+    *old = uselocale(*c);
+    return 1;
+}
+
+static void c_locale_leave(locale_t c, locale_t old) {
+    uselocale(old);
+    freelocale(c);
+}
+
 static int parse_number(Parser *ps, JsonValue *v) {
     const char *q = ps->p;
     int integer = 1;
@@ -168,13 +186,21 @@ static int parse_number(Parser *ps, JsonValue *v) {
     memcpy(text, ps->p, n);
     text[n] = '\0';
     v->type = JSON_NUMBER;
+    locale_t c, old;  /* the text is the JSON grammar, checked above: strtod in the "C" locale reads all of it */
+    if (!c_locale_enter(&c, &old)) { fail(ps, "out of memory (the \"C\" locale for numbers)"); return 0; }
     errno = 0;
     v->number = strtod(text, NULL);
-    if (!isfinite(v->number)) { fail(ps, "expected a finite number, got %s", text); return 0; }
+    long long i = 0;
+    int range = 0;
     if (integer) {
         errno = 0;
-        long long i = strtoll(text, NULL, 10);
-        v->is_integer = errno != ERANGE;
+        i = strtoll(text, NULL, 10);
+        range = errno == ERANGE;
+    }
+    c_locale_leave(c, old);
+    if (!isfinite(v->number)) { fail(ps, "expected a finite number, got %s", text); return 0; }
+    if (integer) {
+        v->is_integer = !range;
         v->integer = v->is_integer ? i : 0;
     }
     ps->p = q;
@@ -284,6 +310,41 @@ const JsonValue *json_get(const JsonValue *obj, const char *key) {
     for (const JsonValue *m = obj->child; m; m = m->next)
         if (strcmp(m->key, key) == 0) return m;
     return NULL;
+}
+
+int json_vsnprintf_c(char *buf, size_t n, const char *fmt, va_list ap) {
+    locale_t c, old;
+    if (!c_locale_enter(&c, &old)) {
+        if (n) buf[0] = '\0';
+        return -1;
+    }
+    int w = vsnprintf(buf, n, fmt, ap);
+    c_locale_leave(c, old);
+    return w;
+}
+
+int json_snprintf_c(char *buf, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = json_vsnprintf_c(buf, n, fmt, ap);
+    va_end(ap);
+    return w;
+}
+
+int json_format_number(double v, char *buf, size_t n) {
+    if (!isfinite(v)) return snprintf(buf, n, "null");
+    locale_t c, old;
+    if (!c_locale_enter(&c, &old)) {
+        if (n) buf[0] = '\0';
+        return -1;
+    }
+    int w = 0;
+    for (int digits = 15; digits <= 17; digits++) {  /* the shortest that reads back as v: 0.005, not 0.0050000000000000001 */
+        w = snprintf(buf, n, "%.*g", digits, v);
+        if (w < 0 || (size_t)w >= n || strtod(buf, NULL) == v) break;
+    }
+    c_locale_leave(c, old);
+    return w;
 }
 
 const char *json_type_name(const JsonValue *value) {

@@ -1,9 +1,12 @@
-/* A small, strict JSON reader (RFC 8259) for the machine-written manifest.json and the model's config:
- * the text is (pointer, length), never read past its end and never assumed NUL-terminated; depth, size and
- * number length are bounded; duplicate keys, \u0000 and trailing text are refused. */
+/* A small, strict JSON reader (RFC 8259) for the machine-written manifest.json, golden/cases.json and the
+ * model's config: the text is (pointer, length), never read past its end and never assumed NUL-terminated;
+ * depth, size and number length are bounded; duplicate keys, \u0000 and trailing text are refused.
+ * Numbers are read in the "C" locale (thread-local uselocale around strtod), so a program that called
+ * setlocale(LC_ALL, "") under a decimal-comma locale (de_DE) still reads 0.005 as 0.005. */
 #ifndef MHA_JSON_H
 #define MHA_JSON_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -30,6 +33,13 @@ JsonValue *json_parse(const char *text, size_t len, char *err, size_t errlen);
 void json_free(JsonValue *value);
 /* obj[key], or NULL when obj is not an object or has no such member. */
 const JsonValue *json_get(const JsonValue *obj, const char *key);
+/* snprintf in the "C" locale ('.' as the decimal point, whatever setlocale chose), for JSON output and for
+ * lines other programs parse; -1 (and "") when that locale cannot be had. Thread-safe (uselocale). */
+int json_snprintf_c(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int json_vsnprintf_c(char *buf, size_t n, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
+/* v as a JSON number in the "C" locale, the shortest of %.15g..%.17g that reads back as v; "null" when v is
+ * not finite (JSON has no inf or nan). snprintf's value, or -1 (and "") when the locale cannot be had. */
+int json_format_number(double v, char *buf, size_t n);
 /* "an object", "a string", ... for error messages. */
 const char *json_type_name(const JsonValue *value);
 

@@ -1,14 +1,17 @@
 // mha_ts: load the TorchScript artifact (mha.pt) with libtorch and check it against the golden fixtures.
 //
-//   mha_ts check ARTIFACT_DIR      every TorchScript case of golden/cases.tsv; last line "N passed, N failed"
+//   mha_ts check ARTIFACT_DIR [--json FILE]   every TorchScript case of golden/cases.json; last line
+//                                             "N passed, N failed"; --json FILE also writes the results
+//                                             as JSON (common/report.h, "runtime": "cpp")
 //
 // Like the C runner (and with its code: runtime/native/common/), nothing is used before it is verified:
-// manifest.json is required; cases.tsv, each golden file and mha.pt are checked against its size and
-// sha256 (the model is loaded from the verified bytes); each line of cases.tsv is validated against
-// the manifest's config before a buffer is sized from it; the config.json embedded in mha.pt must
-// equal the manifest's; inputs must be finite. Every libtorch call runs inside a try: a failure is
-// that case's FAIL line, never a crash.
+// manifest.json is required; cases.json, each golden file and mha.pt are checked against its size and
+// sha256 (cases.json before it is parsed, the model loaded from the verified bytes); each (artifact, case)
+// pair of cases.json is validated against the manifest's config (shapes, counts, tolerances) before a
+// buffer is sized from it; the config.json embedded in mha.pt must equal the manifest's; inputs must be
+// finite. Every libtorch call runs inside a try: a failure is that case's FAIL line, never a crash.
 #include <torch/script.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "artifact.h"
+#include "report.h"
 
 namespace {
 
@@ -34,9 +38,19 @@ struct Manifest {
   ~Manifest() { mha_manifest_free(&m); }
 };
 
-struct CaseLine {
+struct CasesDoc {
+  MhaCases doc{};
+  ~CasesDoc() { mha_cases_free(&doc); }
+};
+
+struct CasePair {
   MhaCase c{};
-  ~CaseLine() { mha_case_free(&c); }
+  ~CasePair() { mha_case_free(&c); }
+};
+
+struct Report {
+  MhaReport r{};
+  ~Report() { mha_report_free(&r); }
 };
 
 // golden/NAME read against the manifest as count finite float32 values; empty with why set on failure.
@@ -66,6 +80,7 @@ struct Loaded {
   MhaConfig cfg{};
   std::string error;  // why the model was refused, for each of its cases
   bool ok = false;
+  bool unloadable = false;  // torch::jit::load itself refused the bytes (the JSON's not_loadable)
 };
 
 // mha.pt from its verified bytes; its embedded config.json must equal the manifest's config.
@@ -89,9 +104,11 @@ void load(Loaded& l, const std::string& dir, const std::string& file, const MhaM
     l.module.eval();
   } catch (const std::exception& e) {
     l.error = path + ": torch::jit::load failed: " + first_line(e.what());
+    l.unloadable = true;
     return;
   } catch (...) {
     l.error = path + ": torch::jit::load failed with an unknown exception";
+    l.unloadable = true;
     return;
   }
   const std::string& json = extra["config.json"];
@@ -108,12 +125,16 @@ void load(Loaded& l, const std::string& dir, const std::string& file, const MhaM
   l.ok = true;
 }
 
-// One TorchScript case: true when it passed (its line printed either way).
-bool check_case(const std::string& dir, const MhaManifest& m, Loaded& l, const MhaCase& c) {
+// One TorchScript case: true when it passed (its line printed, and reported, either way).
+bool check_case(const std::string& dir, const MhaManifest& m, Loaded& l, const MhaCase& c, MhaReport& report) {
   std::string why;
   MhaCompare r{0, 0, 0};
   load(l, dir, c.file, m);
-  if (!l.ok) why = l.error;
+  if (!l.ok) {
+    why = l.error;
+    if (l.unloadable) mha_report_not_loadable(&report, l.error.c_str());
+    else mha_report_artifact_error(&report, l.error.c_str());
+  }
   std::vector<float> x, want;
   if (why.empty()) x = golden(m, dir, c.input_bin, c.input_count, why);
   if (why.empty()) want = golden(m, dir, c.output_bin, c.output_count, why);
@@ -149,70 +170,105 @@ bool check_case(const std::string& dir, const MhaManifest& m, Loaded& l, const M
   else line << "max_abs=" << r.max_abs << " rel_l2=" << r.rel_l2 << (r.ok ? "" : " atol=" + std::to_string(c.atol));
   if (why.empty() && !r.ok && c.has_rel_l2) line << " rel_l2<=" << c.rel_l2;
   std::cout << line.str() << "\n";
+  mha_report_case(&report, c.name, why.empty() ? &r : nullptr, why.empty() ? nullptr : why.c_str());
   return why.empty() && r.ok;
 }
 
-int check_dir(const std::string& dir) {
-  const std::string tsv_path = dir + "/golden/cases.tsv";
+// A check that stops before any case: one line on stderr, and (with --json) the error as the result.
+int stop(const std::string& dir, const char* json_path, const std::string& why) {
+  std::cerr << "error: " << why << "\n";
+  char err[1024];
+  if (json_path && mha_report_write_error("cpp", dir.c_str(), why.c_str(), json_path, err, sizeof err))
+    std::cerr << "error: " << err << "\n";
+  return 1;
+}
+
+int check_dir(const std::string& dir, const char* json_path) {
+  const std::string cases_path = dir + "/golden/cases.json";
   struct stat st;
-  if (stat(tsv_path.c_str(), &st) != 0) {
-    std::cerr << "error: " << tsv_path << ": expected golden fixtures (made by `mha export`), found none\n";
-    return 1;
-  }
+  if (stat(cases_path.c_str(), &st) != 0)
+    return stop(dir, json_path, cases_path + ": expected golden fixtures (made by `mha export`), found none");
   Manifest manifest;
   char err[1024];
-  if (mha_manifest_load(dir.c_str(), &manifest.m, err, sizeof err)) {
-    std::cerr << "error: " << err << "\n";
-    return 1;
-  }
+  if (mha_manifest_load(dir.c_str(), &manifest.m, err, sizeof err)) return stop(dir, json_path, err);
   unsigned char* raw = nullptr;
   size_t len = 0;
-  if (mha_read_verified(&manifest.m, dir.c_str(), "golden/cases.tsv", &raw, &len, err, sizeof err)) {
-    std::cerr << "error: " << err << "\n";
-    return 1;
-  }
-  std::string text(reinterpret_cast<const char*>(raw), len);
-  std::free(raw);
-  if (text.find('\0') != std::string::npos) {
-    std::cerr << "error: " << tsv_path << ": expected text, found a NUL byte\n";
-    return 1;
-  }
+  // verified against the manifest's size and sha256 before a byte of it is parsed
+  if (mha_read_verified(&manifest.m, dir.c_str(), "golden/cases.json", &raw, &len, err, sizeof err))
+    return stop(dir, json_path, err);
+  CBuffer<unsigned char> bytes(raw);
+  CasesDoc cases;
+  if (mha_cases_parse(reinterpret_cast<const char*>(bytes.get()), len, cases_path.c_str(), &manifest.m.config,
+                      &cases.doc, err, sizeof err))
+    return stop(dir, json_path, err);
+  bytes.reset();
   Loaded loaded;
+  Report report;
+  mha_report_init(&report.r, "cpp", dir.c_str());
+#ifdef TORCH_VERSION
+  mha_report_version(&report.r, "libtorch", TORCH_VERSION);
+#endif
   int passed = 0, failed = 0;
-  std::istringstream lines(text);
-  long number = 0;
-  for (std::string line; std::getline(lines, line);) {
-    ++number;
-    if (line.empty() || line[0] == '#') continue;
-    CaseLine parsed;
-    MhaCase& c = parsed.c;
-    if (mha_case_parse(line.data(), &manifest.m.config, &c, err, sizeof err)) {
-      if (!c.split) {
-        std::cout << "FAIL " << tsv_path << " line " << number << ": " << err << "\n";
-        ++failed;
-      } else if (std::string(c.runtime) == "torchscript") {
-        std::cout << "FAIL " << c.file << " " << c.name << " " << err << "\n";
-        ++failed;
+  const MhaCases& doc = cases.doc;
+  for (size_t a = 0; a < doc.nartifacts; ++a) {
+    for (size_t i = 0; i < doc.ncases; ++i) {
+      CasePair pair;
+      MhaCase& c = pair.c;
+      if (mha_case_get(&doc, a, i, &manifest.m.config, &c, err, sizeof err)) {
+        if (!c.split) {  // no usable file, runtime or name: whose it is cannot be told; every runner fails it
+          const std::string line = cases_path + " artifacts[" + std::to_string(a) + "] cases[" + std::to_string(i) +
+                                   "]: " + err;
+          std::cout << "FAIL " << line << "\n";
+          mha_report_error(&report.r, line.c_str());
+          ++failed;
+        } else if (std::string(c.runtime) == MHA_TORCHSCRIPT_RUNTIME) {
+          std::cout << "FAIL " << c.file << " " << c.name << " " << err << "\n";
+          mha_report_artifact(&report.r, a, c.file, c.runtime);
+          mha_report_case(&report.r, c.name, nullptr, err);
+          ++failed;
+        }
+        continue;
       }
-      continue;
+      if (std::string(c.runtime) != MHA_TORCHSCRIPT_RUNTIME) continue;  // ONNX: the C and Node runners' job
+      mha_report_artifact(&report.r, a, c.file, c.runtime);
+      check_case(dir, manifest.m, loaded, c, report.r) ? ++passed : ++failed;
     }
-    if (std::string(c.runtime) != "torchscript") continue;  // ONNX: the C and Node runners' job
-    check_case(dir, manifest.m, loaded, c) ? ++passed : ++failed;
   }
   std::cout << passed << " passed, " << failed << " failed\n";
-  if (passed + failed == 0) std::cerr << "error: " << tsv_path << ": no TorchScript case found\n";
-  return failed > 0 || passed == 0 ? 1 : 0;
+  if (passed + failed == 0) std::cerr << "error: " << cases_path << ": no TorchScript case found\n";
+  int rc = failed > 0 || passed == 0 ? 1 : 0;
+  if (json_path) {
+    std::cout.flush();
+    if (report.r.passed != passed || report.r.failed != failed) {
+      std::cerr << "error: " << json_path << ": the results kept (" << report.r.passed << " passed, " << report.r.failed
+                << " failed) differ from the count; not written\n";
+      rc = 1;
+    } else if (mha_report_write(&report.r, json_path, err, sizeof err)) {
+      std::cerr << "error: " << err << "\n";
+      rc = 1;
+    }
+  }
+  return rc;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 || std::string(argv[1]) != "check") {
-    std::cerr << "usage: mha_ts check ARTIFACT_DIR\n";
+  // check ARTIFACT_DIR [--json FILE], --json before or after the folder
+  const char *dir = nullptr, *json_path = nullptr;
+  bool usage = argc < 3 || std::string(argv[1]) != "check";
+  for (int i = 2; !usage && i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json" && i + 1 < argc && !json_path && argv[i + 1][0]) json_path = argv[++i];
+    else if (arg.rfind("--", 0) != 0 && !dir) dir = argv[i];
+    else usage = true;
+  }
+  if (usage || !dir) {
+    std::cerr << "usage: mha_ts check ARTIFACT_DIR [--json FILE]\n";
     return 2;
   }
   try {
-    return check_dir(argv[2]);
+    return check_dir(dir, json_path);
   } catch (const std::exception& e) {  // std::bad_alloc and the like: still one line, never a crash
     std::cerr << "error: " << first_line(e.what()) << "\n";
     return 1;

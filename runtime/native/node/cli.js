@@ -1,11 +1,16 @@
 #!/usr/bin/env node
 'use strict';
-// mha-node check ARTIFACT_DIR                          every golden case; last line "N passed, N failed"
+// mha-node check ARTIFACT_DIR [--json FILE]           every golden case of golden/cases.json; last line
+//                                                      "N passed, N failed"; --json FILE also writes the results
+//                                                      as JSON (the format of runtime/native/web/check.mjs --json,
+//                                                      "runtime": "node"; {"runtime", "artifact_dir", "error"}
+//                                                      when the check stops before any case)
 // mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin    one input as raw little-endian float32
-// `run` writes OUT.bin under a name unique to this process (pid + random suffix) and renames it into place,
+// Both write their file under a name unique to this process (pid + random suffix) and rename it into place,
 // so concurrent runs on one output path never see each other's half-written files.
 const crypto = require('crypto');
 const fs = require('fs');
+const path = require('path');
 const { MhaRunner, check, floats, ContractError } = require('./mha');
 
 const MAX_BATCH = 2 ** 20;  // as the C runner
@@ -27,11 +32,45 @@ function writeAtomically(output, bytes) {
   }
 }
 
+// check ARTIFACT_DIR [--json FILE], --json before or after the folder: { dir, json } or null.
+function checkArgs(argv) {
+  if (argv[0] !== 'check') return null;
+  let dir = null, json = null;
+  for (let i = 1; i < argv.length; i++) {
+    if (argv[i] === '--json' && i + 1 < argv.length && json === null && argv[i + 1] !== '') json = argv[++i];
+    else if (!argv[i].startsWith('--') && dir === null) dir = argv[i];
+    else return null;
+  }
+  return dir === null ? null : { dir, json };
+}
+
+// doc as JSON to file, atomically, its folder made first (as web/check.mjs --json does).
+function writeJson(file, doc) {
+  const dir = path.dirname(path.resolve(file));
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+  } catch (e) {
+    throw new Error(`${dir}: cannot make the folder (${e.code || e.message})`);
+  }
+  writeAtomically(file, `${JSON.stringify(doc, null, 1)}\n`);
+}
+
 async function main(argv) {
-  if (argv.length === 2 && argv[0] === 'check') {
-    const { passed, failed } = await check(argv[1]);
+  const args = checkArgs(argv);
+  if (args) {
+    const head = { runtime: 'node', artifact_dir: args.dir, onnxruntime: require('onnxruntime-node/package.json').version,
+      errors: [] };  // as the C runners' (failures tied to no artifact): check() has none
+    let result;
+    try {
+      result = await check(args.dir);
+    } catch (e) {  // stopped before any case: the error is the result
+      if (args.json) writeJson(args.json, { runtime: head.runtime, artifact_dir: args.dir, error: e.message.split('\n')[0] });
+      throw e;
+    }
+    const { passed, failed } = result;
     console.log(`${passed} passed, ${failed} failed`);
-    if (passed + failed === 0) console.error(`error: ${argv[1]}: no ONNX case found in golden/cases.json`);
+    if (passed + failed === 0) console.error(`error: ${args.dir}: no ONNX case found in golden/cases.json`);
+    if (args.json) writeJson(args.json, { ...head, ...result });
     return failed > 0 || passed === 0 ? 1 : 0;
   }
   if (argv.length === 6 && argv[0] === 'run') {
@@ -57,7 +96,7 @@ async function main(argv) {
     console.log(`wrote ${output} ${JSON.stringify(y.dims)}`);
     return 0;
   }
-  console.error('usage: mha-node check ARTIFACT_DIR | mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin');
+  console.error('usage: mha-node check ARTIFACT_DIR [--json FILE] | mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin');
   return 2;
 }
 

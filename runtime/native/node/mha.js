@@ -3,7 +3,8 @@
 // The contract (d_in, context_length, heads) comes from the folder's manifest.json (checked field by field),
 // and every file used (model, cases.json, golden .bin) is checked against the manifest's size and sha256
 // before use; golden cases and decode schedules are validated against the config before any buffer is sized.
-// check() runs the cases.json artifacts of the runtimes onnxruntime, onnxruntime-decode and onnxruntime-decode-inplace.
+// check() runs the cases.json artifacts of the runtimes onnxruntime, onnxruntime-decode and onnxruntime-decode-inplace,
+// and returns its results in the format of runtime/native/web/check.mjs --json (cli.js `check DIR --json FILE`).
 const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
@@ -130,7 +131,9 @@ async function openSession(artifact, model) {
   try {
     session = await ort.InferenceSession.create(bytes, { intraOpNumThreads: 1 });
   } catch (e) {
-    throw new ArtifactError(`${path.join(dir, name)}: ONNX Runtime cannot load it (${e.message.split('\n')[0]})`);
+    const err = new ArtifactError(`${path.join(dir, name)}: ONNX Runtime cannot load it (${e.message.split('\n')[0]})`);
+    err.notLoadable = err.message;  // the runtime itself refused the verified bytes (check()'s not_loadable)
+    throw err;
   }
   return { session, config: manifest.config, file: name };
 }
@@ -314,8 +317,13 @@ function checkTolerance(tol, where) {
   }
 }
 
+const finite = (v) => (Number.isFinite(v) ? v : null);  // JSON has no Infinity
+
 // Every golden case on every ONNX artifact of cases.json, each with its own tolerance. The manifest is
-// required: cases.json, the golden files and the models are all checked against it.
+// required: cases.json, the golden files and the models are all checked against it. One line per case to log;
+// returns { passed, failed, not_loadable: [{ file, reason }], artifacts: [{ file, runtime, not_loadable, error,
+// passed, failed, cases: [{ name, ok, max_abs, rel_l2, error }] }] }: an artifact ONNX Runtime cannot load keeps
+// its failed cases and names the reason in not_loadable; max_abs and rel_l2 are null when a case was not compared.
 async function check(dir, log = console.log) {
   const casesFile = path.join(dir, 'golden', 'cases.json');
   if (!fs.existsSync(casesFile)) throw new ArtifactError(`${casesFile}: expected golden fixtures (made by \`mha export\`), found none`);
@@ -338,11 +346,14 @@ async function check(dir, log = console.log) {
     return floats(golden.get(rel), count, path.join(dir, rel));
   };
   let passed = 0, failed = 0;
+  const artifacts = [];
   for (const entry of cases.artifacts) {
     if (!isObject(entry) || !RUNTIMES.includes(entry.runtime)) continue;
     const inplace = entry.runtime === DECODE_INPLACE_RUNTIME;
     const decode = inplace || entry.runtime === DECODE_RUNTIME;
     const file = String(entry.file);
+    const record = { file, runtime: entry.runtime, not_loadable: null, error: null, passed: 0, failed: 0, cases: [] };
+    artifacts.push(record);
     let runner = null, error = null;
     try {
       if (!plainName(entry.file)) throw new ArtifactError(`file: expected a file name inside the artifact folder, got ${JSON.stringify(entry.file)}`);
@@ -352,9 +363,12 @@ async function check(dir, log = console.log) {
       runner = await kind.create(dir, { model: file });
     } catch (e) {
       error = e.message;
+      if (e.notLoadable) record.not_loadable = e.notLoadable;
+      else record.error = error.split('\n')[0];
     }
     for (const c of cases.cases) {
       const name = isObject(c) ? String(c.name) : '?';
+      const result = { name, ok: false, max_abs: null, rel_l2: null, error: null };
       let line;
       try {
         if (error) throw new Error(error);
@@ -391,15 +405,18 @@ async function check(dir, log = console.log) {
         const r = compare(got, want, entry.tolerance);
         line = `${r.ok ? 'ok  ' : 'FAIL'} ${file.padEnd(20)} ${name.padEnd(10)} max_abs=${r.maxAbs.toPrecision(3)} rel_l2=${r.relL2.toPrecision(3)}`
           + (r.ok ? '' : ` atol=${entry.tolerance.atol}` + (entry.tolerance.rel_l2 == null ? '' : ` rel_l2<=${entry.tolerance.rel_l2}`));
-        r.ok ? passed++ : failed++;
+        Object.assign(result, { ok: r.ok, max_abs: finite(r.maxAbs), rel_l2: finite(r.relL2) });
       } catch (e) {
         line = `FAIL ${file.padEnd(20)} ${name.padEnd(10)} ${e.message.split('\n')[0]}`;
-        failed++;
+        result.error = e.message.split('\n')[0];
       }
+      result.ok ? (passed++, record.passed++) : (failed++, record.failed++);
+      record.cases.push(result);
       log(line);
     }
   }
-  return { passed, failed };
+  const notLoadable = artifacts.filter((a) => a.not_loadable).map((a) => ({ file: a.file, reason: a.not_loadable }));
+  return { passed, failed, not_loadable: notLoadable, artifacts };
 }
 
 module.exports = {

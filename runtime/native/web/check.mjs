@@ -4,7 +4,8 @@
 // artifact's tolerance; an artifact it cannot load is listed with the runtime's reason and counted neither way.
 // One line per case (with the median milliseconds of N timed runs), ending with "N passed, N failed".
 // --json FILE writes the same results (pass counts, max errors, median ms per case) for the README's portability
-// table and `mha bench`.
+// table and `mha bench`, with "runtime": "wasm": the format the other runners' `check DIR --json FILE` write too
+// (runtime/native/common/report.h).
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
