@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml runtime/pyproject.toml export/pyproject.toml
 	@$(PY) -m pip uninstall -y -q onnxruntime-gpu >/dev/null 2>&1 || true
 	$(PY) -m pip install -q --config-settings editable_mode=compat -e './runtime[serve]' \
 	  -e './export[bench,executorch]' --group dev
+	@# The book's own code for the tests' references; --no-deps: it declares tensorflow and jupyterlab, while its
+	@# ch03-ch05 modules import only torch.
+	$(PY) -m pip install -q --no-deps llms-from-scratch==1.0.19
 	@if [ "$(ORT)" = gpu ]; then $(PY) -m pip uninstall -y -q onnxruntime && $(PY) -m pip install -q $(GPU_ORT); fi
 	@rm -f $(VENV)/.installed-* && touch $@
 

@@ -1,4 +1,7 @@
 """The tutorial's model: golden output, names, and the seed initialisation."""
+from pathlib import Path
+
+import numpy as np
 import torch
 
 from mha_export.weights.load import seeded_model
@@ -49,3 +52,35 @@ def test_causality_future_tokens_do_not_change_the_past() -> None:
     with torch.no_grad():
         assert torch.equal(model(x)[:, :4], model(y)[:, :4])
         assert not torch.allclose(model(x)[:, 4:], model(y)[:, 4:])
+
+
+def test_the_seed_model_is_the_books_own_wrapper() -> None:
+    """The book's published code (llms-from-scratch 1.0.19, ch03) under the tutorial's seed builds the same module:
+    the same names, the same weights and, on the book's input, the same output to the last bit."""
+    from llms_from_scratch.ch03 import MultiHeadAttentionWrapper
+
+    torch.manual_seed(123)
+    book = MultiHeadAttentionWrapper(3, 2, 6, 0.0, num_heads=2).eval()
+    ours = seeded_model(preset("seed"))
+    assert book.state_dict().keys() == ours.state_dict().keys()
+    assert all(torch.equal(book.state_dict()[k], v) for k, v in ours.state_dict().items())
+    batch = torch.stack((INPUTS, INPUTS))
+    with torch.no_grad():
+        assert torch.equal(book(batch), ours(batch))
+        assert torch.equal(torch.round(book(batch)[0] * 1e4) / 1e4, EXPECTED)
+
+
+def test_the_seed_presets_goldens_are_the_books_wrapper(seed_dir: Path) -> None:
+    """Every golden case of the exported seed preset equals the book's wrapper, seeded as the tutorial does."""
+    from llms_from_scratch.ch03 import MultiHeadAttentionWrapper
+
+    from mha_runtime.artifact.golden import iter_cases, load_cases
+
+    torch.manual_seed(123)
+    book = MultiHeadAttentionWrapper(3, 2, 6, 0.0, num_heads=2).eval()
+    cases = list(iter_cases(seed_dir, load_cases(seed_dir)))
+    assert len(cases) >= 3
+    for name, x, expected in cases:
+        with torch.no_grad():
+            got = book(torch.from_numpy(x)).numpy()
+        assert np.array_equal(got, expected), name

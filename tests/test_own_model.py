@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from llms_from_scratch.ch03 import MultiHeadAttention
+from llms_from_scratch.ch04 import GPTModel
 
-from book_models import GPTModel, MultiHeadAttention
 from helpers import REPO
 from mha_export.pipeline.validate import artifact_runner
 from mha_runtime.artifact.config import MHAConfig
