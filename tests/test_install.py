@@ -1,0 +1,99 @@
+"""The README's install table, row by row: each `pip install` into a fresh venv gives what the row says.
+
+pip may use its cache and takes torch 2.13.0 from this machine's disk; each row costs about a minute.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, copy_packages
+
+TINY = {"d_in": 8, "d_out": 8, "num_heads": 2, "context_length": 16}
+ROWS = re.findall(r"^\| [^|]+ \| `(pip install [^`]+)` \|", (REPO / "README.md").read_text(), re.M)
+
+
+def _run(venv: Path, *args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(venv / "bin" / str(args[0])), *map(str, args[1:])], capture_output=True, text=True,
+                          timeout=900, cwd=cwd)
+
+
+def _imports(venv: Path, cwd: Path, *modules: str) -> dict[str, bool]:
+    code = ("import importlib.util, json, sys; "
+            "print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[1:]}))")
+    return json.loads(_run(venv, "python", "-c", code, *modules, cwd=cwd).stdout)
+
+
+def _export(venv: Path, cwd: Path, *variants: str) -> subprocess.CompletedProcess[str]:
+    (cwd / "tiny.json").write_text(json.dumps(TINY))
+    extra = ["--variants", ",".join(variants)] if variants else []
+    return _run(venv, "mha", "export", "--config", "tiny.json", "--name", "tiny", "--out", "out", *extra, cwd=cwd)
+
+
+def check_runtime(venv: Path, cwd: Path, seed_dir: Path) -> None:
+    listed = _run(venv, "mha", "--help", cwd=cwd).stdout
+    assert all(f" {c} " in listed for c in ("run", "check", "inspect", "serve", "loadtest", "triton"))
+    assert " export " not in listed
+    assert _imports(venv, cwd, "mha_runtime", "onnxruntime", "torch", "mha_export", "ray") == {
+        "mha_runtime": True, "onnxruntime": True, "torch": False, "mha_export": False, "ray": False}
+    check = _run(venv, "mha", "check", seed_dir, cwd=cwd)
+    assert check.returncode == 0 and " 0 failed, " in check.stdout.splitlines()[-1], check.stdout + check.stderr
+
+
+def check_serve(venv: Path, cwd: Path, seed_dir: Path) -> None:
+    assert _imports(venv, cwd, "ray.serve", "torch") == {"ray.serve": True, "torch": False}
+    assert _run(venv, "mha", "serve", "--help", cwd=cwd).returncode == 0
+
+
+def check_export(venv: Path, cwd: Path, seed_dir: Path) -> None:
+    assert _imports(venv, cwd, "torch", "onnx", "mha_export", "executorch", "matplotlib") == {
+        "torch": True, "onnx": True, "mha_export": True, "executorch": False, "matplotlib": False}
+    made = _export(venv, cwd)
+    assert made.returncode == 0, made.stderr
+    assert made.stderr.strip().splitlines()[-1] == (
+        "note: tiny: variant 'pte' left out: needs executorch: pip install './export[executorch]'")
+    assert (cwd / "out" / "tiny" / "mha.qblocks.onnx").exists() and not (cwd / "out" / "tiny" / "mha.pte").exists()
+    validated = _run(venv, "mha", "validate", cwd / "out" / "tiny", cwd=cwd)
+    assert validated.returncode == 0 and validated.stdout.strip().endswith(" 0 failed"), validated.stderr
+
+
+def check_bench(venv: Path, cwd: Path, seed_dir: Path) -> None:
+    assert _imports(venv, cwd, "matplotlib", "mha_export") == {"matplotlib": True, "mha_export": True}
+    assert _run(venv, "mha", "bench", "--help", cwd=cwd).returncode == 0
+
+
+def check_executorch(venv: Path, cwd: Path, seed_dir: Path) -> None:
+    made = _export(venv, cwd, "pte")
+    assert made.returncode == 0 and (cwd / "out" / "tiny" / "mha.pte").exists(), made.stderr
+    assert "left out" not in made.stderr
+
+
+CHECKS: dict[str, Callable[[Path, Path, Path], None]] = {
+    "pip install ./runtime": check_runtime,
+    "pip install './runtime[serve]'": check_serve,
+    "pip install ./runtime ./export": check_export,
+    "pip install ./runtime './export[bench]'": check_bench,
+    "pip install ./runtime './export[executorch]'": check_executorch,
+}
+
+
+def test_every_install_row_has_a_check() -> None:
+    assert ROWS and set(ROWS) == set(CHECKS), "README's install table and tests/test_install.py disagree"
+
+
+@pytest.mark.parametrize("command", ROWS)
+def test_the_readme_install_row_gives_what_it_says(command: str, seed_dir: Path, tmp_path: Path) -> None:
+    src = copy_packages(tmp_path / "checkout")  # pip builds in the source tree: a copy keeps the checkout clean
+    venv = tmp_path / "venv"
+    assert subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True).returncode == 0
+    args = command.split(" ", 2)[2]
+    installed = subprocess.run(f"{venv}/bin/python -m pip install -q --disable-pip-version-check {args}", shell=True,
+                               capture_output=True, text=True, timeout=900, cwd=src)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    CHECKS[command](venv, src, seed_dir)
