@@ -90,3 +90,49 @@ def test_altered_model_that_onnxruntime_loads_is_still_refused(seed_copy: Path) 
     assert path.stat().st_size == load_manifest(seed_copy).files["mha.contrib.onnx"].size  # not the size check
     with pytest.raises(ArtifactError, match="differs from the manifest"):
         OnnxRunner(seed_copy, model="mha.contrib.onnx")
+
+
+def _tamper(path: Path) -> None:
+    """Same size, one byte changed: only the sha256 can tell."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _refused_unparsed(monkeypatch: pytest.MonkeyPatch, target: object, attribute: str, build: object) -> None:
+    """`build()` must raise the sha256 refusal with `target.attribute` (the parser's entry point) never called."""
+    calls: list[object] = []
+    monkeypatch.setattr(target, attribute, lambda *args, **kwargs: calls.append(args) or pytest.fail("parsed"))
+    with pytest.raises(ArtifactError, match="differs from the manifest"):
+        build()  # type: ignore[operator]
+    assert calls == []
+
+
+@pytest.mark.parametrize("file", ["mha.onnx", "mha.decode.onnx", "mha.ort"])
+def test_a_tampered_onnx_model_never_reaches_onnxruntime(seed_copy: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         file: str) -> None:
+    import mha_runtime.infer.runner as runner
+    from mha_runtime.infer.decode_session import DecodeSession
+
+    _tamper(seed_copy / file)
+    kind = DecodeSession if "decode" in file else OnnxRunner
+    _refused_unparsed(monkeypatch, runner.ort, "InferenceSession",
+                      lambda: kind(seed_copy, model=file, provider="cpu"))
+
+
+def test_a_tampered_torchscript_never_reaches_torch_jit(seed_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from mha_export.infer.torchscript_runner import load_torchscript
+
+    _tamper(seed_copy / "mha.pt")
+    _refused_unparsed(monkeypatch, torch.jit, "load", lambda: load_torchscript(seed_copy / "mha.pt"))
+
+
+def test_a_tampered_pte_never_reaches_executorch(seed_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from executorch.runtime import Runtime
+
+    from mha_export.infer.pte_runner import PteRunner
+
+    _tamper(seed_copy / "mha.pte")
+    _refused_unparsed(monkeypatch, type(Runtime.get()), "load_program", lambda: PteRunner(seed_copy))

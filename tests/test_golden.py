@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import PRESET_DIGESTS, preset_digests
+from helpers import PRESET_DIGESTS, preset_digests, reseal
 from mha_export.pipeline.fixtures import FIXTURE_SEED, golden_shapes
 from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.golden import iter_cases, load_cases
@@ -39,3 +39,33 @@ def test_goldens_are_the_eager_model_rebuilt_from_the_saved_weights(name: str, r
         with torch.no_grad():
             assert np.array_equal(expected, model(torch.from_numpy(x)).numpy()), case
         assert np.array_equal(np.load(Path(folder) / "golden" / f"{case}.context.npy"), expected), case
+
+
+def test_the_python_check_feeds_the_decode_forms_the_stored_schedules(mid_copy: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """cases.json's schedules are the contract every runner follows: an edited one is what the Python check runs."""
+    import mha_runtime.infer.golden_check as golden_check
+
+    path = mid_copy / "golden" / "cases.json"
+    doc = json.loads(path.read_text())
+    case = doc["cases"][-1]
+    tokens = case["input_shape"][1]
+    for entry in doc["artifacts"]:
+        if "schedules" in entry:
+            entry["schedules"][case["name"]] = [1] * tokens  # token by token instead of the stored prefill + steps
+    path.write_text(json.dumps(doc))
+    reseal(mid_copy, "golden/cases.json")
+    fed: list[list[int]] = []
+    real = golden_check.run_chunked
+
+    def recording(session: object, x: object, chunks: list[int]) -> object:
+        fed.append(list(chunks))
+        return real(session, x, chunks)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(golden_check, "run_chunked", recording)
+    results = golden_check.check_golden(mid_copy)
+    assert all(r.ok or r.skipped for r in results)
+    decode_files = [e["file"] for e in doc["artifacts"] if "schedules" in e]
+    assert len(decode_files) == 2 and fed.count([1] * tokens) == len(decode_files)
+    assert all(chunks in [e["schedules"][c["name"]] for e in doc["artifacts"] if "schedules" in e
+                          for c in doc["cases"]] for chunks in fed)

@@ -22,8 +22,6 @@ import numpy as np
 import pytest
 
 from helpers import add_zero_case
-from mha_export.pipeline.fixtures import cases_tsv
-from mha_runtime.artifact.golden import GoldenCases
 
 NATIVE = Path(__file__).resolve().parents[1] / "runtime" / "native"
 C_BUILD = NATIVE / "c" / "build"
@@ -39,12 +37,17 @@ RUNNERS = list(COMMAND)
 ONNX_RUNNERS = ["c", "c-asan", "node"]  # the ones that load .onnx (and have a `run` mode)
 MODEL_OF = {"c": "mha.onnx", "c-asan": "mha.onnx", "node": "mha.onnx", "cpp": "mha.pt"}
 SANITIZER_WORDS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "runtime error:")
-TSV = {"batch": 7, "tokens": 8, "d_in": 9, "width": 10, "rel_l2": 5, "schedule": 13}  # cases.tsv columns
+CASES = "golden/cases.json"  # the golden cases every runner reads
+PARSE_ERROR = "golden/cases.json: expected JSON, got a parse error ("
+# the runtimes of cases.json each runner runs, and the "runtime" its --json results name
+ONNX_RUNTIMES = ("onnxruntime", "onnxruntime-decode", "onnxruntime-decode-inplace")
+RUNS = {"c": ONNX_RUNTIMES, "c-asan": ONNX_RUNTIMES, "node": ONNX_RUNTIMES, "cpp": ("torchscript",)}
+JSON_RUNTIME = {"c": "c", "c-asan": "c", "node": "node", "cpp": "cpp"}
 
 
-def _command(runner: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+def _command(runner: str, *args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     assert BUILT[runner].exists(), f"{BUILT[runner]} is missing: build the native runners first (make native-build)"
-    return subprocess.run([*COMMAND[runner], *map(str, args)], capture_output=True, text=True, timeout=300)
+    return subprocess.run([*COMMAND[runner], *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
 
 
 def _run(runner: str, folder: Path) -> subprocess.CompletedProcess[str]:
@@ -93,49 +96,50 @@ def _line_of(out: str, model: str, case: str) -> str:
 
 # --- editing fixtures the way a buggy or hostile exporter would (the manifest resealed to match) ---------------
 
+def _cases(folder: Path) -> dict:
+    return json.loads((folder / CASES).read_text())
+
+
+def _edit_cases(folder: Path, change: Callable[[dict], object], *, reseal: bool = True) -> None:
+    """Change the parsed golden/cases.json in place and write it back (resealed in the manifest unless told)."""
+    doc = _cases(folder)
+    change(doc)
+    (folder / CASES).write_text(json.dumps(doc, indent=2) + "\n")
+    if reseal:
+        _reseal(folder, CASES)
+
+
+def _case(doc: dict, name: str) -> dict:
+    (case,) = [c for c in doc["cases"] if c["name"] == name]
+    return case
+
+
+def _write_cases_bytes(folder: Path, data: bytes) -> None:
+    """golden/cases.json replaced by raw bytes (malformed JSON, another document), resealed."""
+    (folder / CASES).write_bytes(data)
+    _reseal(folder, CASES)
+
+
 def _add_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) -> None:
-    """Append a golden case with the given input shape to cases.json and cases.tsv (outputs are zeros)."""
+    """Append a golden case with the given input shape to cases.json (outputs are zeros), resealed."""
     add_zero_case(folder, name, shape, width)
-    doc = json.loads((folder / "golden" / "cases.json").read_text())
-    (folder / "golden" / "cases.tsv").write_text(cases_tsv(GoldenCases.from_dict(doc, "cases.json")))
-    _reseal(folder, "golden/cases.json", "golden/cases.tsv", f"golden/{name}.x.bin", f"golden/{name}.context.bin")
+    _reseal(folder, CASES, f"golden/{name}.x.bin", f"golden/{name}.context.bin")
 
 
 def _edit_case(folder: Path, case: str, *, batch: int | None = None, tokens: int | None = None,
                schedule: list[int] | None = None, reseal: bool = True) -> None:
-    """Set a case's batch / tokens / decode schedule in both cases.json (Node) and cases.tsv (C, C++), unchecked."""
-    golden = folder / "golden"
-    doc = json.loads((golden / "cases.json").read_text())
-    for c in doc["cases"]:
-        if c["name"] == case:
-            for axis, value in ((0, batch), (1, tokens)):
-                if value is not None:
-                    c["input_shape"][axis] = c["output_shape"][axis] = value
-    for entry in doc["artifacts"]:
-        if schedule is not None and "schedules" in entry:
-            entry["schedules"][case] = schedule
-    (golden / "cases.json").write_text(json.dumps(doc, indent=2) + "\n")
-    lines = (golden / "cases.tsv").read_text().splitlines()
-    for i, line in enumerate(lines):
-        row = line.split("\t")
-        if line.startswith("#") or row[6] != case:
-            continue
-        if batch is not None:
-            row[TSV["batch"]] = str(batch)
-        if tokens is not None:
-            row[TSV["tokens"]] = str(tokens)
-        if schedule is not None and row[TSV["schedule"]] != "-":
-            row[TSV["schedule"]] = ",".join(map(str, schedule))
-        lines[i] = "\t".join(row)
-    (golden / "cases.tsv").write_text("\n".join(lines) + "\n")
-    if reseal:
-        _reseal(folder, "golden/cases.json", "golden/cases.tsv")
+    """Set a case's batch / tokens (input and output shape) and every decode artifact's schedule for it in
+    cases.json, unchecked."""
+    def change(doc: dict) -> None:
+        c = _case(doc, case)
+        for axis, value in ((0, batch), (1, tokens)):
+            if value is not None:
+                c["input_shape"][axis] = c["output_shape"][axis] = value
+        for entry in doc["artifacts"]:
+            if schedule is not None and "schedules" in entry:
+                entry["schedules"][case] = schedule
 
-
-def _append_tsv(folder: Path, line: str) -> None:
-    tsv = folder / "golden" / "cases.tsv"
-    tsv.write_text(tsv.read_text() + line + "\n")
-    _reseal(folder, "golden/cases.tsv")
+    _edit_cases(folder, change, reseal=reseal)
 
 
 def _edit_floats(folder: Path, name: str, change: Callable[[np.ndarray], np.ndarray]) -> None:
@@ -176,7 +180,10 @@ def _flip_pt_byte(path: Path) -> None:
     import torch
 
     data = bytearray(path.read_bytes())
-    info = zipfile.ZipFile(path).getinfo("mha/data/1")
+    # a weight's record, under the archive's root folder (torch.jit.save names it after the file; the exporter's
+    # reproducible rewrite of mha.pt names it 'archive')
+    (info,) = [i for i in zipfile.ZipFile(path).infolist() if i.filename.split("/")[1:] == ["data", "1"]]
+    assert info.compress_type == zipfile.ZIP_STORED and info.file_size > 0, info
     name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
     data[info.header_offset + 30 + name_len + extra_len] ^= 1
     path.write_bytes(bytes(data))
@@ -273,10 +280,145 @@ def test_contract_breaking_fixture_is_refused(runner: str, shape: tuple[int, int
     assert out.strip().splitlines()[-1].endswith(" failed") and " 0 failed" not in out
 
 
+# --- `check DIR --json FILE`: the results as JSON, the same as the console's ----------------------------------------
+
+def _case_lines(out: str) -> dict[tuple[str, str], tuple[bool, str]]:
+    """The case lines of a check's stdout: (file, case) -> (ok, the rest of the line), each pair once."""
+    lines = [line.split(None, 3) for line in out.splitlines() if line.startswith(("ok   ", "FAIL "))]
+    found = {(file, case): (status == "ok", rest) for status, file, case, rest in lines}
+    assert len(found) == len(lines), out
+    return found
+
+
+def _damage(folder: Path) -> None:
+    """Every kind of result a check can hold: a near miss of one golden output (a compared case that fails), a bad
+    decode schedule (a case refused before it runs), a model ONNX Runtime cannot load (not_loadable) and a model
+    whose sha256 differs from the manifest (the artifact's error)."""
+    _edit_floats(folder, "b1_t1.context.bin", lambda y: y + np.r_[1.5e-5 * (1 + abs(y[0])), np.zeros(len(y) - 1)])
+    _edit_case(folder, "b1_t6", schedule=[3, 1])
+    fused = folder / "mha.fused.onnx"
+    fused.write_bytes(b"\x00garbage" + fused.read_bytes()[100:])
+    _reseal(folder, "mha.fused.onnx")
+    attention = json.loads((folder / "manifest.json").read_text())["files"]["mha.attention.onnx"]["sha256"]
+    _edit_manifest_text(folder, attention, "0" * 64)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("damaged", [False, True], ids=["golden", "damaged"])
+def test_check_json_is_the_console_result(runner: str, damaged: bool, seed_dir: Path, tmp_path: Path) -> None:
+    """passed / failed are the console's last line; the artifacts are the cases.json entries of the runner's
+    runtimes, in order, each with every case in order, and each case as its console line says (ok, max_abs,
+    rel_l2 to the digits printed, or the FAIL line's reason as its error)."""
+    folder = seed_dir
+    if damaged:
+        folder = Path(shutil.copytree(seed_dir, tmp_path / "seed"))
+        _damage(folder)
+    out_dir = tmp_path / "results"  # not there yet: the runner makes it
+    result = _command(runner, "check", folder, "--json", out_dir / "check.json")
+    out = _no_crash(result)
+    assert result.returncode == (1 if damaged else 0), out
+    passed, failed = map(int, re.fullmatch(r"(\d+) passed, (\d+) failed", result.stdout.strip().splitlines()[-1])
+                         .groups())
+    assert sorted(p.name for p in out_dir.iterdir()) == ["check.json"]  # no temporary left behind
+    doc = json.loads((out_dir / "check.json").read_text())
+    assert doc["runtime"] == JSON_RUNTIME[runner] and doc["artifact_dir"] == str(folder)
+    assert (doc["passed"], doc["failed"]) == (passed, failed), doc
+    assert doc["errors"] == []
+
+    cases = _cases(folder)
+    names = [c["name"] for c in cases["cases"]]
+    runtime_of = {a["file"]: a["runtime"] for a in cases["artifacts"]}
+    assert [a["file"] for a in doc["artifacts"]] == [a["file"] for a in cases["artifacts"]
+                                                     if a["runtime"] in RUNS[runner]]
+    lines = _case_lines(result.stdout)
+    assert len(lines) == passed + failed == len(names) * len(doc["artifacts"]), out
+    for artifact in doc["artifacts"]:
+        assert artifact["runtime"] == runtime_of[artifact["file"]]
+        assert [c["name"] for c in artifact["cases"]] == names, artifact
+        assert artifact["passed"] == sum(c["ok"] for c in artifact["cases"])
+        assert artifact["failed"] == sum(not c["ok"] for c in artifact["cases"])
+        for case in artifact["cases"]:
+            ok, rest = lines[artifact["file"], case["name"]]
+            assert case["ok"] is ok, (case, rest)
+            if case["error"] is None:
+                shown = re.match(r"max_abs=(\S+) rel_l2=(\S+)", rest)
+                assert shown, rest
+                for key, text in zip(("max_abs", "rel_l2"), shown.groups(), strict=True):
+                    assert isinstance(case[key], (int, float)), case
+                    assert abs(case[key] - float(text)) <= 6e-3 * abs(case[key]), (case, rest)  # 3 digits printed
+            else:
+                assert not ok and case["max_abs"] is None and case["rel_l2"] is None, case
+                assert rest == case["error"], (case, rest)
+    assert sum(a["passed"] for a in doc["artifacts"]) == passed
+    assert doc["not_loadable"] == [{"file": a["file"], "reason": a["not_loadable"]} for a in doc["artifacts"]
+                                   if a["not_loadable"]]
+    by_file = {a["file"]: a for a in doc["artifacts"]}
+    model = by_file[MODEL_OF[runner]]
+    if not damaged:
+        assert failed == 0 and doc["not_loadable"] == [] and passed == len(names) * len(doc["artifacts"])
+        assert all(a["error"] is None and a["not_loadable"] is None for a in doc["artifacts"])
+        return
+    assert [c["ok"] for c in model["cases"]] == [name != "b1_t1" for name in names], model
+    assert model["cases"][names.index("b1_t1")]["max_abs"] > 1e-5
+    if runner == "cpp":
+        assert (passed, failed) == (len(names) - 1, 1)
+        return
+    assert [entry["file"] for entry in doc["not_loadable"]] == ["mha.fused.onnx"], doc["not_loadable"]
+    assert "ONNX Runtime cannot load it" in by_file["mha.fused.onnx"]["not_loadable"]
+    assert by_file["mha.fused.onnx"]["error"] is None and by_file["mha.fused.onnx"]["passed"] == 0
+    attention = by_file["mha.attention.onnx"]
+    assert attention["not_loadable"] is None and "differs from the manifest's 000000000000..." in attention["error"]
+    assert attention["passed"] == 0 and all(attention["error"] in c["error"] for c in attention["cases"])
+    decode = by_file["mha.decode.onnx"]["cases"][names.index("b1_t6")]
+    assert decode["error"] == "schedule 3,1 adds up to 4, expected tokens=6", decode
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_check_json_of_a_check_that_stops_is_its_error(runner: str, seed_copy: Path, tmp_path: Path) -> None:
+    """A check that stops before any case (here a malformed cases.json) writes {runtime, artifact_dir, error}."""
+    _write_cases_bytes(seed_copy, (seed_copy / CASES).read_bytes()[:700])
+    result = _command(runner, "check", seed_copy, "--json", tmp_path / "check.json")
+    _no_crash(result)
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: " + PARSE_ERROR.replace("golden/", f"{seed_copy}/golden/")), line
+    doc = json.loads((tmp_path / "check.json").read_text())
+    assert doc == {"runtime": JSON_RUNTIME[runner], "artifact_dir": str(seed_copy), "error": line[len("error: "):]}
+
+
 # --- hostile fixtures: one line, exit 1, no crash, nothing written ----------------------------------------------
 
-def _schedule(chunks: list[int]) -> Callable[[Path], None]:
+def _schedule(chunks: object) -> Callable[[Path], None]:
     return lambda folder: _edit_case(folder, "b1_t6", schedule=chunks)
+
+
+def _drop_schedule(doc: dict) -> None:
+    for entry in doc["artifacts"]:
+        if "schedules" in entry:
+            del entry["schedules"]["b1_t6"]
+
+
+def _golden_names(case: str, **names: str) -> Callable[[Path], None]:
+    """A case's input_bin / output_bin set to `names` (in cases.json, resealed)."""
+    return lambda folder: _edit_cases(folder, lambda doc: _case(doc, case).update(names))
+
+
+def _shapes(case: str, **shapes: list[int]) -> Callable[[Path], None]:
+    """A case's input_shape / output_shape set to `shapes` (the .bin files unchanged)."""
+    return lambda folder: _edit_cases(folder, lambda doc: _case(doc, case).update(shapes))
+
+
+def _models_outside(folder: Path) -> None:
+    """mha.onnx's and mha.pt's entries name their file through '..' (the same file: seed_copy is <tmp>/seed)."""
+    def change(doc: dict) -> None:
+        for entry in doc["artifacts"]:
+            if entry["file"] in ("mha.onnx", "mha.pt"):
+                entry["file"] = f"../{folder.name}/{entry['file']}"
+
+    _edit_cases(folder, change)
+
+
+NOT_INSIDE = "expected a file name inside the artifact folder, got "
 
 
 HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, str]]] = {
@@ -293,6 +435,16 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
                       {"*": "schedule 3,0,3: expected chunks of 1 to tokens=6 tokens, got '0'"}),
     "schedule-too-many": (_schedule([1] * 7), ["c", "c-asan", "node"],
                           {"*": "expected at most tokens=6 chunks, got 7"}),
+    "schedule-fraction": (_schedule([3, 1.5, 1.5]), ["c", "c-asan", "node"],
+                          {"*": "schedule 3,1.5,1.5: expected chunks of 1 to tokens=6 tokens, got '1.5'"}),
+    "schedule-string": (_schedule(["6"]), ["c", "c-asan", "node"],
+                        {"*": "schedule \"6\": expected chunks of 1 to tokens=6 tokens, got '\"6\"'",
+                         "node": "schedule 6: expected chunks of 1 to tokens=6 tokens, got '6'"}),
+    "schedule-empty": (_schedule([]), ["c", "c-asan", "node"], {"*": "schedule : expected a list of chunks"}),
+    "schedule-not-a-list": (_schedule(6), ["c", "c-asan", "node"], {"*": "schedule 6: expected a list of chunks"}),
+    "schedule-missing": (lambda f: _edit_cases(f, _drop_schedule), ["c", "c-asan", "node"],
+                         {"*": "schedules: expected a schedule for case 'b1_t6', found none",
+                          "node": "schedule null: expected a list of chunks"}),
     "batch-huge": (lambda f: _edit_case(f, "b1_t1", batch=10**15), RUNNERS,
                    {"*": "expected 3000000000000000 float32 values (12000000000000000 bytes), found 12 bytes"}),
     "batch-overflows": (lambda f: _edit_case(f, "b1_t1", batch=2**62), RUNNERS,
@@ -318,7 +470,7 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
     "input-truncated-unsealed": (lambda f: (f / "golden" / "b1_t1.x.bin").write_bytes(b"\0" * 8), RUNNERS,
                                  {"*": "b1_t1.x.bin: expected 12 bytes (manifest), found 8"}),
     "fixtures-edited-unsealed": (lambda f: _edit_case(f, "b1_t6", schedule=[1, 1, 1, 3], reseal=False), RUNNERS,
-                                 {"*": "cases.tsv: sha256 ", "node": "cases.json: sha256 "}),
+                                 {"*": "golden/cases.json: sha256 "}),
     "fixture-not-in-manifest": (lambda f: _add_case(f, "extra", (1, 2, 3), 4) or _edit_manifest_text(
         f, '"golden/extra.x.bin"', '"golden/unlisted.x.bin"'), RUNNERS,
         {"*": "golden/extra.x.bin: expected it listed in"}),
@@ -359,11 +511,48 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
                                {"*": "files.mha.onnx: expected 'size' an integer"}),
     "manifest-format-1": (lambda f: _edit_manifest_text(f, '"format": 2', '"format": 1'), RUNNERS,
                           {"*": "expected manifest format 2, got"}),
-    "tsv-short-line": (lambda f: _append_tsv(f, "mha.onnx\tonnx\tonnxruntime"), ["c", "c-asan", "cpp"],
-                       {"*": "expected 14 tab-separated fields"}),
-    "tsv-path-escape": (lambda f: _append_tsv(f, "mha.pt\ttorchscript\ttorchscript\t1e-05\t1e-05\t-\tb1_t1\t1\t1"
-                                                 "\t3\t4\t../../etc/passwd\tb1_t1.context.bin\t-"), ["cpp"],
-                           {"*": "expected a file name inside the artifact folder, got '../../etc/passwd'"}),
+    # golden/cases.json itself broken (resealed: only the reader can refuse it): the check stops, one line on stderr
+    "cases-json-truncated": (lambda f: _write_cases_bytes(f, (f / CASES).read_bytes()[:700]), RUNNERS,
+                             {"*": PARSE_ERROR + "expected a value, got the end of the text at byte 700)",
+                              "node": PARSE_ERROR}),
+    "cases-json-trailing-garbage": (lambda f: _write_cases_bytes(f, (f / CASES).read_bytes() + b"}"), RUNNERS,
+                                    {"*": PARSE_ERROR + "expected the end of the text, got '}' at byte ",
+                                     "node": PARSE_ERROR}),
+    "cases-json-not-an-object": (lambda f: _write_cases_bytes(f, b"[]"), RUNNERS,
+                                 {"*": "golden/cases.json: expected a JSON object, got an array",
+                                  "node": "golden/cases.json: expected an object with 'cases' and 'artifacts' arrays"}),
+    "cases-json-no-artifacts": (lambda f: _edit_cases(f, lambda doc: doc.pop("artifacts")), RUNNERS,
+                                {"*": "golden/cases.json: expected an object with 'cases' and 'artifacts' arrays, "
+                                      "got an array and nothing",
+                                 "node": "golden/cases.json: expected an object with 'cases' and 'artifacts' arrays"}),
+    # the Node runner checks neither cases.json's own config nor its format
+    "cases-json-config-differs": (lambda f: _edit_cases(f, lambda doc: doc["config"].update(d_in=5)),
+                                  ["c", "c-asan", "cpp"],
+                                  {"*": "golden/cases.json: config says d_in=5, the manifest says 3; the fixtures do "
+                                        "not belong to this folder"}),
+    "cases-json-format-2": (lambda f: _edit_cases(f, lambda doc: doc.update(format=2)), ["c", "c-asan", "cpp"],
+                            {"*": "golden/cases.json: expected 'format' 1, got another number"}),
+    # names that leave the artifact folder, refused before anything is opened
+    "input-bin-path-escape": (_golden_names("b1_t1", input_bin="../../etc/passwd"), RUNNERS,
+                              {"*": "golden file: " + NOT_INSIDE + "'../../etc/passwd'",
+                               "node": "golden file: " + NOT_INSIDE + '"../../etc/passwd" and "b1_t1.context.bin"'}),
+    "output-bin-absolute": (_golden_names("b1_t1", output_bin="/etc/passwd"), RUNNERS,
+                            {"*": "golden file: " + NOT_INSIDE + "'/etc/passwd'",
+                             "node": "golden file: " + NOT_INSIDE + '"b1_t1.x.bin" and "/etc/passwd"'}),
+    "model-file-path-escape": (_models_outside, RUNNERS,
+                               {"*": "file: " + NOT_INSIDE + "'../seed/mha.onnx'",
+                                "cpp": "file: " + NOT_INSIDE + "'../seed/mha.pt'",
+                                "node": "file: " + NOT_INSIDE + '"../seed/mha.onnx"'}),
+    # a case whose shapes disagree with the manifest's config (or with themselves)
+    "output-width-differs": (_shapes("b1_t1", output_shape=[1, 1, 5]), RUNNERS,
+                             {"*": "expected output width num_heads*d_out=4, got 5"}),
+    "output-batch-differs": (_shapes("b1_t1", output_shape=[2, 1, 4]), RUNNERS,
+                             {"*": "expected output [batch, tokens] = [1, 1], got [2, 1]"}),
+    "input-shape-rank-2": (_shapes("b1_t1", input_shape=[1, 3]), RUNNERS,
+                           {"*": "expected input_shape and output_shape [batch, tokens, width] of integers, got an "
+                                 "array and an array",
+                            "node": "expected input_shape and output_shape [batch, tokens, width] of integers, got "
+                                    "[1,3] and [1,1,4]"}),
     "model-config-key-missing": (lambda f: None, ["c", "c-asan", "cpp"], {
         "*": "metadata 'mha.config': expected an integer field 'd_in', found none",
         "cpp": "embedded config.json: expected an integer field 'd_in', found none"}),
@@ -463,15 +652,14 @@ def test_golden_output_over_rel_l2_only_fails_int8(runner: str, seed_copy: Path)
 
 
 def test_golden_output_over_rel_l2_only_fails_torchscript(seed_copy: Path) -> None:
-    """mha.pt has no rel_l2 bound of its own: give its rows one, then a change inside atol but over it."""
-    tsv = seed_copy / "golden" / "cases.tsv"
-    rows = [line.split("\t") for line in tsv.read_text().splitlines()]
-    for row in rows:
-        if row[0] == "mha.pt":
-            row[TSV["rel_l2"]] = "1e-07"
-    tsv.write_text("\n".join("\t".join(row) for row in rows) + "\n")
+    """mha.pt has no rel_l2 bound of its own: give its entry one, then a change inside atol but over it."""
+    def bound(doc: dict) -> None:
+        (entry,) = [a for a in doc["artifacts"] if a["file"] == "mha.pt"]
+        assert entry["tolerance"]["rel_l2"] is None
+        entry["tolerance"]["rel_l2"] = 1e-07
+
+    _edit_cases(seed_copy, bound)
     _edit_floats(seed_copy, "b1_t6.context.bin", lambda y: y * np.float32(1 + 1e-6))  # |diff| <= 1e-6 < atol
-    _reseal(seed_copy, "golden/cases.tsv")
     out = _refused("cpp", seed_copy, "rel_l2<=1e-07")
     assert _line_of(out, "mha.pt", "b1_t6").startswith("FAIL") and "max_abs=" in _line_of(out, "mha.pt", "b1_t6")
     assert _line_of(out, "mha.pt", "b2_t3").startswith("ok"), out
@@ -480,23 +668,25 @@ def test_golden_output_over_rel_l2_only_fails_torchscript(seed_copy: Path) -> No
 # --- the in-place decode form (mha.decode-inplace.onnx), on the mid config (seed's d_out 2 cannot build it) ---------
 
 INPLACE = "mha.decode-inplace.onnx"
-ONNX_TSV_RUNTIMES = ("onnxruntime", "onnxruntime-decode", "onnxruntime-decode-inplace")  # what C and Node run
 GQA_CHUNK = [12, 2] + [1] * 10  # b2_t24: a chunk of 2 tokens after a past of 12, at batch 2
 GQA_MESSAGE = ("schedule 12,2,1,1,1,1,1,1,1,1,1,1: a chunk of 2 tokens after a past of 12 needs batch 1 "
                "(ONNX Runtime's GroupQueryAttention), got batch 2: feed single tokens")
 
 
 def _onnx_cases(folder: Path) -> tuple[int, list[str]]:
-    """(lines of cases.tsv the C and Node runners run, the case names of the in-place form)."""
-    rows = [line.split("\t") for line in (folder / "golden" / "cases.tsv").read_text().splitlines()
-            if not line.startswith("#")]
-    return sum(row[2] in ONNX_TSV_RUNTIMES for row in rows), [row[6] for row in rows if row[0] == INPLACE]
+    """(the (artifact, case) pairs of cases.json the C and Node runners run, the cases the in-place form has a
+    schedule for, in the order of cases.json)."""
+    doc = _cases(folder)
+    names = [c["name"] for c in doc["cases"]]
+    count = len(names) * sum(a["runtime"] in ONNX_RUNTIMES for a in doc["artifacts"])
+    inplace = [a for a in doc["artifacts"] if a["file"] == INPLACE and a["runtime"] == "onnxruntime-decode-inplace"]
+    return count, [name for a in inplace for name in names if name in a["schedules"]]
 
 
 @pytest.mark.parametrize("runner", ONNX_RUNNERS)
 def test_golden_cases_pass_with_the_inplace_decode_form(runner: str, mid_dir: Path) -> None:
     count, inplace = _onnx_cases(mid_dir)
-    assert inplace == ["b1_t1", "b2_t24", "b1_t48"]  # the mid export has the variant, with a row per case
+    assert inplace == ["b1_t1", "b2_t24", "b1_t48"]  # the mid export has the variant, with a schedule per case
     result = _run(runner, mid_dir)
     out = _no_crash(result)
     assert result.returncode == 0, out
@@ -715,6 +905,64 @@ def test_manifest_reader_survives_fuzzing_under_asan(document: str, seed_dir: Pa
     assert result.returncode == 0, result.stdout + result.stderr
     inputs, accepted, refused, bad = map(int, re.findall(r"\d+", result.stdout))
     assert inputs > 3000 and refused > inputs // 2 and accepted >= 1 and bad == 0, result.stdout
+
+
+@pytest.fixture(scope="module")
+def decimal_comma(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a decimal-comma locale, de_DE.UTF-8, compiled by localedef into a private folder (the
+    `locales` package's sources are part of the machine image: a missing or failing localedef is a failure)."""
+    assert shutil.which("localedef"), "localedef not found: the decimal-comma test needs it (glibc's libc-bin)"
+    loc = tmp_path_factory.mktemp("locale") / "loc"
+    loc.mkdir()
+    made = subprocess.run(["localedef", "-i", "de_DE", "-f", "UTF-8", str(loc / "de_DE.UTF-8")],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, (f"localedef -i de_DE -f UTF-8 {loc}/de_DE.UTF-8 failed (rc {made.returncode}): the "
+                                  "decimal-comma test needs the `locales` package's sources (/usr/share/i18n)\n"
+                                  + made.stdout + made.stderr)
+    env = {**os.environ, "LOCPATH": str(loc), "LC_ALL": "de_DE.UTF-8"}
+    point = subprocess.run(["locale", "-k", "decimal_point"], env=env, capture_output=True, text=True, timeout=60)
+    assert point.stdout.strip() == 'decimal_point=","' and not point.stderr, \
+        f"the compiled de_DE.UTF-8 is not in effect: {point.stdout!r} {point.stderr!r}"
+    return env
+
+
+@pytest.mark.parametrize("runner", ["c", "c-asan"])
+def test_c_runner_under_a_decimal_comma_locale_reads_and_prints_as_in_c(runner: str, decimal_comma: dict[str, str],
+                                                                        seed_dir: Path, seed_copy: Path,
+                                                                        tmp_path: Path) -> None:
+    """mha_check calls setlocale(LC_ALL, ""): under de_DE, strtod would read cases.json's 0.005 as 0 and printf write
+    0,005. Its console and --json output must be byte for byte those of the "C" locale: the golden cases pass (fp16's
+    atol 0.005 and int8's rel_l2 0.03 read whole), and FAIL lines print the tolerances and a schedule's 1.5 with '.'."""
+    # b1_t6 scaled by 1.06: over fp16's atol (0.005) and int8's rel_l2 (0.03); a fractional schedule for b2_t3
+    _edit_floats(seed_copy, "b1_t6.context.bin", lambda y: y * np.float32(1.06))
+    _edit_case(seed_copy, "b2_t3", schedule=[1.5, 1.5])
+    plain = {k: v for k, v in os.environ.items() if k != "LOCPATH"} | {"LC_ALL": "C"}
+    outputs = {}
+    for folder, rc in ((seed_dir, 0), (seed_copy, 1)):
+        runs = {}
+        for name, env in (("C", plain), ("de_DE", decimal_comma)):
+            result = _command(runner, "check", folder, "--json", tmp_path / f"{folder.name}.{name}.json", env=env)
+            _no_crash(result)
+            assert result.returncode == rc, result.stdout + result.stderr
+            runs[name] = (result.stdout, result.stderr, (tmp_path / f"{folder.name}.{name}.json").read_bytes())
+        assert runs["de_DE"] == runs["C"], (runs["de_DE"][0], runs["C"][0])
+        json.loads(runs["de_DE"][2])  # a decimal comma in a number would make it invalid JSON
+        figures = re.findall(r"\b(?:max_abs|rel_l2|atol|rel_l2<)=(\S+)", runs["de_DE"][0])
+        assert figures and all(float(text) >= 0 for text in figures), figures  # float() refuses "0,005"
+        outputs[folder] = runs["de_DE"][0]
+    count, _ = _onnx_cases(seed_dir)
+    golden = outputs[seed_dir]
+    assert golden.strip().splitlines()[-1] == f"{count} passed, 0 failed", golden
+    for model in ("mha.fp16.onnx", "mha.int8.onnx"):
+        assert _line_of(golden, model, "b1_t6").startswith("ok   "), golden
+    damaged = outputs[seed_copy]
+    assert _line_of(damaged, "mha.fp16.onnx", "b1_t6").startswith("FAIL"), damaged
+    assert _line_of(damaged, "mha.fp16.onnx", "b1_t6").endswith(" atol=0.005"), damaged
+    assert _line_of(damaged, "mha.int8.onnx", "b1_t6").endswith(" atol=0.1 rel_l2<=0.03"), damaged
+    assert _line_of(damaged, "mha.onnx", "b1_t6").endswith(" atol=1e-05"), damaged
+    assert _line_of(damaged, "mha.decode.onnx", "b2_t3").endswith(
+        "schedule 1.5,1.5: expected chunks of 1 to tokens=3 tokens, got '1.5'"), damaged
+    assert _line_of(damaged, "mha.int8.onnx", "b2_t3").startswith("ok   "), damaged
 
 
 def test_sanitizer_build_is_instrumented() -> None:
