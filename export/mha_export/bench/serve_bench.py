@@ -179,16 +179,19 @@ SUMMARY_HEADERS = ["server", "load", "round", "answered", "req/s", "tokens/s", "
                    "batch mean", "errors", "load avg"]
 
 
-def write_outputs(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    """serve.json and serve.png (throughput per server and load; latency at concurrency 1 against direct)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def write_outputs(result: dict[str, Any], out_dir: Path) -> tuple[Path, Path | None]:
+    """serve.json first, then serve.png (throughput per server and load; latency at concurrency 1 against direct);
+    without matplotlib the plot is skipped (None) and the JSON is kept."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / "serve.json", out_dir / "serve.png"
     write_file_atomic(json_path, (json.dumps(result, indent=2) + "\n").encode())
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return json_path, None
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     width = 0.8 / len(SERVERS)
     for i, server in enumerate(SERVERS):
@@ -228,7 +231,9 @@ def main(artifact: Path, out: Path, scale: float) -> None:
     click.echo(table(["target", "value", "goal", "met"],
                      [[t["target"], f"{t['value']:.2f} {t['unit']}".strip(), t["goal"],
                        {True: "yes", False: "NO", None: "-"}[t["met"]]] for t in result["targets"]]))
-    click.echo(f"\nwrote {json_path} and {png_path} ({result['seconds']:.0f} s; a shared machine: figures are noisy)")
+    wrote = f"{json_path} and {png_path}" if png_path else f"{json_path} (serve.png not written: matplotlib is not " \
+        "installed: pip install './export[bench]')"
+    click.echo(f"\nwrote {wrote} ({result['seconds']:.0f} s; a shared machine: figures are noisy)")
 
 
 if __name__ == "__main__":
