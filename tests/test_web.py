@@ -177,6 +177,22 @@ def test_wasm_check_fails_a_near_miss_on_an_inplace_output(mid_copy: Path) -> No
     assert _case_line(result.stdout, "mha.fp16.onnx", "b2_t24").startswith("ok   ")  # inside fp16's atol
 
 
+def test_wasm_check_reports_the_whole_comparison_not_a_prefix(seed_copy: Path) -> None:
+    """A first element just past its bound and a large error further on: the FAIL line reports the large one and
+    the relative L2 over every element (a comparison that stopped at the first failure reported a prefix's)."""
+    path = seed_copy / "golden" / "b1_t6.context.bin"
+    y = np.fromfile(path, "<f4")
+    want = y.copy()
+    y[0] += np.float32(1.5e-5 * (1 + abs(y[0])))
+    y[20] += np.float32(0.5)
+    path.write_bytes(y.astype("<f4").tobytes())
+    result = _check(seed_copy, "--repeats", "1")
+    line = _case_line(result.stdout, "mha.onnx", "b1_t6")
+    max_abs, rel_l2 = (float(re.search(rf"{k}=(\S+)", line)[1]) for k in ("max_abs", "rel_l2"))
+    assert line.startswith("FAIL") and abs(max_abs - 0.5) < 1e-3, line
+    assert abs(rel_l2 - np.linalg.norm(y - want) / np.linalg.norm(y)) < 1e-2 * rel_l2, line
+
+
 @pytest.mark.parametrize("args,code,message", [
     ([], 2, "usage: node check.mjs"),
     (["{tmp}"], 1, "expected a manifest"),
