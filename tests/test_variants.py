@@ -198,3 +198,33 @@ def test_export_with_selected_variants(tmp_path: Path) -> None:
     assert files == {"mha.onnx", "mha.pt", "mha.fused.onnx", "mha.fp16.onnx"}
     inspect = CliRunner().invoke(cli, ["inspect", str(tmp_path / "seed")])
     assert "mha.fp16.onnx" in inspect.stdout and "nodes" in inspect.stdout
+
+
+def test_the_cuda_rows_fall_back_to_the_cpu_rows_until_one_is_declared(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mha_runtime.artifact.registry as registry
+
+    assert all(tolerance_for(kind, "cuda") == tolerance_for(kind, "cpu") for kind in VARIANT_FILES.values())
+    measured = registry.Tolerance(atol=2e-5, rtol=2e-5)
+    monkeypatch.setitem(registry.TOLERANCES, ("qblocks", "cuda"), measured)
+    assert tolerance_for("qblocks", "cuda") == measured and tolerance_for("qblocks", "cpu") == registry.FP32
+    with pytest.raises(KeyError, match="no tolerance rows for provider 'tpu'"):
+        tolerance_for("qblocks", "tpu")
+    with pytest.raises(KeyError, match="no tolerance row for int4/cpu"):
+        tolerance_for("int4", "cpu")
+
+
+def test_every_registry_name_has_exactly_one_builder(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    import mha_export.build.table as table
+    import mha_runtime.artifact.registry as registry
+
+    assert sorted(v.name for v in registry.REGISTRY) == sorted(table.BUILDERS)
+    assert len(set(table.BUILDERS.values())) == len(table.BUILDERS)  # no builder serves two names
+    assert all(callable(b) and b.__module__.startswith("mha_export.build.") for b in table.BUILDERS.values())
+    # A variant declared without a builder is refused when the table is imported.
+    monkeypatch.setattr(registry, "VARIANTS", {**registry.VARIANTS, "int4": registry.VARIANTS["int8"]})
+    with pytest.raises(ImportError, match=r"variants \['int4'\] have no builder"):
+        importlib.reload(table)
+    monkeypatch.undo()
+    importlib.reload(table)
