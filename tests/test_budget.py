@@ -51,8 +51,8 @@ def test_the_memory_estimate_names_its_parts_and_the_machine() -> None:
     need = estimate(config)
     assert need.weights == 12 * (12 * 3 * 768 * 64) * 4 and need.masks == 4 * 12 * 1024**2 * 4
     assert check_budget(config, available=need.peak) == need
-    with pytest.raises(ConfigError, match=r"needs about 0\.8 GiB \(weights 81 MiB, masks 192 MiB, validation "
-                                          r"0\.6 GiB\); this machine has 0\.8 GiB available"):
+    with pytest.raises(ConfigError, match=r"needs about 1\.9 GiB \(libraries 0\.8 GiB, weights 81 MiB, masks 192 MiB, "
+                                          r"validation 0\.8 GiB\); this machine has 1\.8 GiB available"):
         check_budget(config, available=need.peak - 2**26)
 
 

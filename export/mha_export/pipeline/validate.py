@@ -1,6 +1,7 @@
 """Every artifact against the eager wrapper over a sweep of shapes and seeds; failures collected, then raised."""
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -103,25 +104,31 @@ def _inplace_schedule(name: str, batch: int) -> str:
 
 def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts: Sequence[ArtifactSpec], *,
              progress: bool = False, label: str = "validating") -> dict[str, ArtifactReport]:
-    """Run every artifact at every sweep shape and seed; raise ValidationError listing all failures."""
-    runners = {spec.file: artifact_runner(folder, spec) for spec in artifacts}
-    reports = {spec.file: ArtifactReport(spec) for spec in artifacts}
+    """Run every artifact at every sweep shape and seed; raise ValidationError listing all failures.
+
+    The eager outputs are computed once; then one artifact at a time is loaded, run over the whole sweep (in the
+    sweep's order, which the decode forms' rotating schedules follow) and released, so the peak holds one
+    runtime's session and its buffers, not every artifact's at once."""
     jobs = [(shape, seed) for shape in sweep_shapes(config) for seed in SWEEP_SEEDS]
-    for (batch, tokens), seed in steps(jobs, label=label, unit="shape", enabled=progress,
-                                       name=lambda job: f"B={job[0][0]} T={job[0][1]}"):
+    sweep = []
+    for (batch, tokens), seed in jobs:
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(batch, tokens, config.d_in, generator=gen)  # (B, T, d_in)
         with torch.no_grad():
-            expected = model(x).numpy()  # (B, T, num_heads * d_out)
-        for spec in artifacts:
-            report = reports[spec.file]
-            cmp = compare(runners[spec.file](x.numpy()), expected, spec.tolerance)
+            sweep.append((x.numpy(), model(x).numpy(), seed))  # expected: (B, T, num_heads * d_out)
+    reports = {spec.file: ArtifactReport(spec) for spec in artifacts}
+    for spec in steps(artifacts, label=label, unit="artifact", enabled=progress, name=lambda s: s.file):
+        run = artifact_runner(folder, spec)
+        report = reports[spec.file]
+        for x, expected, seed in sweep:
+            cmp = compare(run(x), expected, spec.tolerance)
             report.cases += 1
             report.max_abs = max(report.max_abs, cmp.max_abs)
             report.rel_l2 = max(report.rel_l2, cmp.rel_l2)
             if not cmp.ok:
-                report.failures.append(Failure(spec.file, (batch, tokens, config.d_in), seed, cmp.max_abs,
-                                               cmp.rel_l2, spec.tolerance))
+                report.failures.append(Failure(spec.file, x.shape, seed, cmp.max_abs, cmp.rel_l2, spec.tolerance))
+        del run
+        gc.collect()  # the session's arena goes now, before the next artifact's
     failures = [f for r in reports.values() for f in r.failures]
     if failures:
         raise ValidationError(failures)
