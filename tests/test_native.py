@@ -525,12 +525,10 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
                                 {"*": "golden/cases.json: expected an object with 'cases' and 'artifacts' arrays, "
                                       "got an array and nothing",
                                  "node": "golden/cases.json: expected an object with 'cases' and 'artifacts' arrays"}),
-    # the Node runner checks neither cases.json's own config nor its format
-    "cases-json-config-differs": (lambda f: _edit_cases(f, lambda doc: doc["config"].update(d_in=5)),
-                                  ["c", "c-asan", "cpp"],
+    "cases-json-config-differs": (lambda f: _edit_cases(f, lambda doc: doc["config"].update(d_in=5)), RUNNERS,
                                   {"*": "golden/cases.json: config says d_in=5, the manifest says 3; the fixtures do "
                                         "not belong to this folder"}),
-    "cases-json-format-2": (lambda f: _edit_cases(f, lambda doc: doc.update(format=2)), ["c", "c-asan", "cpp"],
+    "cases-json-format-2": (lambda f: _edit_cases(f, lambda doc: doc.update(format=2)), RUNNERS,
                             {"*": "golden/cases.json: expected 'format' 1, got another number"}),
     # names that leave the artifact folder, refused before anything is opened
     "input-bin-path-escape": (_golden_names("b1_t1", input_bin="../../etc/passwd"), RUNNERS,

@@ -9,11 +9,13 @@ const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
 const ort = require('onnxruntime-node');
+const { checkSchedule, compare } = require('../common/rules.mjs');  // shared with the web runner
 
 class ContractError extends Error {}
 class ArtifactError extends Error {}
 
 const MANIFEST_FORMAT = 2;
+const CASES_FORMAT = 1;
 const ONNX_RUNTIME = 'onnxruntime', DECODE_RUNTIME = 'onnxruntime-decode';
 const DECODE_INPLACE_RUNTIME = 'onnxruntime-decode-inplace';
 const RUNTIMES = [ONNX_RUNTIME, DECODE_RUNTIME, DECODE_INPLACE_RUNTIME];  // the cases.json runtimes check() runs
@@ -251,28 +253,6 @@ class InPlaceDecodeSession {
   }
 }
 
-// A decode schedule of chunks against the case's tokens (and, for the in-place form, its batch).
-function checkSchedule(schedule, b, t, inplace) {
-  const shown = Array.isArray(schedule) ? schedule.join(',') : JSON.stringify(schedule);
-  if (!Array.isArray(schedule) || schedule.length < 1) throw new ContractError(`schedule ${shown}: expected a list of chunks`);
-  if (schedule.length > t) throw new ContractError(`schedule ${shown}: expected at most tokens=${t} chunks, got ${schedule.length}`);
-  for (const n of schedule) {
-    if (!Number.isInteger(n) || n < 1 || n > t) throw new ContractError(`schedule ${shown}: expected chunks of 1 to tokens=${t} tokens, got '${n}'`);
-  }
-  const total = schedule.reduce((p, q) => p + q, 0);
-  if (total !== t) throw new ContractError(`schedule ${shown} adds up to ${total}, expected tokens=${t}`);
-  let past = schedule[0];
-  for (const n of schedule.slice(1)) {
-    if (inplace && b > 1 && n > 1) {
-      throw new ContractError(`schedule ${shown}: a chunk of ${n} tokens after a past of ${past} needs batch 1 `
-        + `(ONNX Runtime's GroupQueryAttention), got batch ${b}: feed single tokens`);
-    }
-    past += n;
-  }
-}
-
-// A golden case against the manifest's config, before any buffer is sized from it: the same checks and
-// words as the C and C++ runners (runtime/native/common/artifact.c).
 function checkCase(c, config, schedule, { inplace = false } = {}) {
   const shape = (v) => Array.isArray(v) && v.length === 3 && v.every((n) => Number.isSafeInteger(n));
   if (!shape(c.input_shape) || !shape(c.output_shape)) {
@@ -291,23 +271,7 @@ function checkCase(c, config, schedule, { inplace = false } = {}) {
   if (!Number.isSafeInteger(b * t * dIn) || !Number.isSafeInteger(b * t * width)) {
     throw new ContractError(`expected batch * tokens * width float32 values to fit in memory, got batch=${b} tokens=${t}`);
   }
-  if (schedule !== undefined) checkSchedule(schedule, b, t, inplace);
-}
-
-function compare(got, want, tol) {
-  if (got.length !== want.length) return { ok: false, maxAbs: Infinity, relL2: Infinity };
-  let maxAbs = 0, diff2 = 0, ref2 = 0, ok = true;
-  for (let i = 0; i < want.length; i++) {
-    const diff = Math.abs(got[i] - want[i]);
-    if (!Number.isFinite(got[i])) { ok = false; maxAbs = Infinity; continue; }
-    if (!(diff <= tol.atol + tol.rtol * Math.abs(want[i]))) ok = false;
-    maxAbs = Math.max(maxAbs, diff);
-    diff2 += diff * diff;
-    ref2 += want[i] * want[i];
-  }
-  const relL2 = maxAbs === Infinity ? Infinity : ref2 > 0 ? Math.sqrt(diff2 / ref2) : Math.sqrt(diff2);
-  if (tol.rel_l2 !== null && tol.rel_l2 !== undefined && !(relL2 <= tol.rel_l2)) ok = false;
-  return { ok, maxAbs, relL2 };
+  if (schedule !== undefined) checkSchedule(schedule, [b, t], inplace, ContractError);
 }
 
 function checkTolerance(tol, where) {
@@ -338,6 +302,17 @@ async function check(dir, log = console.log) {
   }
   if (!isObject(cases) || !Array.isArray(cases.cases) || !Array.isArray(cases.artifacts)) {
     throw new ArtifactError(`${casesFile}: expected an object with 'cases' and 'artifacts' arrays`);
+  }
+  if (cases.format !== CASES_FORMAT) {
+    throw new ArtifactError(`${casesFile}: expected 'format' ${CASES_FORMAT}, got ${typeof cases.format === 'number' ? 'another number' : JSON.stringify(cases.format)}`);
+  }
+  if (cases.config !== undefined) {  // as the C runner: fixtures made for another shape do not belong here
+    for (const key of CONFIG_KEYS) {
+      if (!isObject(cases.config) || cases.config[key] !== config[key]) {
+        const got = isObject(cases.config) ? cases.config[key] : cases.config;
+        throw new ArtifactError(`${casesFile}: config says ${key}=${got}, the manifest says ${config[key]}; the fixtures do not belong to this folder`);
+      }
+    }
   }
   const golden = new Map();  // golden/NAME -> verified bytes, read once
   const goldenFloats = (name, count) => {

@@ -5,6 +5,9 @@
 // Mirrors runtime/native/node/mha.js: the contract comes from manifest.json, every model file is checked against
 // the manifest's sha256 and size before it is loaded, and decode artifacts run each case's schedule of chunks
 // (validated first, with the words of mha.js and the C runner).
+import { checkSchedule, compare } from '../common/rules.mjs';
+
+export { checkSchedule, compare };
 
 export const ONNX_RUNTIME = 'onnxruntime';
 export const DECODE_RUNTIME = 'onnxruntime-decode';
@@ -28,26 +31,6 @@ export function f32(bytes, where) {
   return out;
 }
 
-// The same rule as mha_runtime.tolerance.compare (and mha.js, the C runner): |got - want| <= atol + rtol * |want|
-// everywhere, all finite, and, where the row has one, relative L2 error <= rel_l2. The max abs error and the
-// relative L2 error are always over the whole output, never stopping at the first element out of bounds, so a FAIL
-// line reports the whole comparison; a non-finite output or a length mismatch makes both infinite.
-export function compare(got, want, tol) {
-  if (got.length !== want.length) return { ok: false, maxAbs: Infinity, relL2: Infinity };
-  let maxAbs = 0, diff2 = 0, ref2 = 0, ok = true;
-  for (let i = 0; i < want.length; i++) {
-    const diff = Math.abs(got[i] - want[i]);
-    if (!Number.isFinite(got[i])) { ok = false; maxAbs = Infinity; continue; }
-    if (!(diff <= tol.atol + tol.rtol * Math.abs(want[i]))) ok = false;
-    maxAbs = Math.max(maxAbs, diff);
-    diff2 += diff * diff;
-    ref2 += want[i] * want[i];
-  }
-  const relL2 = maxAbs === Infinity ? Infinity : ref2 > 0 ? Math.sqrt(diff2 / ref2) : Math.sqrt(diff2);
-  if (tol.rel_l2 !== null && tol.rel_l2 !== undefined && !(relL2 <= tol.rel_l2)) ok = false;
-  return { ok, maxAbs, relL2 };
-}
-
 // Refuse what breaks the contract before ONNX Runtime sees it (the messages of mha.js and the C runner).
 export function checkShape(dims, config, pastTokens = 0) {
   if (dims.length !== 3) throw new ArtifactError(`input 'x': expected rank 3 [batch, tokens, ${config.d_in}], got rank ${dims.length}`);
@@ -58,27 +41,6 @@ export function checkShape(dims, config, pastTokens = 0) {
   if (tokens < 1 || tokens > maxTokens) {
     const limit = pastTokens ? `context_length - past_tokens = ${maxTokens}` : `context_length=${config.context_length}`;
     throw new ArtifactError(`input 'x': expected 1 <= tokens <= ${limit}, got ${tokens}`);
-  }
-}
-
-// A decode schedule against the case's tokens, before anything runs; the in-place form (GroupQueryAttention) takes
-// a chunk of more than one token after a past only at batch 1.
-export function checkSchedule(schedule, [b, t], inplace) {
-  const shown = Array.isArray(schedule) ? schedule.join(',') : JSON.stringify(schedule);
-  if (!Array.isArray(schedule) || schedule.length < 1) throw new ArtifactError(`schedule ${shown}: expected a list of chunks`);
-  if (schedule.length > t) throw new ArtifactError(`schedule ${shown}: expected at most tokens=${t} chunks, got ${schedule.length}`);
-  for (const n of schedule) {
-    if (!Number.isInteger(n) || n < 1 || n > t) throw new ArtifactError(`schedule ${shown}: expected chunks of 1 to tokens=${t} tokens, got '${n}'`);
-  }
-  const total = schedule.reduce((p, q) => p + q, 0);
-  if (total !== t) throw new ArtifactError(`schedule ${shown} adds up to ${total}, expected tokens=${t}`);
-  let past = schedule[0];
-  for (const n of schedule.slice(1)) {
-    if (inplace && b > 1 && n > 1) {
-      throw new ArtifactError(`schedule ${shown}: a chunk of ${n} tokens after a past of ${past} needs batch 1 `
-        + `(ONNX Runtime's GroupQueryAttention), got batch ${b}: feed single tokens`);
-    }
-    past += n;
   }
 }
 
@@ -232,7 +194,7 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
         const decode = DECODE_RUNTIMES.includes(entry.runtime);
         const schedule = decode ? (entry.schedules || {})[c.name] : null;
         if (decode && !schedule) throw new ArtifactError(`no decode schedule for ${c.name} in cases.json`);
-        if (decode) checkSchedule(schedule, c.input_shape, inplace);
+        if (decode) checkSchedule(schedule, c.input_shape, inplace, ArtifactError);
         const run = inplace ? runDecodeInplace : runDecode;
         const once = () => (schedule ? run(ort, session, x, c.input_shape, schedule, config, width)
           : runPlain(ort, session, x, c.input_shape));
