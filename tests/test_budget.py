@@ -107,3 +107,36 @@ def test_a_named_variant_this_config_cannot_build_is_refused(tmp_path: Path) -> 
                      "fused,decode-inplace")
     assert result.returncode == 1 and "variant 'decode-inplace' cannot be built for this config" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _export_on_a_terminal(tmp_path: Path) -> str:
+    """`mha export` with stdout and stderr on a pseudo-terminal; what it drew there."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal has a width
+    command = [str(MHA), "export", "--preset", "seed", "--variants", "fused", "--out", str(tmp_path / "tty")]
+    proc = subprocess.Popen(command, stdout=follower, stderr=follower, cwd=tmp_path)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(timeout=120) == 0
+    os.close(leader)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bars_only_on_a_terminal(tmp_path: Path) -> None:
+    drawn = _export_on_a_terminal(tmp_path)
+    assert "building seed" in drawn and "validating seed" in drawn and "%|" in drawn, drawn  # tqdm's bar
+    piped = _export(tmp_path, "--preset", "seed", "--variants", "fused")
+    assert piped.returncode == 0 and "building seed" not in piped.stderr and "validating" not in piped.stderr
