@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import add_zero_case
+from helpers import add_zero_case, reseal
 
 NATIVE = Path(__file__).resolve().parents[1] / "runtime" / "native"
 C_BUILD = NATIVE / "c" / "build"
@@ -67,16 +67,6 @@ def _snapshot(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _reseal(folder: Path, *names: str) -> None:
-    """Record the current size and sha256 of `names` in manifest.json, as a consistent (if hostile) export would."""
-    path = folder / "manifest.json"
-    doc = json.loads(path.read_text())
-    for name in names:
-        data = (folder / name).read_bytes()
-        doc["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-
-
 def _refused(runner: str, folder: Path, message: str) -> str:
     """Run `check` on a hostile folder: exit 1, no crash, `message` on one line, and the folder unchanged."""
     before = _snapshot(folder)
@@ -106,7 +96,7 @@ def _edit_cases(folder: Path, change: Callable[[dict], object], *, reseal: bool 
     change(doc)
     (folder / CASES).write_text(json.dumps(doc, indent=2) + "\n")
     if reseal:
-        _reseal(folder, CASES)
+        reseal(folder, CASES)
 
 
 def _case(doc: dict, name: str) -> dict:
@@ -117,13 +107,13 @@ def _case(doc: dict, name: str) -> dict:
 def _write_cases_bytes(folder: Path, data: bytes) -> None:
     """golden/cases.json replaced by raw bytes (malformed JSON, another document), resealed."""
     (folder / CASES).write_bytes(data)
-    _reseal(folder, CASES)
+    reseal(folder, CASES)
 
 
 def _add_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) -> None:
     """Append a golden case with the given input shape to cases.json (outputs are zeros), resealed."""
     add_zero_case(folder, name, shape, width)
-    _reseal(folder, CASES, f"golden/{name}.x.bin", f"golden/{name}.context.bin")
+    reseal(folder, CASES, f"golden/{name}.x.bin", f"golden/{name}.context.bin")
 
 
 def _edit_case(folder: Path, case: str, *, batch: int | None = None, tokens: int | None = None,
@@ -145,7 +135,7 @@ def _edit_case(folder: Path, case: str, *, batch: int | None = None, tokens: int
 def _edit_floats(folder: Path, name: str, change: Callable[[np.ndarray], np.ndarray]) -> None:
     path = folder / "golden" / name
     path.write_bytes(np.asarray(change(np.fromfile(path, "<f4")), "<f4").tobytes())
-    _reseal(folder, f"golden/{name}")
+    reseal(folder, f"golden/{name}")
 
 
 def _write_floats(path: Path, values: np.ndarray) -> None:
@@ -156,7 +146,7 @@ def _resize_bin(folder: Path, name: str, nbytes: int) -> None:
     path = folder / "golden" / name
     data = path.read_bytes()
     path.write_bytes(data[:nbytes] + b"\0" * max(0, nbytes - len(data)))
-    _reseal(folder, f"golden/{name}")
+    reseal(folder, f"golden/{name}")
 
 
 def _flip_onnx_byte(path: Path) -> None:
@@ -205,7 +195,7 @@ def _narrow_model(path: Path) -> None:
     helper.set_model_props(model, meta)
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
-    _reseal(path.parent, path.name)
+    reseal(path.parent, path.name)
 
 
 def _narrow_pt(path: Path) -> None:
@@ -219,7 +209,7 @@ def _narrow_pt(path: Path) -> None:
     extra = {"config.json": ""}
     torch.jit.load(str(path), _extra_files=extra)
     torch.jit.save(torch.jit.script(Narrow()), str(path), _extra_files=extra)
-    _reseal(path.parent, path.name)
+    reseal(path.parent, path.name)
 
 
 def _edit_model_config(folder: Path, runner: str, change: Callable[[dict], dict]) -> None:
@@ -231,7 +221,7 @@ def _edit_model_config(folder: Path, runner: str, change: Callable[[dict], dict]
         module = torch.jit.load(str(folder / "mha.pt"), _extra_files=extra)
         config = json.dumps(change(json.loads(extra["config.json"])))
         torch.jit.save(module, str(folder / "mha.pt"), _extra_files={"config.json": config})
-        _reseal(folder, "mha.pt")
+        reseal(folder, "mha.pt")
         return
     import onnx
 
@@ -240,7 +230,7 @@ def _edit_model_config(folder: Path, runner: str, change: Callable[[dict], dict]
         if prop.key == "mha.config":
             prop.value = json.dumps(change(json.loads(prop.value)))
     onnx.save(model, str(folder / "mha.onnx"))
-    _reseal(folder, "mha.onnx")
+    reseal(folder, "mha.onnx")
 
 
 def _edit_manifest_text(folder: Path, old: str, new: str) -> None:
@@ -298,7 +288,7 @@ def _damage(folder: Path) -> None:
     _edit_case(folder, "b1_t6", schedule=[3, 1])
     fused = folder / "mha.fused.onnx"
     fused.write_bytes(b"\x00garbage" + fused.read_bytes()[100:])
-    _reseal(folder, "mha.fused.onnx")
+    reseal(folder, "mha.fused.onnx")
     attention = json.loads((folder / "manifest.json").read_text())["files"]["mha.attention.onnx"]["sha256"]
     _edit_manifest_text(folder, attention, "0" * 64)
 
@@ -591,7 +581,7 @@ def test_hostile_schedule_no_longer_crashes_the_c_runner(seed_copy: Path) -> Non
 def test_corrupted_model_is_an_error_not_a_crash(runner: str, seed_copy: Path) -> None:
     model = seed_copy / MODEL_OF[runner]
     model.write_bytes(b"\x00garbage" + model.read_bytes()[100:])
-    _reseal(seed_copy, MODEL_OF[runner])  # past the sha256 check: the loader itself must fail cleanly
+    reseal(seed_copy, MODEL_OF[runner])  # past the sha256 check: the loader itself must fail cleanly
     message = "torch::jit::load failed" if runner == "cpp" else "ONNX Runtime cannot load it"
     _refused(runner, seed_copy, message)
 
@@ -643,7 +633,7 @@ def test_golden_output_over_rel_l2_only_fails_int8(runner: str, seed_copy: Path)
     rel_l2 = np.sqrt((diff**2).sum() / (scaled.astype(np.float64) ** 2).sum())
     assert diff.max() < 0.1 * 0.8 and rel_l2 > 0.03 * 1.2  # inside int8's atol 0.1, over its rel_l2 0.03
     _write_floats(seed_copy / "golden" / "b1_t6.context.bin", scaled)
-    _reseal(seed_copy, "golden/b1_t6.context.bin")
+    reseal(seed_copy, "golden/b1_t6.context.bin")
     out = _refused(runner, seed_copy, "rel_l2<=0.03")
     assert _line_of(out, "mha.int8.onnx", "b1_t6").startswith("FAIL"), out
     assert _line_of(out, "mha.int8.onnx", "b2_t3").startswith("ok"), out

@@ -35,8 +35,11 @@ def elsewhere(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The seed preset exported by a copy of the checkout at another path (PYTHONPATH puts the copy first)."""
     copy = copy_packages(tmp_path_factory.mktemp("another-checkout") / "mha")
     out = tmp_path_factory.mktemp("elsewhere-out")
+    # Another shape exported first in the same process: the bytes must not depend on what the process did before.
     code = ("import sys, mha_export; from pathlib import Path; from mha_export.pipeline.export import export_preset; "
-            "print(mha_export.__file__); export_preset('seed', Path(sys.argv[1]))")
+            "from mha_runtime.artifact.config import MHAConfig; print(mha_export.__file__); "
+            "export_preset('other', Path(sys.argv[1]), config=MHAConfig(d_in=5, d_out=4, num_heads=3, "
+            "context_length=7, qkv_bias=True), variants=('fused',)); export_preset('seed', Path(sys.argv[1]))")
     env = {**os.environ, "PYTHONPATH": f"{copy / 'runtime'}{os.pathsep}{copy / 'export'}"}
     done = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, env=env,
                           cwd=copy, timeout=600)

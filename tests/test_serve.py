@@ -514,7 +514,7 @@ def test_address_joins_an_existing_cluster(seed_dir: Path, ray_home: Path, tmp_p
 
 def test_serve_bench_judges_and_plots_a_result(tmp_path: Path) -> None:
     """The bench's arithmetic on made-up figures (the bench itself runs in `make serve-bench`, never here)."""
-    from mha_export import serve_bench as sb
+    from mha_export.bench import serve_bench as sb
 
     def run(server: str, load: str, round_: int, rps: float, p50: float = 10.0) -> dict[str, object]:
         return {"server": server, "load": load, "round": round_, "answered": 100, "seconds": 100 / rps,

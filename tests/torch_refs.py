@@ -5,20 +5,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from mha_export.model.fused import fused_state_dict
+from mha_export.model.fused import FusedCausalMHA, fused_state_dict
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
 
 
-class ExplicitFusedMHA(nn.Module):
+class ExplicitFusedMHA(FusedCausalMHA):
     """The fused Q/K/V projection with attention spelled out (matmul, causal mask from index comparisons,
     softmax): the wrapper's arithmetic per head, for checking the fused weight mapping without SDPA."""
-
-    def __init__(self, config: MHAConfig) -> None:
-        super().__init__()
-        self.num_heads, self.d_out = config.num_heads, config.d_out
-        self.W_qkv = nn.Linear(config.d_in, 3 * config.d_model, bias=config.qkv_bias)
-        self.out_proj = nn.Linear(config.d_model, config.d_model) if config.out_proj else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape  # (B, T, d_in)

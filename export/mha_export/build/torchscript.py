@@ -1,11 +1,13 @@
 """The TorchScript artifact: torch.jit.trace in eval mode, config embedded as an extra file."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import io
 import warnings
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -30,12 +32,26 @@ def share_masks(module: torch.nn.Module) -> torch.nn.Module:
 
 def export_torchscript(module: torch.nn.Module, config: MHAConfig, path: Path) -> None:
     """Trace at the example shape; the mask slice follows the input's size, so every length works."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), fresh_compilation_unit():
         warnings.simplefilter("ignore")  # TorchScript deprecation and tracer notes: expected, see README
         traced = torch.jit.trace(share_masks(module).eval(), (example_input(config),), check_trace=False)
         buffer = io.BytesIO()
         torch.jit.save(traced, buffer, _extra_files={CONFIG_EXTRA: config.to_json()})
     path.write_bytes(reproducible_archive(buffer.getvalue()))
+
+
+@contextlib.contextmanager
+def fresh_compilation_unit() -> Iterator[None]:
+    """Trace into a compilation unit of its own: TorchScript numbers the classes of a re-traced module
+    (`___torch_mangle_N`) with a counter of the process-wide unit, so without this the bytes of mha.pt would depend
+    on how many modules the process traced before (an export of two presets, a test session)."""
+    state = torch.jit._state
+    saved = state._python_cu
+    state._python_cu = torch._C.CompilationUnit()
+    try:
+        yield
+    finally:
+        state._python_cu = saved
 
 
 # torch.jit.save writes, besides the model, `*.debug_pkl` records (the source line of every traced op, as absolute
