@@ -90,12 +90,12 @@ def _cases(folder: Path) -> dict:
     return json.loads((folder / CASES).read_text())
 
 
-def _edit_cases(folder: Path, change: Callable[[dict], object], *, reseal: bool = True) -> None:
+def _edit_cases(folder: Path, change: Callable[[dict], object], *, sealed: bool = True) -> None:
     """Change the parsed golden/cases.json in place and write it back (resealed in the manifest unless told)."""
     doc = _cases(folder)
     change(doc)
     (folder / CASES).write_text(json.dumps(doc, indent=2) + "\n")
-    if reseal:
+    if sealed:
         reseal(folder, CASES)
 
 
@@ -117,7 +117,7 @@ def _add_case(folder: Path, name: str, shape: tuple[int, int, int], width: int) 
 
 
 def _edit_case(folder: Path, case: str, *, batch: int | None = None, tokens: int | None = None,
-               schedule: list[int] | None = None, reseal: bool = True) -> None:
+               schedule: list[int] | None = None, sealed: bool = True) -> None:
     """Set a case's batch / tokens (input and output shape) and every decode artifact's schedule for it in
     cases.json, unchecked."""
     def change(doc: dict) -> None:
@@ -129,7 +129,7 @@ def _edit_case(folder: Path, case: str, *, batch: int | None = None, tokens: int
             if schedule is not None and "schedules" in entry:
                 entry["schedules"][case] = schedule
 
-    _edit_cases(folder, change, reseal=reseal)
+    _edit_cases(folder, change, sealed=sealed)
 
 
 def _edit_floats(folder: Path, name: str, change: Callable[[np.ndarray], np.ndarray]) -> None:
@@ -459,7 +459,7 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
                                {"*": "b1_t1.x.bin: sha256 "}),
     "input-truncated-unsealed": (lambda f: (f / "golden" / "b1_t1.x.bin").write_bytes(b"\0" * 8), RUNNERS,
                                  {"*": "b1_t1.x.bin: expected 12 bytes (manifest), found 8"}),
-    "fixtures-edited-unsealed": (lambda f: _edit_case(f, "b1_t6", schedule=[1, 1, 1, 3], reseal=False), RUNNERS,
+    "fixtures-edited-unsealed": (lambda f: _edit_case(f, "b1_t6", schedule=[1, 1, 1, 3], sealed=False), RUNNERS,
                                  {"*": "golden/cases.json: sha256 "}),
     "fixture-not-in-manifest": (lambda f: _add_case(f, "extra", (1, 2, 3), 4) or _edit_manifest_text(
         f, '"golden/extra.x.bin"', '"golden/unlisted.x.bin"'), RUNNERS,

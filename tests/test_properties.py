@@ -35,10 +35,14 @@ def _eager(model: torch.nn.Module, x: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))).numpy()
 
 
+# Inputs in [-4, 4]: at [-8, 8] hypothesis found (2026-12-01) an output element of 6.8e-3 made by cancelling terms
+# near 8, whose fp32 rounding in ONNX Runtime (1.23e-5 from eager) exceeds the fp32 row's atol 1e-5 + rtol * 6.8e-3.
+# That is the conditioning of fp32 arithmetic at large activations, not a dtype, layout or chunking difference,
+# which is what this property is about; in [-4, 4] the largest error over 6000 inputs (extremes included) was 1.9e-6.
 valid_arrays = st.tuples(st.integers(1, 3), st.integers(1, 6), st.sampled_from(["<f4", ">f4", "<f8", "<f2"]),
                          st.booleans()).flatmap(
     lambda a: hnp.arrays(np.dtype(a[2]), (a[0], a[1], 3),
-                         elements=st.floats(-8, 8, width=16 if a[2] == "<f2" else 32)).map(
+                         elements=st.floats(-4, 4, width=16 if a[2] == "<f2" else 32)).map(
         lambda x, fortran=a[3]: np.asfortranarray(x) if fortran else x))
 
 
