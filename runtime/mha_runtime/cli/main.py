@@ -90,14 +90,16 @@ def fail(message: str, code: int) -> None:
 
 @click.group(cls=MhaGroup)
 def cli() -> None:
-    """Export, validate, run, check, inspect and serve the chapter 3 causal multi-head attention."""
+    """Export, validate, run, check, inspect and serve the chapter 3 causal multi-head attention, and generate
+    with the whole GPT."""
 
 
 def _register() -> None:
+    from mha_runtime.cli.generate_command import generate_cmd
     from mha_runtime.cli.run_commands import check_cmd, inspect_cmd, run_cmd
     from mha_runtime.cli.serve_commands import loadtest_cmd, serve_cmd, triton_cmd
 
-    for command in (run_cmd, check_cmd, inspect_cmd, serve_cmd, loadtest_cmd, triton_cmd):
+    for command in (run_cmd, check_cmd, inspect_cmd, serve_cmd, loadtest_cmd, triton_cmd, generate_cmd):
         cli.add_command(command)
 
 

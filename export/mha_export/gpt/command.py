@@ -1,0 +1,66 @@
+"""`mha export --gpt`: resolve config, weights and tokenizer from the flags, refuse before work, export, report."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.gpt.config import GPT_PRESETS, GPTConfig, gpt_preset
+
+HF_CONFIG = "config.json"
+
+
+def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str | None,
+                   weights: Path | None) -> list[tuple[str, GPTConfig]]:
+    """(folder name, config) per job. A Hugging Face checkpoint's config.json beside --weights stands in for
+    --config."""
+    if config_path is not None and presets:
+        raise click.UsageError("--preset and --config exclude each other: export a preset or your own config")
+    if config_path is None and not presets and weights is not None and (Path(weights).parent / HF_CONFIG).is_file():
+        config_path = Path(weights).parent / HF_CONFIG
+    if config_path is not None:
+        if name is None:
+            raise click.UsageError("--config (or a checkpoint's config.json) needs --name NAME (the folder under "
+                                   "--out)")
+        return [(name, GPTConfig.from_file(config_path))]
+    if weights is not None and not presets:
+        raise click.UsageError("--weights needs --config gpt.json (the book's GPT config keys), a config.json "
+                               "beside the checkpoint, or --preset")
+    names = list(presets) or ["gpt-mini"]
+    for p in names:
+        gpt_preset(p)  # one line naming the presets there are
+    if (weights is not None or name is not None) and len(names) != 1:
+        raise click.UsageError("--weights and --name fit one preset: add --preset NAME")
+    return [(name or p, GPT_PRESETS[p]) for p in names]
+
+
+def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
+                       weights: Path | None, variants: str | None, tokenizer: Path | None) -> None:
+    from mha_export.gpt.export import check_gpt_budget, export_gpt, parse_gpt_variants
+    from mha_export.weights.load import check_weights_path
+    from mha_runtime.artifact.atomic import check_folder_target
+    from mha_runtime.cli.tables import table
+
+    chosen = parse_gpt_variants(variants)
+    jobs = resolve_config(presets, config_path, name, weights)
+    if weights is not None:
+        check_weights_path(weights)
+    if tokenizer is not None and not Path(tokenizer).exists():
+        raise ConfigError(f"--tokenizer {tokenizer}: expected a folder of GPT-2 BPE files or a tokenizer.json, "
+                          "found nothing there")
+    for folder, config in jobs:
+        check_folder_target(Path(out) / folder)
+        check_gpt_budget(config)
+    for folder, config in jobs:
+        click.echo(f"exporting {folder} (GPT, {config.n_layers} layers, {config.parameters(tied=False):,} "
+                   "parameters at most) ...", err=True)
+        result = export_gpt(folder, out, config=config, weights=weights, tokenizer=tokenizer, variants=chosen,
+                            progress=True)
+        rows = [[f, a.dtype, f"{result.manifest.files[f].size / 1e6:.1f} MB", a.cases, f"{a.max_abs_error:.2e}",
+                 f"{a.greedy_agreement:.2f}", f"{a.export_seconds:.1f} s"]
+                for f, a in result.manifest.artifacts.items()]
+        click.echo(table(["artifact", "dtype", "size", "cases", "max abs err", "greedy agreement", "build"], rows))
+        if result.manifest.tokenizer is None:
+            click.echo(f"note: {folder} has no tokenizer (no --tokenizer): it works on token ids", err=True)
+        click.echo(f"  {folder}: done in {result.seconds:.1f} s; artifacts in {result.folder}", err=True)

@@ -1,0 +1,170 @@
+"""One GPT folder end to end: weights, decoder forms, tokenizer, GenAI config, validation, manifest; staged, then
+moved into place (nothing under out/NAME changes unless everything was written and validated)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import onnxruntime
+import torch
+from safetensors.torch import save_file
+
+from mha_export.gpt.concat import concat_model
+from mha_export.gpt.eager import SEED, GPTModel, seeded_gpt
+from mha_export.gpt.genai import genai_json
+from mha_export.gpt.inplace import inplace_model
+from mha_export.gpt.quantize import build_int8
+from mha_export.gpt.tokenizer import TokenizerFiles, read_tokenizer
+from mha_export.gpt.validate import validate_form
+from mha_export.gpt.weights import read_gpt_weights
+from mha_export.pipeline.budget import available_memory, gib
+from mha_export.pipeline.export import check_folder_name
+from mha_export.pipeline.progress import steps
+from mha_export.pipeline.seal import file_table
+from mha_runtime.artifact.atomic import staged_folder
+from mha_runtime.artifact.errors import ConfigError, ExportError, ValidationError
+from mha_runtime.artifact.manifest import MANIFEST_NAME, sha256_file
+from mha_runtime.gpt.config import GPT2_EOS_ID, GPTConfig
+from mha_runtime.gpt.contract import (
+    CONCAT_FORM,
+    FORMS,
+    GENAI_CONFIG,
+    GPT_VARIANTS,
+    INPLACE_FORM,
+    INT8_FORM,
+    TOKENIZER_CONFIG,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    contract_dict,
+)
+from mha_runtime.gpt.decoder import make_session
+from mha_runtime.gpt.manifest import GPTArtifact, GPTManifest
+
+PROTOBUF_LIMIT = 2 << 30
+# Building and validating holds the eager model, one graph being written and one session: about 4x the fp32
+# parameters at most (measured in docs/gpt.md); refused before any work when memory is short of that.
+MEMORY_FACTOR = 4
+
+
+def parse_gpt_variants(text: str | None) -> tuple[str, ...]:
+    """'all' (default) or comma-separated names of GPT_VARIANTS; int8 needs inplace (it quantizes that graph)."""
+    if text is None or text == "all":
+        return tuple(GPT_VARIANTS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in GPT_VARIANTS]
+    if bad or not names:
+        raise ConfigError(f"--variants: expected 'all' or some of {', '.join(GPT_VARIANTS)}, got {text!r}")
+    return tuple(n for n in GPT_VARIANTS if n in names)
+
+
+def check_gpt_budget(cfg: GPTConfig, *, available: int | None = None) -> None:
+    """Refuse, before any work, a model whose fp32 file exceeds protobuf's 2 GiB or whose export needs more
+    memory than is available."""
+    params = cfg.parameters(tied=False) * 4
+    if params >= PROTOBUF_LIMIT:
+        raise ConfigError(f"gpt config: {gib(params)} of fp32 parameters; an ONNX file holds at most "
+                          f"{gib(PROTOBUF_LIMIT)}")
+    available = available_memory() if available is None else available
+    if available is not None and MEMORY_FACTOR * params > available:
+        raise ConfigError(f"gpt config: exporting needs about {gib(MEMORY_FACTOR * params)} of memory, "
+                          f"{gib(available)} is available")
+    if cfg.head_dim % 8:
+        raise ConfigError(f"gpt config: head size {cfg.head_dim} (emb_dim / n_heads); the in-place form's "
+                          "GroupQueryAttention needs a multiple of 8")
+
+
+@dataclass(frozen=True)
+class GPTExportResult:
+    name: str
+    folder: Path
+    manifest: GPTManifest
+    seconds: float
+
+
+def load_gpt(cfg: GPTConfig, weights: Path | None) -> tuple[GPTModel, dict[str, torch.Tensor], dict[str, object]]:
+    """The eager model, its state (book keys, no mask buffers) and the manifest's weights record."""
+    model = seeded_gpt(cfg)
+    if weights is None:
+        record: dict[str, object] = {"source": f"torch.manual_seed({SEED})", "layout": "book-gpt", "tied": False}
+    else:
+        loaded = read_gpt_weights(weights, cfg)
+        model.load_state_dict(loaded.state, strict=False)  # the masks stay the config's
+        record = {"source": Path(weights).name, "sha256": sha256_file(Path(weights)), "layout": loaded.layout,
+                  "tied": loaded.tied}
+    state = {k: v.detach() for k, v in model.state_dict().items() if not k.endswith(".mask")}
+    return model.eval(), state, record
+
+
+def _save(model: onnx.ModelProto, path: Path) -> None:
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | None = None,
+               tokenizer: Path | None = None, variants: tuple[str, ...] = tuple(GPT_VARIANTS),
+               progress: bool = False) -> GPTExportResult:
+    start = time.perf_counter()
+    check_folder_name(name)
+    check_gpt_budget(config)
+    files = [GPT_VARIANTS[v] for v in variants]
+    if INT8_FORM in files and INPLACE_FORM not in files:
+        raise ConfigError("--variants: int8 quantizes the in-place graph; add inplace")
+    tok: TokenizerFiles | None = None
+    if tokenizer is not None:
+        tok = read_tokenizer(tokenizer, vocab_size=config.vocab_size, context_length=config.context_length)
+    model, state, record = load_gpt(config, weights)
+    tied = bool(record["tied"])
+    eos = GPT2_EOS_ID if config.vocab_size > GPT2_EOS_ID else None
+    builders = {CONCAT_FORM: lambda p: _save(concat_model(state, config, tied=tied), p),
+                INPLACE_FORM: lambda p: _save(inplace_model(state, config, tied=tied), p),
+                INT8_FORM: lambda p: build_int8(state, config, p, tied=tied)}
+    with staged_folder(Path(out_root) / name) as stage:
+        weights_state = {k: v.contiguous() for k, v in state.items() if not (tied and k == "out_head.weight")}
+        save_file(weights_state, str(stage / WEIGHTS_FILE), metadata={"tied": str(tied).lower()})
+        seconds: dict[str, float] = {}
+        for file in steps(files, label=f"building {name}", unit="form", enabled=progress):
+            begin = time.perf_counter()
+            builders[file](stage / file)
+            seconds[file] = time.perf_counter() - begin
+        if tok is not None:
+            (stage / TOKENIZER_FILE).write_bytes(tok.tokenizer_json)
+            (stage / TOKENIZER_CONFIG).write_bytes(tok.config_json)
+        if CONCAT_FORM in files and eos is not None:
+            (stage / GENAI_CONFIG).write_bytes(genai_json(config, eos))
+        artifacts, failures = {}, []
+        for file in steps(files, label=f"validating {name}", unit="form", enabled=progress):
+            form = FORMS[file]
+            session = make_session((stage / file).read_bytes(), where=str(stage / file))
+            report = validate_form(session, form, model, config, tolerance=form.tolerance)
+            del session
+            failures += report.failures
+            artifacts[file] = GPTArtifact(kind=form.kind, dtype=form.dtype, tolerance=form.tolerance.to_dict(),
+                                          cases=report.cases, max_abs_error=report.max_abs_error,
+                                          greedy_agreement=report.greedy_agreement, passed=report.passed,
+                                          export_seconds=round(seconds[file], 3))
+        if failures:
+            raise ValidationError([_Line(f) for f in failures])
+        manifest = GPTManifest(
+            name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), config=config,
+            contract=contract_dict(config),
+            versions={"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
+            weights=record | {"parameters": config.parameters(tied=tied)},
+            tokenizer=None if tok is None else {"file": TOKENIZER_FILE, "vocab_size": tok.vocab_size,
+                                                "built_from": tok.source},
+            eos_id=eos, artifacts=artifacts, files=file_table(stage))
+        (stage / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
+    if not files:
+        raise ExportError("--variants: nothing to build")
+    return GPTExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class _Line:
+    text: str
+
+    def line(self) -> str:
+        return self.text

@@ -1,0 +1,122 @@
+"""What both decoder graphs share: the weights as initializers, the embeddings and the output head.
+
+Graphs are written node by node with onnx.helper: every op is chosen (LayerNormalization, one MatMul for q|k|v,
+the head as Gemm on the token embedding so that a tied matrix is stored once), so nothing is left to a tracer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import torch
+from onnx import TensorProto, numpy_helper
+
+from mha_runtime.gpt.config import GPTConfig
+
+OPSET = 20  # Gelu(approximate="tanh") is opset 20
+# 10: what onnxruntime-node 1.30 and the torch exporter's artifacts use (onnx.helper would stamp 11+).
+IR_VERSION = 10
+
+
+@dataclass
+class Graph:
+    """Nodes and initializers being written; `name` gives each intermediate a unique, readable name."""
+
+    nodes: list[onnx.NodeProto] = field(default_factory=list)
+    inits: list[onnx.TensorProto] = field(default_factory=list)
+    _count: int = 0
+
+    def init(self, name: str, array: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def i64(self, name: str, values: list[int] | int) -> str:
+        return self.init(name, np.array(values, np.int64))
+
+    def op(self, op_type: str, inputs: list[str], *, outputs: int = 1, out: list[str] | None = None,
+           domain: str | None = None, **attrs: object) -> list[str]:
+        """Add a node; return its output names (fresh names unless `out` gives them)."""
+        if out is None:
+            self._count += 1
+            out = [f"{op_type.lower()}_{self._count}" + (f"_{k}" if outputs > 1 else "") for k in range(outputs)]
+        self.nodes.append(oh.make_node(op_type, inputs, out, name=f"{op_type}_{len(self.nodes)}", domain=domain,
+                                       **attrs))
+        return out
+
+    def one(self, op_type: str, inputs: list[str], **kw: object) -> str:
+        return self.op(op_type, inputs, **kw)[0]
+
+
+def numpy_state(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {k: v.detach().to(torch.float32).numpy() for k, v in state.items()}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One block's initializer names, weights as (in, out) for MatMul."""
+
+    ln1: tuple[str, str]
+    qkv: str
+    qkv_bias: str | None
+    out: tuple[str, str]
+    ln2: tuple[str, str]
+    fc: tuple[str, str]
+    proj: tuple[str, str]
+
+
+def add_weights(g: Graph, w: dict[str, np.ndarray], cfg: GPTConfig) -> list[Layer]:
+    """Every block's weights as initializers: q|k|v fused on the output axis (all q heads, all k, all v)."""
+    layers = []
+    for i in range(cfg.n_layers):
+        p = f"trf_blocks.{i}."
+        qkv = np.concatenate([w[f"{p}att.W_{n}.weight"].T for n in ("query", "key", "value")], axis=1)  # (E, 3E)
+        bias = (g.init(f"h{i}.qkv.bias", np.concatenate([w[f"{p}att.W_{n}.bias"] for n in ("query", "key", "value")]))
+                if cfg.qkv_bias else None)
+        layers.append(Layer(
+            ln1=(g.init(f"h{i}.ln1.scale", w[f"{p}norm1.scale"]), g.init(f"h{i}.ln1.shift", w[f"{p}norm1.shift"])),
+            qkv=g.init(f"h{i}.qkv.weight", qkv), qkv_bias=bias,
+            out=(g.init(f"h{i}.out.weight", w[f"{p}att.out_proj.weight"].T),
+                 g.init(f"h{i}.out.bias", w[f"{p}att.out_proj.bias"])),
+            ln2=(g.init(f"h{i}.ln2.scale", w[f"{p}norm2.scale"]), g.init(f"h{i}.ln2.shift", w[f"{p}norm2.shift"])),
+            fc=(g.init(f"h{i}.fc.weight", w[f"{p}ff.layers.0.weight"].T),
+                g.init(f"h{i}.fc.bias", w[f"{p}ff.layers.0.bias"])),
+            proj=(g.init(f"h{i}.proj.weight", w[f"{p}ff.layers.2.weight"].T),
+                  g.init(f"h{i}.proj.bias", w[f"{p}ff.layers.2.bias"]))))
+    return layers
+
+
+def add_embeddings(g: Graph, w: dict[str, np.ndarray], input_ids: str, positions: str) -> str:
+    """tok_emb[input_ids] + pos_emb[positions]: (B, T, E)."""
+    g.init("tok_emb", w["tok_emb.weight"])  # (V, E)
+    g.init("pos_emb", w["pos_emb.weight"])  # (C, E)
+    return g.one("Add", [g.one("Gather", ["tok_emb", input_ids]), g.one("Gather", ["pos_emb", positions])])
+
+
+def add_head(g: Graph, w: dict[str, np.ndarray], hidden: str, *, tied: bool, matmul: bool = False) -> str:
+    """hidden (N, E) -> logits (N, V). Gemm with transB reads the (V, E) matrix as it is stored, so a head tied
+    to tok_emb is the same initializer; `matmul` stores the head as its own (E, V) MatMul weight instead (the
+    int8 form: onnxruntime's dynamic quantization covers MatMul, not Gemm)."""
+    if matmul:
+        return g.one("MatMul", [hidden, g.init("head.weight_t", w["out_head.weight"].T)])
+    head = "tok_emb" if tied else g.init("out_head.weight", w["out_head.weight"])
+    return g.one("Gemm", [hidden, head], transB=1)
+
+
+def value_info(name: str, dtype: str, shape: list[object]) -> onnx.ValueInfoProto:
+    types = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64, "int32": TensorProto.INT32}
+    return oh.make_tensor_value_info(name, types[dtype], shape)
+
+
+def make_model(g: Graph, name: str, signature: dict[str, tuple[str, list[object]]], n_inputs: int,
+               metadata: dict[str, str], *, contrib: bool) -> onnx.ModelProto:
+    """The graph as a model with the signature's inputs (the first n_inputs entries) and outputs."""
+    items = list(signature.items())
+    graph = oh.make_graph(g.nodes, name, [value_info(n, *t) for n, t in items[:n_inputs]],
+                          [value_info(n, *t) for n, t in items[n_inputs:]], g.inits)
+    opsets = [oh.make_opsetid("", OPSET)] + ([oh.make_opsetid("com.microsoft", 1)] if contrib else [])
+    model = oh.make_model(graph, opset_imports=opsets, producer_name="mha-export")
+    model.ir_version = IR_VERSION
+    oh.set_model_props(model, metadata)
+    return model

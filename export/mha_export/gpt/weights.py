@@ -1,0 +1,158 @@
+"""A GPT checkpoint onto the book's GPTModel state_dict: the book's own (chapter 5's torch.save) or Hugging Face
+GPT-2 (GPT2LMHeadModel or GPT2Model; model.safetensors or pytorch_model.bin), recognised from the key names.
+
+Every parameter is mapped and checked against the config; a missing, extra or misshapen key is one ConfigError
+line naming the key, its shape and what the config expects. GPT-2's head is tied to wte: the result says so,
+and the artifacts store that matrix once.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mha_export.weights.load import WeightFile
+from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.gpt.config import GPTConfig
+
+Tensors = dict[str, torch.Tensor]
+BOOK_SIGNATURE = "tok_emb.weight"
+HF_SIGNATURE = re.compile(r"(transformer\.)?wte\.weight")
+# Buffers, not parameters: the book's causal masks, GPT-2's attn.bias / attn.masked_bias of older transformers.
+BUFFERS = re.compile(r"(trf_blocks\.\d+\.att\.mask|(transformer\.)?h\.\d+\.attn\.(bias|masked_bias))")
+
+
+@dataclass(frozen=True)
+class GPTWeights:
+    state: Tensors  # the book's GPTModel keys (without the mask buffers)
+    layout: str  # "book-gpt" | "hf-gpt2"
+    tied: bool  # out_head.weight is tok_emb.weight
+
+
+def book_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter of the book's GPTModel for `cfg`, with its shape."""
+    e, v = cfg.emb_dim, cfg.vocab_size
+    shapes: dict[str, tuple[int, ...]] = {"tok_emb.weight": (v, e), "pos_emb.weight": (cfg.context_length, e)}
+    for i in range(cfg.n_layers):
+        p = f"trf_blocks.{i}."
+        for w in ("W_query", "W_key", "W_value"):
+            shapes[f"{p}att.{w}.weight"] = (e, e)
+            if cfg.qkv_bias:
+                shapes[f"{p}att.{w}.bias"] = (e,)
+        shapes |= {f"{p}att.out_proj.weight": (e, e), f"{p}att.out_proj.bias": (e,),
+                   f"{p}ff.layers.0.weight": (4 * e, e), f"{p}ff.layers.0.bias": (4 * e,),
+                   f"{p}ff.layers.2.weight": (e, 4 * e), f"{p}ff.layers.2.bias": (e,)}
+        for n in ("norm1", "norm2"):
+            shapes |= {f"{p}{n}.scale": (e,), f"{p}{n}.shift": (e,)}
+    return shapes | {"final_norm.scale": (e,), "final_norm.shift": (e,), "out_head.weight": (v, e)}
+
+
+def _describe(cfg: GPTConfig) -> str:
+    return (f"vocab_size={cfg.vocab_size}, context_length={cfg.context_length}, emb_dim={cfg.emb_dim}, "
+            f"n_layers={cfg.n_layers}, qkv_bias={str(cfg.qkv_bias).lower()}")
+
+
+def _checked(state: Tensors, cfg: GPTConfig, names: dict[str, str]) -> Tensors:
+    """Each book key present with its shape, float and finite; `names` maps a book key to the file's key."""
+    shapes = book_shapes(cfg)
+    for key, shape in shapes.items():
+        if key not in state:
+            raise ConfigError(f"weights: missing key {names.get(key, key)!r} (expected shape {list(shape)} for "
+                              f"{_describe(cfg)})")
+        tensor = state[key]
+        if tuple(tensor.shape) != shape:
+            raise ConfigError(f"weights: {names.get(key, key)!r} has shape {list(tensor.shape)}, expected "
+                              f"{list(shape)} for {_describe(cfg)}")
+        if not tensor.is_floating_point():
+            raise ConfigError(f"weights: {names.get(key, key)!r} has dtype {tensor.dtype}, expected floating point")
+        if not torch.isfinite(tensor).all():
+            raise ConfigError(f"weights: {names.get(key, key)!r} holds NaN or inf values")
+    return {k: state[k].to(torch.float32) for k in shapes}
+
+
+def _book(source: WeightFile, cfg: GPTConfig) -> GPTWeights:
+    keys = [k for k in source.keys() if not BUFFERS.fullmatch(k)]
+    extra = sorted(set(keys) - set(book_shapes(cfg)))
+    if extra:
+        raise ConfigError(f"weights: unexpected key {extra[0]!r} for the book's GPTModel with {_describe(cfg)}")
+    return GPTWeights(_checked({k: source.get(k) for k in keys}, cfg, {}), "book-gpt", tied=False)
+
+
+def _hf_names(cfg: GPTConfig, pre: str) -> dict[str, str]:
+    """book key -> GPT-2 key. Fused c_attn and Conv1D ([in, out]) weights are split and transposed in _hf."""
+    names = {"tok_emb.weight": f"{pre}wte.weight", "pos_emb.weight": f"{pre}wpe.weight",
+             "final_norm.scale": f"{pre}ln_f.weight", "final_norm.shift": f"{pre}ln_f.bias",
+             "out_head.weight": f"{pre}wte.weight"}
+    for i in range(cfg.n_layers):
+        b, h = f"trf_blocks.{i}.", f"{pre}h.{i}."
+        names |= {f"{b}att.out_proj.weight": f"{h}attn.c_proj.weight", f"{b}att.out_proj.bias": f"{h}attn.c_proj.bias",
+                  f"{b}ff.layers.0.weight": f"{h}mlp.c_fc.weight", f"{b}ff.layers.0.bias": f"{h}mlp.c_fc.bias",
+                  f"{b}ff.layers.2.weight": f"{h}mlp.c_proj.weight", f"{b}ff.layers.2.bias": f"{h}mlp.c_proj.bias",
+                  f"{b}norm1.scale": f"{h}ln_1.weight", f"{b}norm1.shift": f"{h}ln_1.bias",
+                  f"{b}norm2.scale": f"{h}ln_2.weight", f"{b}norm2.shift": f"{h}ln_2.bias"}
+        for w in ("W_query", "W_key", "W_value"):
+            names[f"{b}att.{w}.weight"] = f"{h}attn.c_attn.weight"
+            names[f"{b}att.{w}.bias"] = f"{h}attn.c_attn.bias"
+    return names
+
+
+def _hf(source: WeightFile, cfg: GPTConfig, pre: str) -> GPTWeights:
+    keys = {k for k in source.keys() if not BUFFERS.fullmatch(k)}
+    names = _hf_names(cfg, pre)
+    allowed = set(names.values()) | {"lm_head.weight"}
+    extra = sorted(keys - allowed)
+    if extra:
+        raise ConfigError(f"weights: unexpected key {extra[0]!r} for Hugging Face GPT-2 with {_describe(cfg)}")
+    e = cfg.emb_dim
+    state: Tensors = {}
+    for book, hf in names.items():
+        if hf not in keys:
+            if book.endswith(".bias") and ".att.W_" in book:  # checked once, at c_attn.weight
+                continue
+            raise ConfigError(f"weights: missing key {hf!r} (Hugging Face GPT-2 with {_describe(cfg)})")
+    for i in range(cfg.n_layers):
+        b, h = f"trf_blocks.{i}.", f"{pre}h.{i}."
+        fused = source.get(f"{h}attn.c_attn.weight")
+        if tuple(fused.shape) != (e, 3 * e):
+            raise ConfigError(f"weights: {h + 'attn.c_attn.weight'!r} has shape {list(fused.shape)}, expected "
+                              f"{[e, 3 * e]} for {_describe(cfg)}")
+        bias = source.get(f"{h}attn.c_attn.bias") if f"{h}attn.c_attn.bias" in keys else None
+        if (bias is not None) != cfg.qkv_bias:
+            state = "holds" if bias is not None else "has no"
+            raise ConfigError(f"weights: the file {state} {h + 'attn.c_attn.bias'!r} but the config says "
+                              f"qkv_bias={str(cfg.qkv_bias).lower()}")
+        if bias is not None and tuple(bias.shape) != (3 * e,):
+            raise ConfigError(f"weights: {h + 'attn.c_attn.bias'!r} has shape {list(bias.shape)}, expected [{3 * e}]")
+        for j, w in enumerate(("W_query", "W_key", "W_value")):
+            state[f"{b}att.{w}.weight"] = fused[:, j * e:(j + 1) * e].T  # Conv1D (in, out) -> Linear (out, in)
+            if bias is not None:
+                state[f"{b}att.{w}.bias"] = bias[j * e:(j + 1) * e]
+        for book in ("att.out_proj.weight", "ff.layers.0.weight", "ff.layers.2.weight"):
+            state[b + book] = source.get(names[b + book]).T
+        for book in ("att.out_proj.bias", "ff.layers.0.bias", "ff.layers.2.bias", "norm1.scale", "norm1.shift",
+                     "norm2.scale", "norm2.shift"):
+            state[b + book] = source.get(names[b + book])
+    for book in ("tok_emb.weight", "pos_emb.weight", "final_norm.scale", "final_norm.shift"):
+        state[book] = source.get(names[book])
+    state["out_head.weight"] = state["tok_emb.weight"]
+    if "lm_head.weight" in keys and not torch.equal(source.get("lm_head.weight"), state["tok_emb.weight"]):
+        raise ConfigError("weights: 'lm_head.weight' differs from the token embedding; GPT-2's head is tied to wte")
+    # Conv1D shapes are (in, out): name the file's key, with the file's shape, when one does not fit.
+    reverse = {k: names.get(k, k) for k in book_shapes(cfg)}
+    return GPTWeights(_checked(state, cfg, reverse), "hf-gpt2", tied=True)
+
+
+def read_gpt_weights(path: Path, cfg: GPTConfig) -> GPTWeights:
+    """The book's state_dict for `cfg` from a checkpoint in either layout; refuse anything else in one line."""
+    source = WeightFile(Path(path))
+    keys = source.keys()
+    if BOOK_SIGNATURE in keys:
+        return _book(source, cfg)
+    hf = next((m for m in (HF_SIGNATURE.fullmatch(k) for k in keys) if m), None)
+    if hf is not None:
+        return _hf(source, cfg, hf.group(1) or "")
+    sample = ", ".join(repr(k) for k in sorted(keys)[:4])
+    raise ConfigError(f"weights: expected the book's GPTModel state_dict ('tok_emb.weight', 'trf_blocks.N...') or "
+                      f"Hugging Face GPT-2 ('wte.weight', 'h.N...'), got {len(keys)} keys: {sample}")

@@ -1,0 +1,85 @@
+"""`mha generate DIR`: stream tokens from a GPT folder; end with one line of counts and timings (or --json)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from mha_runtime.artifact.errors import ContractError
+
+
+def parse_ids(text: str) -> list[int]:
+    """'1,2,3' -> [1, 2, 3]; anything else is one line naming the bad piece."""
+    pieces = [p.strip() for p in text.split(",")]
+    if not text.strip():
+        raise ContractError("--prompt-ids: expected comma-separated token ids, got an empty prompt")
+    ids = []
+    for piece in pieces:
+        try:
+            ids.append(int(piece, 10))
+        except ValueError:
+            raise ContractError(f"--prompt-ids: expected comma-separated integers, got {piece!r}") from None
+    return ids
+
+
+@click.command("generate")
+@click.argument("artifact_dir", type=click.Path(path_type=Path))
+@click.option("--prompt", "prompts", multiple=True,
+              help="Prompt text (needs the folder's tokenizer); repeat for a batch.")
+@click.option("--prompt-ids", "prompt_ids", multiple=True, help="Comma-separated token ids; repeat for a batch.")
+@click.option("--max-new-tokens", type=int, default=32, show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0: greedy.")
+@click.option("--top-k", type=int, default=None, help="Keep the k most likely tokens before sampling.")
+@click.option("--seed", type=int, default=None, help="Seed of the sampling draws (the same seed, the same tokens).")
+@click.option("--eos/--no-eos", default=True, show_default=True,
+              help="Stop a row at the model's end-of-text id (GPT-2's 50256) when it has one.")
+@click.option("--form", default=None, help="Decoder file to run [default: the fastest, gpt.inplace.onnx].")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="ONNX Runtime intra-op threads.")
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the stream.")
+def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple[str, ...], max_new_tokens: int,
+                 temperature: float, top_k: int | None, seed: int | None, eos: bool, form: str | None,
+                 threads: int | None, provider: str, as_json: bool) -> None:
+    """Generate tokens from a GPT folder made by `mha export --gpt`."""
+    from mha_runtime.gpt.generate import Generator
+    from mha_runtime.gpt.tokenizer import TextStream
+
+    if bool(prompts) == bool(prompt_ids):
+        raise click.UsageError("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)")
+    gen = Generator(artifact_dir, form=form, provider=provider, threads=threads)
+    batch = [gen.encode(p) for p in prompts] if prompts else [parse_ids(t) for t in prompt_ids]
+    eos_id = gen.manifest.eos_id if eos else None
+    kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, eos_id=eos_id)
+    if as_json:
+        result = gen.generate(batch, **kwargs)  # type: ignore[arg-type]
+        click.echo(json.dumps({"prompt_ids": result.prompt_ids, "ids": result.ids,
+                               "time_to_first_token_s": round(result.time_to_first_token_s, 6),
+                               "tokens_per_s": round(result.tokens_per_s, 3), "stops": result.stops,
+                               "seed": result.seed}))
+        return
+    text = gen.tokenizer is not None and len(batch) == 1
+    stream = TextStream(gen.tokenizer) if text and gen.tokenizer is not None else None
+    if stream is not None:
+        click.echo(gen.tokenizer.decode(batch[0]) if gen.tokenizer else "", nl=False)
+
+    def show(new: list[int | None]) -> None:
+        if stream is not None:
+            if new[0] is not None:
+                sys.stdout.write(stream.push(new[0]))
+                sys.stdout.flush()
+        elif len(batch) == 1:
+            if new[0] is not None:
+                sys.stdout.write(f"{new[0]} ")
+                sys.stdout.flush()
+
+    result = gen.generate(batch, on_step=show, **kwargs)  # type: ignore[arg-type]
+    if len(batch) > 1:  # rows interleave: print each row's new ids once it is done
+        for row in result.ids:
+            click.echo(",".join(map(str, row)))
+    else:
+        click.echo()
+    stops = ", ".join(sorted(set(result.stops)))
+    click.echo(f"{result.tokens} tokens, time to first token {result.time_to_first_token_s * 1e3:.1f} ms, "
+               f"{result.tokens_per_s:.1f} tokens/s (stopped: {stops}; seed {result.seed})", err=True)

@@ -1,0 +1,137 @@
+"""The GPT config: the book's GPT_CONFIG_124M keys, read from gpt.json or from a Hugging Face config.json."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mha_runtime.artifact.config import MAX_CONFIG_BYTES, read_regular
+from mha_runtime.artifact.errors import ConfigError, first_line
+
+# GPT-2's <|endoftext|>, written as eos_token_id into genai_config.json and used by `mha generate --eos`.
+GPT2_EOS_ID = 50256
+GPT2_VOCAB = 50257
+# The book's LayerNorm epsilon and GPT-2's layer_norm_epsilon.
+LAYER_NORM_EPS = 1e-5
+# Refused before any work: larger shapes do not fit the artifacts' 2 GiB protobuf or this machine's memory.
+MAX_CONTEXT = 4096
+MAX_HEADS = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPTConfig:
+    """The book's GPTModel config (chapter 4, GPT_CONFIG_124M)."""
+
+    vocab_size: int
+    context_length: int
+    emb_dim: int
+    n_heads: int
+    n_layers: int
+    drop_rate: float = 0.0
+    qkv_bias: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"gpt config field {name!r}: expected a positive integer, got {value!r}")
+        if isinstance(self.drop_rate, bool) or not isinstance(self.drop_rate, (int, float)) \
+                or not 0.0 <= self.drop_rate < 1.0:
+            raise ConfigError(f"gpt config field 'drop_rate': expected a float in [0, 1), got {self.drop_rate!r}")
+        if not isinstance(self.qkv_bias, bool):
+            raise ConfigError(f"gpt config field 'qkv_bias': expected true or false, got {self.qkv_bias!r}")
+        if self.emb_dim % self.n_heads:
+            raise ConfigError(f"gpt config: emb_dim {self.emb_dim} is not divisible by n_heads {self.n_heads}")
+        if self.context_length > MAX_CONTEXT:
+            raise ConfigError(f"gpt config field 'context_length': expected at most {MAX_CONTEXT}, "
+                              f"got {self.context_length}")
+        if self.n_heads > MAX_HEADS:
+            raise ConfigError(f"gpt config field 'n_heads': expected at most {MAX_HEADS}, got {self.n_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.emb_dim // self.n_heads
+
+    def parameters(self, *, tied: bool) -> int:
+        """Parameter count: embeddings, blocks, final norm, and the head unless it is the token embedding."""
+        e, v = self.emb_dim, self.vocab_size
+        attention = 3 * e * e + (3 * e if self.qkv_bias else 0) + e * e + e
+        block = attention + 2 * (2 * e) + (e * 4 * e + 4 * e) + (4 * e * e + e)
+        return v * e + self.context_length * e + self.n_layers * block + 2 * e + (0 if tied else v * e)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
+        """The book's keys, or a Hugging Face GPT-2 config.json (recognised by `n_embd`)."""
+        if "n_embd" in data:
+            return cls.from_hf(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"gpt config: unknown key {unknown[0]!r}; expected the book's keys {sorted(known)}")
+        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise ConfigError(f"gpt config: missing key {missing[0]!r}; required: {', '.join(required)}")
+        return cls(**data)
+
+    @classmethod
+    def from_hf(cls, data: dict[str, Any]) -> GPTConfig:
+        """A Hugging Face GPT2Config: GPT-2 always has q/k/v biases; other activations or epsilons are refused."""
+        for key in ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer"):
+            if key not in data:
+                raise ConfigError(f"config.json: missing key {key!r} of a GPT-2 config")
+        activation = data.get("activation_function", "gelu_new")
+        if activation not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ConfigError(f"config.json: activation_function {activation!r}; expected GPT-2's 'gelu_new'")
+        eps = data.get("layer_norm_epsilon", LAYER_NORM_EPS)
+        if eps != LAYER_NORM_EPS:
+            raise ConfigError(f"config.json: layer_norm_epsilon {eps!r}; expected {LAYER_NORM_EPS} (the book's)")
+        if data.get("tie_word_embeddings", True) is not True:
+            raise ConfigError("config.json: tie_word_embeddings false; expected GPT-2's tied output head")
+        return cls(vocab_size=data["vocab_size"], context_length=data["n_positions"], emb_dim=data["n_embd"],
+                   n_heads=data["n_head"], n_layers=data["n_layer"], drop_rate=0.0, qkv_bias=True)
+
+    @classmethod
+    def from_file(cls, path: Path, *, flag: str = "--config") -> GPTConfig:
+        """gpt.json or config.json; every problem is one ConfigError line naming the file."""
+        try:
+            data = json.loads(read_regular(Path(path), MAX_CONFIG_BYTES).decode())
+        except FileNotFoundError:
+            raise ConfigError(f"{flag} {path}: expected a JSON file of the book's GPT config keys, found nothing "
+                              "there") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{flag} {path}: cannot read it ({first_line(exc)})") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ConfigError(f"{flag} {path}: expected JSON, got a parse error ({first_line(exc)})") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{flag} {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{flag} {path}: expected a JSON object, got {type(data).__name__}")
+        try:
+            return cls.from_dict(data)
+        except ConfigError as exc:
+            raise ConfigError(f"{flag} {path}: {exc}") from None
+
+
+GPT_PRESETS: dict[str, GPTConfig] = {
+    # make export: GPT-2's vocabulary (the real tokenizer applies), 2 layers of width 64: seconds to export.
+    "gpt-mini": GPTConfig(vocab_size=GPT2_VOCAB, context_length=256, emb_dim=64, n_heads=4, n_layers=2),
+    # The book's GPT_CONFIG_124M (make bench, random weights).
+    "gpt-124m": GPTConfig(vocab_size=GPT2_VOCAB, context_length=1024, emb_dim=768, n_heads=12, n_layers=12,
+                          drop_rate=0.1),
+}
+
+
+def gpt_preset(name: str) -> GPTConfig:
+    try:
+        return GPT_PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown GPT preset {name!r}; choose one of {', '.join(GPT_PRESETS)}") from None

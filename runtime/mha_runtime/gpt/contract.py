@@ -1,0 +1,131 @@
+"""The GPT's I/O contract, defined once: names, dtypes and axes of its two decoder forms.
+
+`gpt.onnx` speaks Optimum's GPT-2 names (code written for Optimum or transformers.js exports drives it):
+input_ids (B, T) int64, attention_mask (B, P + T) int64, position_ids (B, T) int64 and per layer
+past_key_values.{i}.key/.value (B, H, P, D) in; logits (B, T, V) and present.{i}.key/.value (B, H, P + T, D) out.
+The cache grows by Concat; P may be 0 (the same file prefills).
+
+`gpt.inplace.onnx` keeps one preallocated cache per layer, (B, H, context_length, D), bound as both
+past_key_values.{i}.* and present.{i}.* (IO binding): ONNX Runtime writes each step's rows into it in place.
+Its other inputs are input_ids (B, T) and past_tokens (B,) int32, each row's own count of cached tokens (rows may
+differ: no padding); its output is next_token_logits (B, V), the logits of each row's last token only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mha_runtime.artifact.tolerance import Tolerance
+from mha_runtime.gpt.config import GPTConfig
+
+INPUT_IDS = "input_ids"
+ATTENTION_MASK = "attention_mask"
+POSITION_IDS = "position_ids"
+LOGITS = "logits"
+PAST_TOKENS = "past_tokens"
+NEXT_LOGITS = "next_token_logits"
+# Optimum's axis names.
+BATCH = "batch_size"
+TOKENS = "sequence_length"
+PAST = "past_sequence_length"
+TOTAL = "past_sequence_length + sequence_length"
+
+CONCAT_FORM = "gpt.onnx"
+INPLACE_FORM = "gpt.inplace.onnx"
+INT8_FORM = "gpt.inplace.int8.onnx"
+GENAI_CONFIG = "genai_config.json"
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+WEIGHTS_FILE = "gpt.safetensors"
+META_GPT_CONFIG = "mha_export.gpt_config"
+META_GPT_CONTRACT = "mha_export.gpt_contract"
+
+
+def past_key(layer: int) -> str:
+    return f"past_key_values.{layer}.key"
+
+
+def past_value(layer: int) -> str:
+    return f"past_key_values.{layer}.value"
+
+
+def present_key(layer: int) -> str:
+    return f"present.{layer}.key"
+
+
+def present_value(layer: int) -> str:
+    return f"present.{layer}.value"
+
+
+@dataclass(frozen=True)
+class Form:
+    """One decoder file: how its cache works, and its tolerance row against eager PyTorch (logits)."""
+
+    file: str
+    kind: str  # "concat" | "inplace"
+    dtype: str  # "fp32" | "int8"
+    tolerance: Tolerance
+
+
+# fp32 rows: logits of random and trained models differ from eager by float reassociation only (docs/gpt.md has
+# the measured worst errors). int8: weights rounded to 8 bits move logits by up to a few tenths; the form is
+# judged by greedy-token agreement as well (recorded in the manifest).
+FORMS: dict[str, Form] = {
+    CONCAT_FORM: Form(CONCAT_FORM, "concat", "fp32", tolerance=Tolerance(atol=1e-3, rtol=1e-4)),
+    INPLACE_FORM: Form(INPLACE_FORM, "inplace", "fp32", tolerance=Tolerance(atol=1e-3, rtol=1e-4)),
+    INT8_FORM: Form(INT8_FORM, "inplace", "int8", tolerance=Tolerance(atol=1.5, rtol=0.0)),
+}
+# The variant names of `mha export --gpt --variants`.
+GPT_VARIANTS = {"decoder": CONCAT_FORM, "inplace": INPLACE_FORM, "int8": INT8_FORM}
+# The fastest fp32 form, and what each form needs built before it.
+FASTEST = INPLACE_FORM
+
+
+def concat_signature(config: GPTConfig) -> dict[str, tuple[str, list[Any]]]:
+    """name -> (dtype, shape) of every input, then every output, of gpt.onnx."""
+    h, d = config.n_heads, config.head_dim
+    sig: dict[str, tuple[str, list[Any]]] = {INPUT_IDS: ("int64", [BATCH, TOKENS]),
+                                             ATTENTION_MASK: ("int64", [BATCH, TOTAL]),
+                                             POSITION_IDS: ("int64", [BATCH, TOKENS])}
+    for i in range(config.n_layers):
+        sig[past_key(i)] = ("float32", [BATCH, h, PAST, d])
+        sig[past_value(i)] = ("float32", [BATCH, h, PAST, d])
+    sig[LOGITS] = ("float32", [BATCH, TOKENS, config.vocab_size])
+    for i in range(config.n_layers):
+        sig[present_key(i)] = ("float32", [BATCH, h, TOTAL, d])
+        sig[present_value(i)] = ("float32", [BATCH, h, TOTAL, d])
+    return sig
+
+
+def inplace_signature(config: GPTConfig) -> dict[str, tuple[str, list[Any]]]:
+    """name -> (dtype, shape) of every input, then every output, of gpt.inplace.onnx (and its int8 form)."""
+    h, c, d = config.n_heads, config.context_length, config.head_dim
+    sig: dict[str, tuple[str, list[Any]]] = {INPUT_IDS: ("int64", [BATCH, TOKENS]), PAST_TOKENS: ("int32", [BATCH])}
+    for i in range(config.n_layers):
+        sig[past_key(i)] = ("float32", [BATCH, h, c, d])
+        sig[past_value(i)] = ("float32", [BATCH, h, c, d])
+    sig[NEXT_LOGITS] = ("float32", [BATCH, config.vocab_size])
+    for i in range(config.n_layers):
+        sig[present_key(i)] = ("float32", [BATCH, h, c, d])
+        sig[present_value(i)] = ("float32", [BATCH, h, c, d])
+    return sig
+
+
+def n_inputs(kind: str, config: GPTConfig) -> int:
+    return (3 if kind == "concat" else 2) + 2 * config.n_layers
+
+
+def signature(form: Form, config: GPTConfig) -> dict[str, tuple[str, list[Any]]]:
+    return concat_signature(config) if form.kind == "concat" else inplace_signature(config)
+
+
+def contract_dict(config: GPTConfig) -> dict[str, Any]:
+    """The contract as the manifest records it, for programs that drive the files without this package."""
+    return {"concat": {"file": CONCAT_FORM, "signature": concat_signature(config),
+                       "masking": "attention_mask 1 = real token, 0 = padding; position_ids count real tokens"},
+            "inplace": {"file": INPLACE_FORM, "signature": inplace_signature(config),
+                        "cache": "bind one buffer per past/present pair; row b's new tokens go to rows "
+                                 "past_tokens[b] .. past_tokens[b] + T - 1; T > 1 after a past only at batch 1"},
+            "sampling": "top-k (keep logits >= the k-th largest), then divide by temperature, then softmax; "
+                        "temperature 0: argmax. Draw: u = PCG64(seed).random() per row and step, the first id "
+                        "whose cumulative probability exceeds u"}

@@ -1,0 +1,152 @@
+"""Generation in the torch-free runtime: prefill, step, sample, stream; a batch of prompts of any lengths.
+
+A row stops at max_new_tokens, at eos_id (the eos id itself is not returned, as in the book's `generate`), or
+when its sequence reaches context_length: the model has no position for a further token, and a window that
+slides silently would no longer be the prompt the user gave. Every stop is named in the result.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mha_runtime.artifact.errors import ArtifactError, ContractError
+from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.contract import FASTEST, FORMS, TOKENIZER_FILE
+from mha_runtime.gpt.decoder import Decoder, decoder_for, make_session
+from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest, read_gpt_file
+from mha_runtime.gpt.sampling import Sampler, check_sampling
+from mha_runtime.gpt.tokenizer import GPTTokenizer
+
+MAX_BATCH = 64
+
+
+@dataclass
+class Generation:
+    """What one generate call produced: per row the new ids and why it stopped; and its timings."""
+
+    prompt_ids: list[list[int]]
+    ids: list[list[int]] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)  # max_new_tokens | eos | context_length
+    seed: int = 0
+    time_to_first_token_s: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(r) for r in self.ids)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """New tokens per second after the first one (decode speed; the first token is the prefill's)."""
+        rest = self.seconds - self.time_to_first_token_s
+        later = self.tokens - sum(1 for r in self.ids if r)
+        return later / rest if rest > 0 and later > 0 else 0.0
+
+
+def check_prompts(prompts: list[list[int]], config: GPTConfig) -> None:
+    """One line for the first bad prompt: empty, not integers, an id outside the vocabulary, too long."""
+    if not isinstance(prompts, list) or not prompts:
+        raise ContractError("prompt: expected at least one prompt of token ids, got none")
+    if len(prompts) > MAX_BATCH:
+        raise ContractError(f"prompt: expected at most {MAX_BATCH} prompts in one batch, got {len(prompts)}")
+    for row, prompt in enumerate(prompts):
+        where = "prompt" if len(prompts) == 1 else f"prompt {row}"
+        if not isinstance(prompt, list) or not prompt:
+            raise ContractError(f"{where}: expected at least one token id, got an empty prompt")
+        bad = next((t for t in prompt if isinstance(t, bool) or not isinstance(t, int)), None)
+        if bad is not None:
+            raise ContractError(f"{where}: expected integer token ids, got {bad!r}")
+        out = next((t for t in prompt if not 0 <= t < config.vocab_size), None)
+        if out is not None:
+            raise ContractError(f"{where}: token id {out} is outside the vocabulary (0..{config.vocab_size - 1})")
+        if len(prompt) > config.context_length:
+            raise ContractError(f"{where}: {len(prompt)} tokens, longer than context_length {config.context_length}")
+
+
+class Generator:
+    """Generate from a GPT folder made by `mha export --gpt`: its manifest and files are verified first."""
+
+    def __init__(self, folder: str | Path, *, form: str | None = None, provider: str = "cpu",
+                 threads: int | None = None) -> None:
+        self.folder = Path(folder)
+        self.manifest: GPTManifest = load_gpt_manifest(self.folder)
+        self.config = self.manifest.config
+        listed = [f for f in FORMS if f in self.manifest.artifacts]
+        self.form = form or (FASTEST if FASTEST in listed else (listed[0] if listed else ""))
+        if self.form not in listed:
+            raise ArtifactError(f"{self.folder}: no decoder {form or ''} listed in the manifest; it holds "
+                                f"{', '.join(listed) or 'none'}")
+        where = self.folder / self.form
+        self.session = make_session(read_gpt_file(self.folder, self.form, self.manifest), provider=provider,
+                                    threads=threads, where=str(where))
+        self.kind = FORMS[self.form].kind
+        self.tokenizer: GPTTokenizer | None = None
+        if self.manifest.tokenizer is not None:
+            data = read_gpt_file(self.folder, TOKENIZER_FILE, self.manifest)
+            self.tokenizer = GPTTokenizer(data, vocab_size=self.config.vocab_size,
+                                          where=str(self.folder / TOKENIZER_FILE))
+
+    def decoder(self) -> Decoder:
+        return decoder_for(self.kind, self.session, self.config, self.folder / self.form)
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise ContractError(f"{self.folder}: this folder has no tokenizer (exported without --tokenizer); "
+                                "give token ids (--prompt-ids)")
+        return self.tokenizer.encode(text)
+
+    def stream(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
+               top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,
+               result: Generation | None = None) -> Iterator[list[int | None]]:
+        """Yield, after each step, every row's new id (None for a row that has stopped). Checks come first."""
+        check_prompts(prompts, self.config)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ContractError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
+        check_sampling(temperature, top_k, self.config.vocab_size)
+        if eos_id is not None and not 0 <= eos_id < self.config.vocab_size:
+            raise ContractError(f"eos_id: expected a token id below {self.config.vocab_size}, got {eos_id}")
+        sampler = Sampler(len(prompts), temperature=temperature, top_k=top_k, seed=seed,
+                          vocab_size=self.config.vocab_size)
+        out = result if result is not None else Generation(prompt_ids=prompts)
+        out.prompt_ids, out.seed = [list(p) for p in prompts], sampler.seed
+        out.ids, out.stops = [[] for _ in prompts], ["" for _ in prompts]
+        start = time.perf_counter()
+        decoder = self.decoder()
+        logits = decoder.prefill(out.prompt_ids)
+        context = self.config.context_length
+        while True:
+            live = [r for r, s in enumerate(out.stops) if not s]
+            chosen = sampler.next_ids(logits[live], live)
+            new: list[int | None] = [None] * len(prompts)
+            for r, token in zip(live, chosen, strict=True):
+                if eos_id is not None and token == eos_id:
+                    out.stops[r] = "eos"
+                    continue
+                out.ids[r].append(token)
+                new[r] = token
+                if len(out.ids[r]) >= max_new_tokens:
+                    out.stops[r] = "max_new_tokens"
+                elif len(prompts[r]) + len(out.ids[r]) >= context:
+                    out.stops[r] = "context_length"
+            if not out.time_to_first_token_s:
+                out.time_to_first_token_s = time.perf_counter() - start
+            out.seconds = time.perf_counter() - start
+            yield new
+            if all(out.stops):
+                return
+            # Every row is fed its last token; a stopped row's is ignored and does not advance its cache (it
+            # stopped with room for one more: prompt + new <= context_length, the last new one never fed).
+            feed = [(r[-1] if r else p[-1]) for r, p in zip(out.ids, out.prompt_ids, strict=True)]
+            logits = decoder.step(feed, [not s for s in out.stops])
+
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,
+                 on_step: Callable[[list[int | None]], None] | None = None) -> Generation:
+        result = Generation(prompt_ids=prompts)
+        for new in self.stream(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                               seed=seed, eos_id=eos_id, result=result):
+            if on_step is not None:
+                on_step(new)
+        return result

@@ -1,0 +1,128 @@
+"""A GPT folder's manifest.json (kind "gpt"): config, contract, weights, tokenizer, artifacts, files (torch-free).
+
+Every file is listed with its size and sha256 and is checked before it is parsed, as in the attention folders.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
+from mha_runtime.artifact.fields import get, obj, plain_name
+from mha_runtime.artifact.manifest import MANIFEST_NAME, FileRecord, read_verified
+from mha_runtime.gpt.config import GPTConfig
+
+GPT_KIND = "gpt"
+GPT_MANIFEST_FORMAT = 1
+MAX_MANIFEST_BYTES = 1 << 22
+
+
+@dataclass(frozen=True)
+class GPTArtifact:
+    """How one decoder file was judged against eager PyTorch."""
+
+    kind: str  # concat | inplace
+    dtype: str  # fp32 | int8
+    tolerance: dict[str, Any]
+    cases: int
+    max_abs_error: float
+    greedy_agreement: float  # share of greedy tokens equal to eager PyTorch's over the golden prompts
+    passed: bool
+    export_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> GPTArtifact:
+        data = obj(data, where)
+        return cls(kind=get(data, "kind", str, where), dtype=get(data, "dtype", str, where),
+                   tolerance=get(data, "tolerance", dict, where), cases=get(data, "cases", int, where),
+                   max_abs_error=get(data, "max_abs_error", float, where),
+                   greedy_agreement=get(data, "greedy_agreement", float, where),
+                   passed=get(data, "passed", bool, where), export_seconds=get(data, "export_seconds", float, where))
+
+
+@dataclass(frozen=True)
+class GPTManifest:
+    name: str
+    created: str
+    config: GPTConfig
+    contract: dict[str, Any]
+    versions: dict[str, str]
+    weights: dict[str, Any]  # source, sha256, layout, tied
+    tokenizer: dict[str, Any] | None  # file, vocab_size, source; None: the folder works on token ids
+    eos_id: int | None
+    artifacts: dict[str, GPTArtifact]
+    files: dict[str, FileRecord]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": GPT_MANIFEST_FORMAT, "kind": GPT_KIND, "name": self.name, "created": self.created,
+                "config": self.config.to_dict(), "contract": self.contract, "versions": self.versions,
+                "weights": self.weights, "tokenizer": self.tokenizer, "eos_id": self.eos_id,
+                "artifacts": {f: a.to_dict() for f, a in self.artifacts.items()},
+                "files": {f: r.to_dict() for f, r in self.files.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> GPTManifest:
+        data = obj(data, where)
+        if data.get("kind") != GPT_KIND or data.get("format") != GPT_MANIFEST_FORMAT:
+            raise ArtifactError(f"{where}: expected a GPT manifest (kind {GPT_KIND!r}, format "
+                                f"{GPT_MANIFEST_FORMAT}), got kind {data.get('kind')!r}, format "
+                                f"{data.get('format')!r} (export GPT folders with `mha export --gpt`)")
+        try:
+            config = GPTConfig.from_dict(get(data, "config", dict, where))
+        except ConfigError as exc:
+            raise ArtifactError(f"{where}: {exc}") from None
+        tokenizer = data.get("tokenizer")
+        if tokenizer is not None and not isinstance(tokenizer, dict):
+            raise ArtifactError(f"{where}: 'tokenizer' must be an object or null")
+        eos = data.get("eos_id")
+        if eos is not None and (not isinstance(eos, int) or isinstance(eos, bool) or not 0 <= eos < config.vocab_size):
+            raise ArtifactError(f"{where}: 'eos_id' must be a token id below vocab_size or null, got {eos!r}")
+        return cls(name=get(data, "name", str, where), created=get(data, "created", str, where), config=config,
+                   contract=get(data, "contract", dict, where), versions=get(data, "versions", dict, where),
+                   weights=get(data, "weights", dict, where), tokenizer=tokenizer, eos_id=eos,
+                   artifacts={plain_name(f, f"{where}: artifacts"): GPTArtifact.from_dict(a, f"{where}: artifacts.{f}")
+                              for f, a in get(data, "artifacts", dict, where).items()},
+                   files={plain_name(f, f"{where}: files"): FileRecord.from_dict(r, f"{where}: files.{f}")
+                          for f, r in get(data, "files", dict, where).items()})
+
+
+def is_gpt_folder(folder: Path) -> bool:
+    """Whether folder/manifest.json names kind "gpt" (without judging the rest)."""
+    try:
+        with open(Path(folder) / MANIFEST_NAME, "rb") as fh:
+            head = fh.read(MAX_MANIFEST_BYTES)
+        return json.loads(head).get("kind") == GPT_KIND
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def load_gpt_manifest(folder: Path) -> GPTManifest:
+    """Read folder/manifest.json as a GPT manifest, or raise ArtifactError naming what is wrong."""
+    folder = Path(folder)
+    path = folder / MANIFEST_NAME
+    if not folder.is_dir():
+        raise ArtifactError(f"GPT folder {folder}: expected a folder made by `mha export --gpt`, found none")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: expected a manifest (made by `mha export --gpt`), found none") from None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read it ({first_line(exc)})") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ArtifactError(f"{path}: expected a manifest of at most {MAX_MANIFEST_BYTES} bytes, got a larger file")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ArtifactError(f"{path}: expected JSON, got a parse error ({first_line(exc)})") from None
+    return GPTManifest.from_dict(data, str(path))
+
+
+def read_gpt_file(folder: Path, name: str, manifest: GPTManifest) -> bytes:
+    """A listed file's bytes after its size and sha256 check (verify before parse)."""
+    return read_verified(folder, name, manifest)  # type: ignore[arg-type]  # reads only .files

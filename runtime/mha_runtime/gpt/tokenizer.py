@@ -1,0 +1,46 @@
+"""GPT-2's byte-level BPE from the folder's tokenizer.json, through Hugging Face `tokenizers` (no hand-written BPE)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
+
+
+class GPTTokenizer:
+    """Text <-> ids. The vocabulary must be the model's: a tokenizer of another size is refused on load."""
+
+    def __init__(self, data: bytes, *, vocab_size: int, where: str) -> None:
+        from tokenizers import Tokenizer
+
+        try:
+            self._tok = Tokenizer.from_str(data.decode("utf-8"))
+        except Exception as exc:  # tokenizers raises its own Exception type
+            raise ArtifactError(f"{where}: not a tokenizers JSON file ({first_line(exc)})") from None
+        size = self._tok.get_vocab_size(with_added_tokens=True)
+        if size != vocab_size:
+            raise ConfigError(f"{where}: a vocabulary of {size} tokens, expected the model's vocab_size {vocab_size}")
+
+    @classmethod
+    def from_file(cls, path: Path, *, vocab_size: int) -> GPTTokenizer:
+        return cls(Path(path).read_bytes(), vocab_size=vocab_size, where=str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._tok.decode(ids, skip_special_tokens=False))
+
+
+class TextStream:
+    """The text of a growing id list, piece by piece: a piece that ends inside a UTF-8 character waits."""
+
+    def __init__(self, tokenizer: GPTTokenizer) -> None:
+        self.tokenizer, self.ids, self.sent = tokenizer, list[int](), 0
+
+    def push(self, token: int) -> str:
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids)
+        if text.endswith("\ufffd"):  # an incomplete byte sequence so far
+            return ""
+        piece, self.sent = text[self.sent:], len(text)
+        return piece
