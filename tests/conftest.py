@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from helpers import MID
 from mha_export.pipeline.export import export_preset
+
+if TYPE_CHECKING:
+    import torch
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +39,30 @@ def seed_copy(seed_dir: Path, tmp_path: Path) -> Path:
 def mid_copy(mid_dir: Path, tmp_path: Path) -> Path:
     """A private copy of the mid artifacts (d_out 16: it has mha.decode-inplace.onnx) that a test may damage."""
     return Path(shutil.copytree(mid_dir, tmp_path / "mid"))
+
+
+# The GPT folders: each source made by its defining library, exported once per session (gpt_sources.py).
+@pytest.fixture(scope="session")
+def book_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    """(the book's GPTModel, its exported folder with the tokenizer)."""
+    from gpt_sources import BOOK, book_model, save_book, vocab_dir
+    from mha_export.gpt.export import export_gpt
+
+    model = book_model()
+    root = tmp_path_factory.mktemp("gpt")
+    weights = save_book(model, root / "ckpt")
+    return model, export_gpt("book", root, config=BOOK, weights=weights, tokenizer=vocab_dir()).folder
+
+
+@pytest.fixture(scope="session")
+def hf_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    """(transformers' GPT2LMHeadModel, its folder exported from model.safetensors + config.json)."""
+    from gpt_sources import hf_model, save_hf
+    from mha_export.gpt.export import export_gpt
+    from mha_runtime.gpt.config import GPTConfig
+
+    model = hf_model()
+    root = tmp_path_factory.mktemp("gpt")
+    weights = save_hf(model, root / "hf", safetensors=True)
+    config = GPTConfig.from_file(weights.parent / "config.json")
+    return model, export_gpt("hf", root, config=config, weights=weights).folder
