@@ -30,3 +30,15 @@ def test_light_modules_do_not_import_onnxruntime() -> None:
             "print(sorted(m for m in ('onnxruntime', 'numpy', 'torch') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "onnxruntime" not in out.stdout and "torch" not in out.stdout, out.stdout
+
+
+def test_gpt_generation_runs_without_torch(book_gpt: tuple[object, Path]) -> None:
+    code = (
+        "import sys\n"
+        "from mha_runtime.gpt.generate import Generator\n"
+        f"g = Generator({str(book_gpt[1])!r})\n"
+        "r = g.generate([g.encode('Hello, I am')], max_new_tokens=3, temperature=0.8, top_k=5, seed=1)\n"
+        "print('torch' in sys.modules, 'mha_export' in sys.modules, len(r.ids[0]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "3"], out.stdout + out.stderr

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import click
 
-from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.gpt.config import GPT_PRESETS, GPTConfig, gpt_preset
 
 HF_CONFIG = "config.json"
@@ -38,6 +37,7 @@ def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str
 def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
                        weights: Path | None, variants: str | None, tokenizer: Path | None) -> None:
     from mha_export.gpt.export import check_gpt_budget, export_gpt, parse_gpt_variants
+    from mha_export.gpt.tokenizer import read_tokenizer
     from mha_export.weights.load import check_weights_path
     from mha_runtime.artifact.atomic import check_folder_target
     from mha_runtime.cli.tables import table
@@ -46,12 +46,11 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
     jobs = resolve_config(presets, config_path, name, weights)
     if weights is not None:
         check_weights_path(weights)
-    if tokenizer is not None and not Path(tokenizer).exists():
-        raise ConfigError(f"--tokenizer {tokenizer}: expected a folder of GPT-2 BPE files or a tokenizer.json, "
-                          "found nothing there")
-    for folder, config in jobs:
+    for folder, config in jobs:  # everything that can be refused, before any work
         check_folder_target(Path(out) / folder)
         check_gpt_budget(config)
+        if tokenizer is not None:
+            read_tokenizer(tokenizer, vocab_size=config.vocab_size, context_length=config.context_length)
     for folder, config in jobs:
         click.echo(f"exporting {folder} (GPT, {config.n_layers} layers, {config.parameters(tied=False):,} "
                    "parameters at most) ...", err=True)

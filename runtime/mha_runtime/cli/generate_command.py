@@ -51,6 +51,7 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
     gen = Generator(artifact_dir, form=form, provider=provider, threads=threads)
     batch = [gen.encode(p) for p in prompts] if prompts else [parse_ids(t) for t in prompt_ids]
     eos_id = gen.manifest.eos_id if eos else None
+    gen.check(batch, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id)
     kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, eos_id=eos_id)
     if as_json:
         result = gen.generate(batch, **kwargs)  # type: ignore[arg-type]

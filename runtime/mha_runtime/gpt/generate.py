@@ -97,16 +97,21 @@ class Generator:
                                 "give token ids (--prompt-ids)")
         return self.tokenizer.encode(text)
 
-    def stream(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-               top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,
-               result: Generation | None = None) -> Iterator[list[int | None]]:
-        """Yield, after each step, every row's new id (None for a row that has stopped). Checks come first."""
+    def check(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
+              top_k: int | None = None, eos_id: int | None = None) -> None:
+        """Refuse a request in one line before anything runs."""
         check_prompts(prompts, self.config)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ContractError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
         check_sampling(temperature, top_k, self.config.vocab_size)
         if eos_id is not None and not 0 <= eos_id < self.config.vocab_size:
             raise ContractError(f"eos_id: expected a token id below {self.config.vocab_size}, got {eos_id}")
+
+    def stream(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
+               top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,
+               result: Generation | None = None) -> Iterator[list[int | None]]:
+        """Yield, after each step, every row's new id (None for a row that has stopped). Checks come first."""
+        self.check(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id)
         sampler = Sampler(len(prompts), temperature=temperature, top_k=top_k, seed=seed,
                           vocab_size=self.config.vocab_size)
         out = result if result is not None else Generation(prompt_ids=prompts)

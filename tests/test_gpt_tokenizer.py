@@ -1,0 +1,59 @@
+"""The folder's tokenizer.json against tiktoken's own gpt2 encoding, and the folder under ONNX Runtime GenAI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpt_sources import BOOK, tiktoken_gpt2, vocab_dir
+from mha_export.gpt.tokenizer import read_tokenizer
+from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.gpt.generate import Generator
+
+TEXT = ("Hello, I am a language model.\n  Indented   spaces,\ttabs; 'quotes' we'll we've 3.14159 and 1,000,000\n"
+        "Ünïcödé, 日本語, emoji 🤖 and combining e\u0301 — dashes…")
+
+
+def test_hello_i_am(book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    assert Generator(book_gpt[1]).encode("Hello, I am") == [15496, 11, 314, 716]
+
+
+def test_ids_equal_tiktokens_gpt2_encoding(book_gpt: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
+    gen = Generator(book_gpt[1])
+    reference = tiktoken_gpt2(tmp_path / "tiktoken")
+    ids = gen.encode(TEXT)
+    assert ids == reference.encode(TEXT)
+    assert gen.tokenizer is not None and gen.tokenizer.decode(ids) == TEXT
+
+
+def test_a_tokenizer_of_another_vocabulary_is_refused(tmp_path: Path) -> None:
+    vocab = json.loads((vocab_dir() / "encoder.json").read_text())
+    small = {k: v for k, v in vocab.items() if v < 1000}
+    (tmp_path / "encoder.json").write_text(json.dumps(small))
+    merges = (vocab_dir() / "vocab.bpe").read_text().split("\n")[:1]
+    (tmp_path / "vocab.bpe").write_text("\n".join(merges) + "\n")
+    with pytest.raises(ConfigError, match="a vocabulary of 1000 tokens, but the model's vocab_size is 50257"):
+        read_tokenizer(tmp_path, vocab_size=BOOK.vocab_size, context_length=BOOK.context_length)
+
+
+def test_onnxruntime_genai_runs_the_folder_with_the_same_greedy_ids(book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    import onnxruntime_genai as og
+
+    folder = book_gpt[1]
+    gen = Generator(folder)
+    prompt = gen.encode("Hello, I am")
+    ours = gen.generate([prompt], max_new_tokens=20, eos_id=None).ids[0]
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + 20, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(prompt)
+    theirs = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        theirs.append(int(generator.get_next_tokens()[0]))
+    assert theirs == ours
+    tokenizer = og.Tokenizer(model)  # reads tokenizer.json + tokenizer_config.json
+    assert list(tokenizer.encode("Hello, I am")) == prompt
