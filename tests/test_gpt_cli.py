@@ -84,3 +84,8 @@ def test_export_refusals_are_one_line(tmp_path: Path) -> None:
     one_line_error(mha("export", "--gpt", "--preset", "gpt-mini", "--tokenizer", tok, "--out", tmp_path),
                    "cannot read it as a GPT-2 tokenizer")
     assert not (tmp_path / "gpt-mini").exists()
+
+
+def test_attention_commands_on_a_gpt_folder_point_to_generate(book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    for command in ("check", "inspect"):
+        one_line_error(mha(command, book_gpt[1]), "run it with `mha generate DIR`")

@@ -115,6 +115,9 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Manifest:
         data = obj(data, where)
+        if data.get("kind") == "gpt":  # mha_runtime.gpt.manifest reads these
+            raise ArtifactError(f"{where}: a GPT folder (made by `mha export --gpt`), not an attention artifact: "
+                                "run it with `mha generate DIR`")
         if data.get("format") != MANIFEST_FORMAT:
             raise ArtifactError(f"{where}: expected manifest format {MANIFEST_FORMAT}, got {data.get('format')!r} "
                                 "(re-export the folder with this version's `mha export`)")

@@ -67,13 +67,13 @@ class Form:
     tolerance: Tolerance
 
 
-# fp32 rows: logits of random and trained models differ from eager by float reassociation only (docs/gpt.md has
-# the measured worst errors). int8: weights rounded to 8 bits move logits by up to a few tenths; the form is
-# judged by greedy-token agreement as well (recorded in the manifest).
+# fp32 rows: logits differ from eager by float reassociation only (worst seen 2.1e-6 on GPT_CONFIG_124M;
+# docs/gpt.md). int8: 8-bit weights in blocks of 32 moved GPT_CONFIG_124M's logits by 0.021 at most (relative L2
+# 0.008); the row leaves about 5x room, and the form is judged by greedy-token agreement too (in the manifest).
 FORMS: dict[str, Form] = {
     CONCAT_FORM: Form(CONCAT_FORM, "concat", "fp32", tolerance=Tolerance(atol=1e-3, rtol=1e-4)),
     INPLACE_FORM: Form(INPLACE_FORM, "inplace", "fp32", tolerance=Tolerance(atol=1e-3, rtol=1e-4)),
-    INT8_FORM: Form(INT8_FORM, "inplace", "int8", tolerance=Tolerance(atol=1.5, rtol=0.0)),
+    INT8_FORM: Form(INT8_FORM, "inplace", "int8", tolerance=Tolerance(atol=0.1, rtol=0.0, rel_l2=0.05)),
 }
 # The variant names of `mha export --gpt --variants`.
 GPT_VARIANTS = {"decoder": CONCAT_FORM, "inplace": INPLACE_FORM, "int8": INT8_FORM}

@@ -1,0 +1,28 @@
+"""GPT folders are byte-reproducible and carry no path of the machine that built them."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from gpt_sources import vocab_dir
+from mha_export.gpt.export import export_gpt
+from mha_runtime.gpt.config import GPTConfig
+
+CFG = GPTConfig(vocab_size=50257, context_length=24, emb_dim=32, n_heads=4, n_layers=2, qkv_bias=True)
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
+            if p.name != "manifest.json"}
+
+
+def test_two_exports_write_the_same_bytes_and_no_paths(tmp_path: Path) -> None:
+    first = export_gpt("one", tmp_path / "a", config=CFG, tokenizer=vocab_dir()).folder
+    second = export_gpt("two", tmp_path / "elsewhere" / "b", config=CFG, tokenizer=vocab_dir()).folder
+    assert digests(first) == digests(second)
+    assert {"gpt.onnx", "gpt.inplace.onnx", "gpt.inplace.int8.onnx", "tokenizer.json", "genai_config.json",
+            "gpt.safetensors"} <= set(digests(first))
+    for path in [*first.iterdir(), *second.iterdir()]:
+        data = path.read_bytes()
+        for marker in (str(tmp_path).encode(), b"/tmp/", str(vocab_dir()).encode(), b"/work/"):
+            assert marker not in data, f"{path.name} holds {marker!r}"
