@@ -72,7 +72,7 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
         raise click.UsageError("--tokenizer belongs to a GPT export: add --gpt")
     bad = [p for p in presets if p not in PRESETS]
     if bad:
-        raise click.BadParameter(f"{bad[0]!r} is not one of {', '.join(PRESETS)}"
+        raise click.BadParameter(f"{bad[0]!r} is not one of {', '.join(map(repr, PRESETS))}"
                                  + (" (a GPT preset: add --gpt)" if bad[0] in GPT_PRESETS else ""),
                                  param_hint="'--preset'")
     selection: Selection = VariantList().convert(variants or ALL, None, None)

@@ -42,7 +42,7 @@ def parse_ids(text: str) -> list[int]:
 def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple[str, ...], max_new_tokens: int,
                  temperature: float, top_k: int | None, seed: int | None, eos: bool, form: str | None,
                  threads: int | None, provider: str, as_json: bool) -> None:
-    """Generate tokens from a GPT folder made by `mha export --gpt`."""
+    """Generate tokens from a whole-GPT folder (greedy or sampled), streamed as text or ids."""
     from mha_runtime.gpt.generate import Generator
     from mha_runtime.gpt.tokenizer import TextStream
 
