@@ -38,10 +38,11 @@ def _export(venv: Path, cwd: Path, *variants: str) -> subprocess.CompletedProces
 
 def check_runtime(venv: Path, cwd: Path, seed_dir: Path) -> None:
     listed = _run(venv, "mha", "--help", cwd=cwd).stdout
-    assert all(f" {c} " in listed for c in ("run", "check", "inspect", "serve", "loadtest", "triton"))
+    assert all(f" {c} " in listed for c in ("run", "check", "inspect", "serve", "loadtest", "triton", "generate"))
     assert " export " not in listed
-    assert _imports(venv, cwd, "mha_runtime", "onnxruntime", "torch", "mha_export", "ray") == {
-        "mha_runtime": True, "onnxruntime": True, "torch": False, "mha_export": False, "ray": False}
+    assert _imports(venv, cwd, "mha_runtime", "onnxruntime", "tokenizers", "torch", "mha_export", "ray") == {
+        "mha_runtime": True, "onnxruntime": True, "tokenizers": True, "torch": False, "mha_export": False,
+        "ray": False}
     check = _run(venv, "mha", "check", seed_dir, cwd=cwd)
     assert check.returncode == 0 and " 0 failed, " in check.stdout.splitlines()[-1], check.stdout + check.stderr
 
