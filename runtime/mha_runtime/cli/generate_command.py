@@ -76,9 +76,10 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
                 sys.stdout.flush()
 
     result = gen.generate(batch, on_step=show, **kwargs)  # type: ignore[arg-type]
-    if len(batch) > 1:  # rows interleave: print each row's new ids once it is done
-        for row in result.ids:
-            click.echo(",".join(map(str, row)))
+    if len(batch) > 1:  # rows would interleave: each row's new text (or ids) once all are done
+        for i, row in enumerate(result.ids):
+            shown = gen.tokenizer.decode(row) if gen.tokenizer is not None and prompts else ",".join(map(str, row))
+            click.echo(f"[{i}] {shown}")
     else:
         click.echo()
     stops = ", ".join(sorted(set(result.stops)))
