@@ -42,10 +42,13 @@ export: $(STAMP) $(VOCAB_STAMP)
 	$(VENV)/bin/mha export --out artifacts
 	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --out artifacts
 
-# Benchmark gpt2-small (exports it first when its artifacts are missing).
-bench: $(STAMP)
+# Benchmark gpt2-small, then the whole GPT on gpt-124m (each exported first when its artifacts are missing); the
+# GPT bench writes artifacts/bench/gpt.json, its export's peak memory measured in a child process.
+bench: $(STAMP) $(VOCAB_STAMP)
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(VENV)/bin/mha bench --preset gpt2-small --artifacts artifacts --out artifacts/bench
+	@test -f artifacts/gpt-124m/manifest.json || $(VENV)/bin/mha export --gpt --preset gpt-124m --tokenizer $(VOCAB) --out artifacts
+	$(PY) -m mha_export.bench.gpt_bench --artifact artifacts/gpt-124m --out artifacts/bench --threads 2 --export-memory
 
 # mha serve on gpt2-small: batching against --max-batch 1, 2 replicas against 1, server against the direct runner
 # (docs/serving.md). Writes artifacts/bench/serve.json and serve.png.

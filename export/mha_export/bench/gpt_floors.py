@@ -1,0 +1,167 @@
+"""What the GPT bench sets its figures against, measured in the same run and at the same thread count: memory
+bandwidth, the MatMul peak, the prefill FLOP count, a child's peak memory, and ORT's per-op decode profile."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from mha_runtime.artifact.errors import MHAError
+from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.contract import FORMS
+from mha_runtime.gpt.decoder import decoder_for
+
+COPY_MIB, COPY_REPEATS = 256, 5
+MATMUL_N, MATMUL_REPEATS = 2048, 5
+PREFILL_FORMULA = ("2*N*T + 2*2*L*T*T*E/2 + 2*E*V: N non-embedding parameters (blocks and final norm), T prompt "
+                   "tokens, L layers, E emb_dim, V vocab; attention QK^T and AV over the causal half; the head for "
+                   "the last token only (the in-place form's next_token_logits)")
+FLOOR_FORMULA = "bandwidth / (4 * weights.parameters): every fp32 weight read once per token"
+STREAMED_FORMULA = ("bandwidth / (4 * (L*12*E^2 + V*E)): the weight matrices a step reads (blocks and head); the "
+                    "embeddings give one row each")
+
+
+def options(threads: int) -> ort.SessionOptions:
+    """ORT session options at `threads` intra-op threads, one inter-op."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.log_severity_level = 3
+    return opts
+
+
+def copy_bandwidth(*, threads: int, mib: int = COPY_MIB, repeats: int = COPY_REPEATS) -> dict[str, Any]:
+    """Bytes read plus written per second by np.copyto of a `mib` MiB float32 array, split over `threads` at once
+    (numpy releases the GIL), best of `repeats`."""
+    src = np.ones(mib << 18, np.float32)  # mib * 2**20 bytes
+    dst = np.zeros_like(src)  # touched: no page faults in the timed copies
+    edges = np.linspace(0, src.size, threads + 1).astype(int)
+    samples = []
+    for _ in range(repeats):
+        gate = threading.Barrier(threads + 1)
+
+        def copy(lo: int, hi: int, gate: threading.Barrier = gate) -> None:
+            gate.wait()
+            np.copyto(dst[lo:hi], src[lo:hi])
+
+        workers = [threading.Thread(target=copy, args=(int(a), int(b))) for a, b in pairwise(edges)]
+        for w in workers:
+            w.start()
+        gate.wait()
+        start = time.perf_counter()
+        for w in workers:
+            w.join()
+        samples.append(2 * src.nbytes / (time.perf_counter() - start))
+    return {"bytes_per_s": max(samples), "samples": samples, "array_bytes": src.nbytes, "threads": threads,
+            "method": f"np.copyto of a {mib} MiB float32 array, {threads} thread(s) at once, read + write bytes, "
+                      f"best of {repeats}"}
+
+
+def matmul_peak(*, threads: int, n: int = MATMUL_N, repeats: int = MATMUL_REPEATS) -> dict[str, Any]:
+    """FLOP/s of ONNX Runtime's float32 MatMul (n x n by n x n) at `threads`, best of `repeats`: the library and
+    thread pool the decoders run on."""
+    from onnx import TensorProto, helper
+
+    spec = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [n, n]) for name in ("a", "b", "c")]
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul", spec[:2], spec[2:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), options(threads), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((n, n), np.float32), "b": rng.standard_normal((n, n), np.float32)}
+    session.run(None, feeds)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        samples.append(2 * n ** 3 / (time.perf_counter() - start))
+    return {"flop_per_s": max(samples), "samples": samples, "n": n, "threads": threads,
+            "method": f"onnxruntime float32 MatMul {n}x{n}x{n}, best of {repeats}"}
+
+
+def prefill_flops(cfg: GPTConfig, tokens: int) -> int:
+    """PREFILL_FORMULA for a prompt of `tokens`."""
+    e, v, t = cfg.emb_dim, cfg.vocab_size, tokens
+    non_embedding = cfg.parameters(tied=True) - v * e - cfg.context_length * e
+    return 2 * non_embedding * t + 2 * 2 * cfg.n_layers * t * t * e // 2 + 2 * e * v
+
+
+def streamed_bytes(cfg: GPTConfig) -> int:
+    """fp32 bytes of the weight matrices one decode step reads (STREAMED_FORMULA)."""
+    return 4 * (cfg.n_layers * 12 * cfg.emb_dim ** 2 + cfg.vocab_size * cfg.emb_dim)
+
+
+def child_peak(command: list[str], *, log: Path) -> dict[str, Any]:
+    """Run `command` as a child (output to `log`): its seconds and peak RSS (wait4's ru_maxrss: the child's own
+    and that of the children it waited for; KiB on Linux)."""
+    start = time.perf_counter()
+    with log.open("wb") as out:
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+    seconds = time.perf_counter() - start
+    if child.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        raise MHAError(f"{' '.join(command)}: exit status {child.returncode}: {' | '.join(tail)}")
+    return {"peak_rss_bytes": usage.ru_maxrss * 1024, "seconds": seconds}
+
+
+def decode_profile(folder: Path, form: str, cfg: GPTConfig, *, threads: int, steps: int = 32) -> dict[str, Any]:
+    """ORT's per-op kernel time over `steps` batch-1 decode steps of `form` after a 32-token prefill, in a
+    profiling session of its own (the prefill's run left out); and the rate its MatMul/Gemm kernels read the
+    weight matrices at (streamed_bytes over their time per step)."""
+    with tempfile.TemporaryDirectory(prefix="mha-profile-") as tmp:
+        opts = options(threads)
+        opts.enable_profiling, opts.profile_file_prefix = True, str(Path(tmp) / "decode")
+        session = ort.InferenceSession(str(folder / form), opts, providers=["CPUExecutionProvider"])
+        decoder = decoder_for(FORMS[form].kind, session, cfg, folder / form)
+        token = int(decoder.prefill([np.random.default_rng(0).integers(0, cfg.vocab_size, 32).tolist()])[0].argmax())
+        for _ in range(steps):
+            token = int(decoder.step([token], [True])[0].argmax())
+        events = json.loads(Path(session.end_profiling()).read_text())
+    runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
+    prefill_end = runs[0]["ts"] + runs[0]["dur"]
+    per_op: Counter[str] = Counter()
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] > prefill_end:
+            per_op[e["args"]["op_name"]] += e["dur"]
+    total = sum(per_op.values())
+    ms = {op: us / 1e3 / steps for op, us in per_op.most_common()}
+    dense_s = (per_op["MatMul"] + per_op["Gemm"]) / 1e6 / steps
+    return {"form": form, "steps": steps, "step_ms": sum(r["dur"] for r in runs[1:]) / 1e3 / steps,
+            "kernel_ms_per_step": ms, "share": {op: us / total for op, us in per_op.most_common()},
+            "matmul_gemm_weight_bytes_per_s": streamed_bytes(cfg) / dense_s if dense_s else None}
+
+
+class OtherCPU:
+    """Cores kept busy by other processes over an interval: the machine's busy time (/proc/stat) less this
+    process's and its children's CPU time. The noise, stated: a shared machine's figures compare within a run."""
+
+    def __init__(self) -> None:
+        self.start = self._read()
+
+    @staticmethod
+    def _read() -> tuple[float, float, float] | None:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+        own = os.times()
+        return time.perf_counter(), busy, own.user + own.system + own.children_user + own.children_system
+
+    def cores(self) -> float | None:
+        """Mean cores used by others since the start (None without /proc/stat)."""
+        end = self._read()
+        if self.start is None or end is None or end[0] <= self.start[0]:
+            return None
+        (t0, busy0, own0), (t1, busy1, own1) = self.start, end
+        return max(0.0, ((busy1 - busy0) - (own1 - own0)) / (t1 - t0))

@@ -1,0 +1,87 @@
+"""The GPT bench's wiring on gpt-mini (one round, 8 new tokens): every figure of gpt.json present, finite and
+positive, every fp32 peer greedy-equal to gpt.inplace.onnx. No timing asserts."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from mha_export.bench.gpt_bench import GENAI, HF, TORCH_KV, main
+from mha_export.bench.gpt_floors import child_peak, prefill_flops
+from mha_export.gpt.export import export_gpt
+from mha_runtime.gpt.config import GPT_PRESETS
+from mha_runtime.gpt.contract import CONCAT_FORM, INPLACE_FORM, INT8_FORM
+
+NEW = 8
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_gpt("gpt-mini", tmp_path_factory.mktemp("gpt"), config=GPT_PRESETS["gpt-mini"]).folder
+
+
+def _numbers(value: Any) -> list[float]:
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    return [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+def _positive(*values: float) -> None:
+    for v in values:
+        assert math.isfinite(v) and v > 0, v
+
+
+def test_gpt_bench_writes_every_figure(mini: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["--artifact", str(mini), "--out", str(tmp_path), "--threads", "1",
+                                       "--rounds", "1", "--new-tokens", str(NEW)])
+    assert result.exit_code == 0, result.output
+    assert "tokens/s" in result.output and "first token" in result.output
+    report = json.loads((tmp_path / "gpt.json").read_text())
+    assert all(math.isfinite(n) for n in _numbers(report))
+    assert report["threads"] == 1 and report["export"] is None
+    assert report["other_processes_cores"] >= 0 and report["decode"]["other_processes_cores"] >= 0
+    assert report["host"]["versions"]["onnxruntime"]
+    _positive(report["bandwidth"]["bytes_per_s"], report["matmul_peak"]["flop_per_s"])
+    decode = report["decode"]
+    assert set(decode["runners"]) == {INPLACE_FORM, CONCAT_FORM, INT8_FORM, GENAI, HF, TORCH_KV}
+    for name, figures in decode["runners"].items():
+        assert figures["new_tokens"] == NEW and len(figures["samples"]) == 1
+        _positive(figures["tokens_per_s"], figures["first_token_s"])
+        if name != INT8_FORM:  # int8 rounds the weights: its ids may part early
+            assert figures["greedy_prefix_equal"] == NEW, name
+    assert decode["fastest_fp32"] in (INPLACE_FORM, CONCAT_FORM)
+    ratios = decode["ratios"]
+    _positive(decode["floor_tokens_per_s"], decode["streamed_floor_tokens_per_s"], ratios["fastest_fp32_to_floor"],
+              ratios["fastest_fp32_to_streamed_floor"], ratios["int8_to_fastest_fp32"],
+              *ratios["fastest_fp32_to_runner"].values())
+    assert len(ratios["fastest_fp32_to_runner"]) == 4  # the other fp32 form, genai, transformers, the torch loop
+    batch, first = report["batch"], report["first_token"]
+    assert len(batch["prompt_lengths"]) == 8 and batch["form"] == decode["fastest_fp32"]
+    _positive(batch["tokens_per_s"], batch["batch1_tokens_per_s"], batch["ratio_to_batch1"])
+    _positive(first["seconds"], first["floor_s"], first["ratio_to_floor"])
+    assert first["prefill_flops"] == prefill_flops(GPT_PRESETS["gpt-mini"], first["prompt_tokens"])
+    assert "2*N*T" in first["formula"]
+    profile = report["profile"]
+    assert profile["form"] == decode["fastest_fp32"] and "MatMul" in profile["kernel_ms_per_step"]
+    _positive(profile["step_ms"], profile["matmul_gemm_weight_bytes_per_s"])
+    assert math.isclose(sum(profile["share"].values()), 1.0)
+
+
+def test_prefill_flops_of_the_book_gpt() -> None:
+    """GPT_CONFIG_124M, 128 tokens: 2 * 85M non-embedding parameters per token dominate; the head is one token's."""
+    cfg = GPT_PRESETS["gpt-124m"]
+    non_embedding = 12 * (12 * 768 * 768 + 10 * 768) + 2 * 768  # a block: 12 E^2 weights, 10 E biases, norms
+    assert prefill_flops(cfg, 128) == 2 * non_embedding * 128 + 2 * 12 * 128 * 128 * 768 + 2 * 768 * 50257
+
+
+def test_child_peak_reads_the_childs_rss(tmp_path: Path) -> None:
+    figures = child_peak([sys.executable, "-c", "b = bytearray(96 << 20); b[::4096] = b'x' * len(b[::4096])"],
+                         log=tmp_path / "log")
+    assert figures["peak_rss_bytes"] >= 96 << 20 and figures["seconds"] > 0
