@@ -85,3 +85,11 @@ def test_child_peak_reads_the_childs_rss(tmp_path: Path) -> None:
     figures = child_peak([sys.executable, "-c", "b = bytearray(96 << 20); b[::4096] = b'x' * len(b[::4096])"],
                          log=tmp_path / "log")
     assert figures["peak_rss_bytes"] >= 96 << 20 and figures["seconds"] > 0
+
+
+def test_child_peak_is_not_the_benchs_own_peak(tmp_path: Path) -> None:
+    """A child forked from this process would start from its RSS high-water mark (Linux keeps it across exec)."""
+    touched = bytearray(512 << 20)
+    touched[::4096] = b"x" * len(touched[::4096])
+    del touched
+    assert child_peak([sys.executable, "-c", "pass"], log=tmp_path / "log")["peak_rss_bytes"] < 128 << 20

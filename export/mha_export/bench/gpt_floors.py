@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -99,19 +100,32 @@ def streamed_bytes(cfg: GPTConfig) -> int:
     return 4 * (cfg.n_layers * 12 * cfg.emb_dim ** 2 + cfg.vocab_size * cfg.emb_dim)
 
 
+# Runs the command and prints its exit code and wait4's ru_maxrss. The measuring process must be small: Linux
+# carries a process's RSS high-water mark across exec, and a child forked (or vforked) from the bench inherits the
+# bench's own peak (measured: `python -c pass` read 2 GiB after a 2 GiB array). This shim is that small parent.
+_SHIM = """import os, subprocess, sys
+with open(sys.argv[1], "wb") as log:
+    child = subprocess.Popen(sys.argv[2:], stdout=log, stderr=subprocess.STDOUT)
+    _, status, usage = os.wait4(child.pid, 0)
+child.returncode = os.waitstatus_to_exitcode(status)
+print(child.returncode, usage.ru_maxrss)
+"""
+
+
 def child_peak(command: list[str], *, log: Path) -> dict[str, Any]:
-    """Run `command` as a child (output to `log`): its seconds and peak RSS (wait4's ru_maxrss: the child's own
-    and that of the children it waited for; KiB on Linux)."""
+    """Run `command` (output to `log`) under a small Python parent: its seconds and peak RSS (wait4's ru_maxrss
+    of that child: its own and that of the children it waited for; KiB on Linux)."""
     start = time.perf_counter()
-    with log.open("wb") as out:
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+    shim = subprocess.run([sys.executable, "-c", _SHIM, str(log), *command], capture_output=True, text=True)
     seconds = time.perf_counter() - start
-    if child.returncode != 0:
+    try:
+        code, kib = (int(x) for x in shim.stdout.split())
+    except ValueError:
+        raise MHAError(f"{' '.join(command)}: not measured ({shim.stderr.strip()[-300:]})") from None
+    if code != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-5:]
-        raise MHAError(f"{' '.join(command)}: exit status {child.returncode}: {' | '.join(tail)}")
-    return {"peak_rss_bytes": usage.ru_maxrss * 1024, "seconds": seconds}
+        raise MHAError(f"{' '.join(command)}: exit status {code}: {' | '.join(tail)}")
+    return {"peak_rss_bytes": kib * 1024, "seconds": seconds}
 
 
 def decode_profile(folder: Path, form: str, cfg: GPTConfig, *, threads: int, steps: int = 32) -> dict[str, Any]:
