@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import torch
 
-from mha_export.gpt.graph import Graph, add_embeddings, add_head, add_weights, make_model, numpy_state
+from mha_export.gpt.graph import Built, Graph, add_embeddings, add_head, add_weights, make_model, numpy_state
 from mha_runtime.gpt.config import LAYER_NORM_EPS, GPTConfig
 from mha_runtime.gpt.contract import (
     ATTENTION_MASK,
@@ -45,7 +45,7 @@ def _mask(g: Graph) -> str:
     return g.one("And", [causal, real])  # (B, 1, T, S)
 
 
-def concat_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> onnx.ModelProto:
+def concat_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> Built:
     """The Optimum-named decoder of `state` (the book's GPTModel keys)."""
     w = numpy_state(state)
     g = Graph()

@@ -3,8 +3,10 @@ moved into place (nothing under out/NAME changes unless everything was written a
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +18,11 @@ from safetensors.torch import save_file
 from mha_export.gpt.concat import concat_model
 from mha_export.gpt.eager import SEED, GPTModel, seeded_gpt
 from mha_export.gpt.genai import genai_json
+from mha_export.gpt.graph import Built
 from mha_export.gpt.inplace import inplace_model
 from mha_export.gpt.quantize import build_int8
 from mha_export.gpt.tokenizer import TokenizerFiles, read_tokenizer
-from mha_export.gpt.validate import validate_form
+from mha_export.gpt.validate import references, validate_form
 from mha_export.gpt.weights import read_gpt_weights
 from mha_export.pipeline.budget import available_memory, gib
 from mha_export.pipeline.export import check_folder_name
@@ -99,9 +102,20 @@ def load_gpt(cfg: GPTConfig, weights: Path | None) -> tuple[GPTModel, dict[str, 
     return model.eval(), state, record
 
 
-def _save(model: onnx.ModelProto, path: Path) -> None:
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+def _save(build: Callable[[], Built], path: Path) -> None:
+    """Build, stream to the file (the weights are never copied into a ModelProto), then check the saved file."""
+    build().save(path)
+    gc.collect()
+    onnx.checker.check_model(str(path))
+
+
+def _build(file: str, path: Path, state: dict[str, torch.Tensor], config: GPTConfig, *, tied: bool) -> None:
+    if file == CONCAT_FORM:
+        _save(lambda: concat_model(state, config, tied=tied), path)
+    elif file == INPLACE_FORM:
+        _save(lambda: inplace_model(state, config, tied=tied), path)
+    else:
+        build_int8(state, config, path, tied=tied)
 
 
 def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | None = None,
@@ -119,17 +133,18 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     model, state, record = load_gpt(config, weights)
     tied = bool(record["tied"])
     eos = GPT2_EOS_ID if config.vocab_size > GPT2_EOS_ID else None
-    builders = {CONCAT_FORM: lambda p: _save(concat_model(state, config, tied=tied), p),
-                INPLACE_FORM: lambda p: _save(inplace_model(state, config, tied=tied), p),
-                INT8_FORM: lambda p: build_int8(state, config, p, tied=tied)}
+    refs = references(model, config)  # every form is judged against these; the eager model is not needed after
+    del model
     with staged_folder(Path(out_root) / name) as stage:
         weights_state = {k: v.contiguous() for k, v in state.items() if not (tied and k == "out_head.weight")}
         save_file(weights_state, str(stage / WEIGHTS_FILE), metadata={"tied": str(tied).lower()})
         seconds: dict[str, float] = {}
         for file in steps(files, label=f"building {name}", unit="form", enabled=progress):
             begin = time.perf_counter()
-            builders[file](stage / file)
+            _build(file, stage / file, state, config, tied=tied)
             seconds[file] = time.perf_counter() - begin
+        del state, weights_state  # validation runs on the files alone: free the weights first
+        gc.collect()
         if tok is not None:
             (stage / TOKENIZER_FILE).write_bytes(tok.tokenizer_json)
             (stage / TOKENIZER_CONFIG).write_bytes(tok.config_json)
@@ -138,14 +153,17 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
         artifacts, failures = {}, []
         for file in steps(files, label=f"validating {name}", unit="form", enabled=progress):
             form = FORMS[file]
-            session = make_session((stage / file).read_bytes(), where=str(stage / file))
-            report = validate_form(session, form, model, config, tolerance=form.tolerance)
-            del session
+            # From the path: ONNX Runtime reads the file itself (from bytes, a second copy of the weights
+            # would be held while it parses them).
+            session = make_session(str(stage / file), where=str(stage / file))
+            report = validate_form(session, form, refs, config, tolerance=form.tolerance)
             failures += report.failures
             artifacts[file] = GPTArtifact(kind=form.kind, dtype=form.dtype, tolerance=form.tolerance.to_dict(),
                                           cases=report.cases, max_abs_error=report.max_abs_error,
                                           greedy_agreement=report.greedy_agreement, passed=report.passed,
                                           export_seconds=round(seconds[file], 3))
+            del session
+            gc.collect()
         if failures:
             raise ValidationError([_Line(f) for f in failures])
         manifest = GPTManifest(

@@ -6,6 +6,7 @@ the head as Gemm on the token embedding so that a tied matrix is stored once), s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -25,11 +26,11 @@ class Graph:
     """Nodes and initializers being written; `name` gives each intermediate a unique, readable name."""
 
     nodes: list[onnx.NodeProto] = field(default_factory=list)
-    inits: list[onnx.TensorProto] = field(default_factory=list)
+    arrays: list[tuple[str, np.ndarray]] = field(default_factory=list)  # initializers, kept as (views of) arrays
     _count: int = 0
 
     def init(self, name: str, array: np.ndarray) -> str:
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.arrays.append((name, array))
         return name
 
     def i64(self, name: str, values: list[int] | int) -> str:
@@ -109,14 +110,34 @@ def value_info(name: str, dtype: str, shape: list[object]) -> onnx.ValueInfoProt
     return oh.make_tensor_value_info(name, types[dtype], shape)
 
 
+@dataclass(frozen=True)
+class Built:
+    """A model without its initializers, and the initializers as arrays: save() streams them to the file,
+    full() makes the whole ModelProto (for the quantizer and for inspection)."""
+
+    model: onnx.ModelProto
+    arrays: list[tuple[str, np.ndarray]]
+
+    def full(self) -> onnx.ModelProto:
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        model.graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(a), n) for n, a in self.arrays)
+        return model
+
+    def save(self, path: Path) -> None:
+        from mha_export.gpt.stream_save import save_streamed
+
+        save_streamed(self.model, self.arrays, path)
+
+
 def make_model(g: Graph, name: str, signature: dict[str, tuple[str, list[object]]], n_inputs: int,
-               metadata: dict[str, str], *, contrib: bool) -> onnx.ModelProto:
+               metadata: dict[str, str], *, contrib: bool) -> Built:
     """The graph as a model with the signature's inputs (the first n_inputs entries) and outputs."""
     items = list(signature.items())
     graph = oh.make_graph(g.nodes, name, [value_info(n, *t) for n, t in items[:n_inputs]],
-                          [value_info(n, *t) for n, t in items[n_inputs:]], g.inits)
+                          [value_info(n, *t) for n, t in items[n_inputs:]])
     opsets = [oh.make_opsetid("", OPSET)] + ([oh.make_opsetid("com.microsoft", 1)] if contrib else [])
     model = oh.make_model(graph, opset_imports=opsets, producer_name="mha-export")
     model.ir_version = IR_VERSION
     oh.set_model_props(model, metadata)
-    return model
+    return Built(model, list(g.arrays))

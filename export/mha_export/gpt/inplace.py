@@ -14,7 +14,7 @@ import onnx
 import onnx.helper as oh
 import torch
 
-from mha_export.gpt.graph import Graph, add_embeddings, add_head, add_weights, make_model, numpy_state
+from mha_export.gpt.graph import Built, Graph, add_embeddings, add_head, add_weights, make_model, numpy_state
 from mha_runtime.gpt.config import LAYER_NORM_EPS, GPTConfig
 from mha_runtime.gpt.contract import (
     INPUT_IDS,
@@ -34,7 +34,7 @@ MS = "com.microsoft"
 
 
 def inplace_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool,
-                  head_matmul: bool = False) -> onnx.ModelProto:
+                  head_matmul: bool = False) -> Built:
     """The in-place decoder of `state`; `head_matmul` for the graph the int8 form quantizes (graph.add_head)."""
     w = numpy_state(state)
     g = Graph()

@@ -29,11 +29,11 @@ def build_int8(state: dict[str, torch.Tensor], cfg: GPTConfig, path: Path, *, ti
     level = logger.level
     logger.setLevel(logging.WARNING)  # it logs two INFO lines per MatMul
     try:
-        quantizer = MatMulNBitsQuantizer(inplace_model(state, cfg, tied=tied, head_matmul=True), bits=BITS,
+        quantizer = MatMulNBitsQuantizer(inplace_model(state, cfg, tied=tied, head_matmul=True).full(), bits=BITS,
                                          block_size=BLOCK, is_symmetric=True, accuracy_level=ACCURACY_LEVEL)
         quantizer.process()
     finally:
         logger.setLevel(level)
-    model = quantizer.model.model
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    onnx.save(quantizer.model.model, str(path))
+    del quantizer
+    onnx.checker.check_model(str(path))  # the saved file, not a second serialized copy in memory

@@ -45,16 +45,20 @@ def golden_prompts(cfg: GPTConfig, rng: np.random.Generator) -> list[list[int]]:
     return [rng.integers(0, cfg.vocab_size, n).tolist() for n in lengths]
 
 
-def eager_logits(model: GPTModel, ids: list[list[int]]) -> np.ndarray:
-    """(B, T, V) logits of equal-length rows."""
+def eager_at(model: GPTModel, ids: list[list[int]], positions: list[int]) -> np.ndarray:
+    """(B, len(positions), V): row by row, keeping only the positions compared (at context_length 1024 and
+    GPT-2's vocabulary a whole batch's logits would be 617 MB)."""
+    rows = []
     with torch.no_grad():
-        return model(torch.tensor(ids, dtype=torch.int64)).numpy()
+        for row in ids:
+            rows.append(model(torch.tensor([row], dtype=torch.int64))[0, positions].numpy())
+    return np.stack(rows)
 
 
 def eager_greedy(model: GPTModel, prompt: list[int], new: int) -> list[int]:
     ids = list(prompt)
     for _ in range(new):
-        ids.append(int(np.argmax(eager_logits(model, [ids])[0, -1])))
+        ids.append(int(np.argmax(eager_at(model, [ids], [len(ids) - 1])[0, 0])))
     return ids[len(prompt):]
 
 
@@ -64,9 +68,38 @@ def agreement(a: list[int], b: list[int]) -> float:
     return same / len(a) if a else 1.0
 
 
-def validate_form(session: ort.InferenceSession, form: Form, model: GPTModel, cfg: GPTConfig, *,
-                  tolerance: Tolerance) -> FormReport:
+@dataclass(frozen=True)
+class LengthCase:
+    ids: list[list[int]]  # (B, n)
+    split: int  # prefill of split tokens, then single steps to n
+    expected: np.ndarray  # (B, n - split + 1, V): eager logits at split - 1 .. n - 1
+
+
+@dataclass(frozen=True)
+class References:
+    """The eager model's answers, computed once for every form (the model can then be freed)."""
+
+    cases: list[LengthCase]
+    prompts: list[list[int]]
+    first: np.ndarray  # (3, V): each mixed prompt's last-token logits
+    greedy: list[list[int]]  # GREEDY_NEW greedy ids per prompt
+
+
+def references(model: GPTModel, cfg: GPTConfig) -> References:
     rng = np.random.default_rng(VALIDATION_SEED)
+    cases = []
+    for n in prompt_lengths(cfg):
+        for batch in (1, 3):
+            ids = rng.integers(0, cfg.vocab_size, (batch, n)).tolist()
+            split = max(1, n - STEPS)
+            cases.append(LengthCase(ids, split, eager_at(model, ids, list(range(split - 1, n)))))
+    prompts = golden_prompts(cfg, rng)
+    first = np.stack([eager_at(model, [p], [len(p) - 1])[0, 0] for p in prompts])
+    return References(cases, prompts, first, [eager_greedy(model, p, GREEDY_NEW) for p in prompts])
+
+
+def validate_form(session: ort.InferenceSession, form: Form, refs: References, cfg: GPTConfig, *,
+                  tolerance: Tolerance) -> FormReport:
     failures: list[str] = []
     cases, worst = 0, 0.0
 
@@ -78,32 +111,27 @@ def validate_form(session: ort.InferenceSession, form: Form, model: GPTModel, cf
         if not result.ok:
             failures.append(f"{form.file} {what}: max abs error {result.max_abs:.3g} beyond atol {tolerance.atol:g}")
 
-    for n in prompt_lengths(cfg):
-        for batch in (1, 3):
-            ids = rng.integers(0, cfg.vocab_size, (batch, n)).tolist()
-            ref = eager_logits(model, ids)  # (B, n, V)
+    for case in refs.cases:
+        ids, split, batch, n = case.ids, case.split, len(case.ids), len(case.ids[0])
+        decoder = decoder_for(form.kind, session, cfg, form.file)
+        check(decoder.prefill(ids), case.expected[:, -1], f"prefill B={batch} T={n}")
+        if split < n:  # the same sequences as a shorter prefill and single steps
             decoder = decoder_for(form.kind, session, cfg, form.file)
-            check(decoder.prefill(ids), ref[:, -1], f"prefill B={batch} T={n}")
-            split = max(1, n - STEPS)
-            if split < n:  # the same sequences as a shorter prefill and single steps
-                decoder = decoder_for(form.kind, session, cfg, form.file)
-                decoder.prefill([row[:split] for row in ids])
-                for t in range(split, n):
-                    got = decoder.step([row[t] for row in ids], [True] * batch)
-                    check(got, ref[:, t], f"step B={batch} at position {t}")
+            decoder.prefill([row[:split] for row in ids])
+            for t in range(split, n):
+                got = decoder.step([row[t] for row in ids], [True] * batch)
+                check(got, case.expected[:, t - split + 1], f"step B={batch} at position {t}")
     # Rows of different lengths in one batch, stepped together: each against its own eager run.
-    prompts = golden_prompts(cfg, rng)
     decoder = decoder_for(form.kind, session, cfg, form.file)
-    got = decoder.prefill(prompts)
-    for r, p in enumerate(prompts):
-        check(got[r], eager_logits(model, [p])[0, -1], f"mixed batch prefill row {r} (T={len(p)})")
+    got = decoder.prefill(refs.prompts)
+    for r, p in enumerate(refs.prompts):
+        check(got[r], refs.first[r], f"mixed batch prefill row {r} (T={len(p)})")
     greedy = [[int(np.argmax(g))] for g in got]
     for _ in range(GREEDY_NEW - 1):
-        step = decoder.step([g[-1] for g in greedy], [True] * len(prompts))
-        for r in range(len(prompts)):
+        step = decoder.step([g[-1] for g in greedy], [True] * len(refs.prompts))
+        for r in range(len(refs.prompts)):
             greedy[r].append(int(np.argmax(step[r])))
-    expected = [eager_greedy(model, p, GREEDY_NEW) for p in prompts]
-    share = float(np.mean([agreement(g, e) for g, e in zip(greedy, expected, strict=True)]))
+    share = float(np.mean([agreement(g, e) for g, e in zip(greedy, refs.greedy, strict=True)]))
     if form.dtype == "fp32" and share < 1.0:
         failures.append(f"{form.file}: greedy tokens differ from eager PyTorch (agreement {share:.2f})")
     return FormReport(cases, worst, share, not failures, tuple(failures))

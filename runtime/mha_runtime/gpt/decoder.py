@@ -41,9 +41,10 @@ class Decoder(Protocol):
     def step(self, tokens: list[int], active: list[bool]) -> np.ndarray: ...  # one token per row -> (B, V)
 
 
-def make_session(model: bytes, *, provider: str = "cpu", threads: int | None = None,
+def make_session(model: bytes | str, *, provider: str = "cpu", threads: int | None = None,
                  where: str = "decoder") -> ort.InferenceSession:
-    """A session from already verified bytes (the file is never re-read after its sha256 check)."""
+    """A session from already verified bytes (the file is never re-read after its sha256 check), or from a path
+    the caller has just written (the export's validation)."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if threads is not None:
