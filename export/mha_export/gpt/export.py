@@ -20,7 +20,7 @@ from mha_export.gpt.eager import SEED, GPTModel, seeded_gpt
 from mha_export.gpt.genai import genai_json
 from mha_export.gpt.graph import Built
 from mha_export.gpt.inplace import inplace_model
-from mha_export.gpt.quantize import build_int8
+from mha_export.gpt.quantize import int8_source, quantize_to
 from mha_export.gpt.tokenizer import TokenizerFiles, read_tokenizer
 from mha_export.gpt.validate import references, validate_form
 from mha_export.gpt.weights import read_gpt_weights
@@ -115,7 +115,7 @@ def _build(file: str, path: Path, state: dict[str, torch.Tensor], config: GPTCon
     elif file == INPLACE_FORM:
         _save(lambda: inplace_model(state, config, tied=tied), path)
     else:
-        build_int8(state, config, path, tied=tied)
+        raise AssertionError(file)
 
 
 def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | None = None,
@@ -124,7 +124,8 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     start = time.perf_counter()
     check_folder_name(name)
     check_gpt_budget(config)
-    files = [GPT_VARIANTS[v] for v in variants]
+    chosen = {GPT_VARIANTS[v] for v in variants}
+    files = [f for f in FORMS if f in chosen]  # registry order: int8 last (it frees the torch weights)
     if INT8_FORM in files and INPLACE_FORM not in files:
         raise ConfigError("--variants: int8 quantizes the in-place graph; add inplace")
     tok: TokenizerFiles | None = None
@@ -141,9 +142,16 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
         seconds: dict[str, float] = {}
         for file in steps(files, label=f"building {name}", unit="form", enabled=progress):
             begin = time.perf_counter()
-            _build(file, stage / file, state, config, tied=tied)
+            if file == INT8_FORM:  # last in registry order: the torch weights are freed once its source is built
+                source = int8_source(state, config, tied=tied)
+                del state, weights_state
+                gc.collect()
+                quantize_to(source, stage / file)
+                del source
+            else:
+                _build(file, stage / file, state, config, tied=tied)
             seconds[file] = time.perf_counter() - begin
-        del state, weights_state  # validation runs on the files alone: free the weights first
+        state = weights_state = None  # validation runs on the files alone: free the weights first
         gc.collect()
         if tok is not None:
             (stage / TOKENIZER_FILE).write_bytes(tok.tokenizer_json)

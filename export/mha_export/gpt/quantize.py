@@ -22,15 +22,26 @@ BLOCK = 32
 ACCURACY_LEVEL = 4  # int8 compute
 
 
+def int8_source(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> onnx.ModelProto:
+    """The fp32 graph the quantizer reads: gpt.inplace.onnx with the head as its own MatMul."""
+    return inplace_model(state, cfg, tied=tied, head_matmul=True).full()
+
+
 def build_int8(state: dict[str, torch.Tensor], cfg: GPTConfig, path: Path, *, tied: bool) -> None:
+    quantize_to(int8_source(state, cfg, tied=tied), path)
+
+
+def quantize_to(source: onnx.ModelProto, path: Path) -> None:
+    """Quantize `source` in place (its fp32 MatMul weights are replaced) and save it to `path`. The caller
+    keeps no other copy of the weights, so the peak is about the fp32 model once."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     logger = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
     level = logger.level
     logger.setLevel(logging.WARNING)  # it logs two INFO lines per MatMul
     try:
-        quantizer = MatMulNBitsQuantizer(inplace_model(state, cfg, tied=tied, head_matmul=True).full(), bits=BITS,
-                                         block_size=BLOCK, is_symmetric=True, accuracy_level=ACCURACY_LEVEL)
+        quantizer = MatMulNBitsQuantizer(source, bits=BITS, block_size=BLOCK, is_symmetric=True,
+                                         accuracy_level=ACCURACY_LEVEL)
         quantizer.process()
     finally:
         logger.setLevel(level)
