@@ -20,7 +20,6 @@ import gc
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -193,15 +192,10 @@ def host(threads: int) -> dict[str, Any]:
     import torch
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "threads": threads,
-            "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-            "system": platform.platform(), "python": platform.python_version(),
+    from mha_export.bench.serve_bench import machine
+
+    return machine() | {"usable_cores": len(os.sched_getaffinity(0)), "threads": threads,
+                        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
             "versions": {"numpy": np.__version__, "onnxruntime": ort.__version__,
                          "onnxruntime_genai": onnxruntime_genai.__version__, "torch": torch.__version__,
                          "transformers": transformers.__version__}}
