@@ -91,16 +91,6 @@ class GPTManifest:
                           for f, r in get(data, "files", dict, where).items()})
 
 
-def is_gpt_folder(folder: Path) -> bool:
-    """Whether folder/manifest.json names kind "gpt" (without judging the rest)."""
-    try:
-        with open(Path(folder) / MANIFEST_NAME, "rb") as fh:
-            head = fh.read(MAX_MANIFEST_BYTES)
-        return json.loads(head).get("kind") == GPT_KIND
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def load_gpt_manifest(folder: Path) -> GPTManifest:
     """Read folder/manifest.json as a GPT manifest, or raise ArtifactError naming what is wrong."""
     folder = Path(folder)

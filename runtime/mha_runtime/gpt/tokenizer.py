@@ -1,8 +1,6 @@
 """GPT-2's byte-level BPE from the folder's tokenizer.json, through Hugging Face `tokenizers` (no hand-written BPE)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 
 
@@ -19,10 +17,6 @@ class GPTTokenizer:
         size = self._tok.get_vocab_size(with_added_tokens=True)
         if size != vocab_size:
             raise ConfigError(f"{where}: a vocabulary of {size} tokens, expected the model's vocab_size {vocab_size}")
-
-    @classmethod
-    def from_file(cls, path: Path, *, vocab_size: int) -> GPTTokenizer:
-        return cls(Path(path).read_bytes(), vocab_size=vocab_size, where=str(path))
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
