@@ -121,7 +121,8 @@ class Built:
     def full(self) -> onnx.ModelProto:
         model = onnx.ModelProto()
         model.CopyFrom(self.model)
-        model.graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(a), n) for n, a in self.arrays)
+        # np.asarray keeps a scalar 0-d (ascontiguousarray would make it (1,)); Range takes scalars.
+        model.graph.initializer.extend(numpy_helper.from_array(np.asarray(a, order="C"), n) for n, a in self.arrays)
         return model
 
     def save(self, path: Path) -> None:

@@ -69,7 +69,7 @@ def save_streamed(model: onnx.ModelProto, initializers: Iterable[tuple[str, np.n
         fh.write(_key(MODEL_GRAPH) + _varint(graph_len) + before)
         for head, (_, array), n in zip(heads, inits, entries, strict=True):
             fh.write(_key(GRAPH_INITIALIZER) + _varint(n) + head)
-            contiguous = np.ascontiguousarray(array)  # a transposed view is copied one tensor at a time
-            fh.write(memoryview(contiguous).cast("B"))
+            contiguous = np.asarray(array, order="C")  # a transposed view is copied one tensor at a time
+            fh.write(contiguous.tobytes() if contiguous.ndim == 0 else memoryview(contiguous).cast("B"))
         fh.write(after_bytes)
         fh.write(high.SerializeToString())  # fields 8 and up
