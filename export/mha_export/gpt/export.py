@@ -126,6 +126,8 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     check_gpt_budget(config)
     chosen = {GPT_VARIANTS[v] for v in variants}
     files = [f for f in FORMS if f in chosen]  # registry order: int8 last (it frees the torch weights)
+    if not files:
+        raise ExportError("--variants: nothing to build")
     if INT8_FORM in files and INPLACE_FORM not in files:
         raise ConfigError("--variants: int8 quantizes the in-place graph; add inplace")
     tok: TokenizerFiles | None = None
@@ -183,8 +185,6 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
                                                 "built_from": tok.source},
             eos_id=eos, artifacts=artifacts, files=file_table(stage))
         (stage / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
-    if not files:
-        raise ExportError("--variants: nothing to build")
     return GPTExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start)
 
 
