@@ -13,11 +13,13 @@ from mha_runtime.infer.providers import CHOICES
 
 @click.command("serve")
 @click.argument("artifact_dir", type=click.Path(path_type=Path))
-@click.option("--model", default=ONNX.file, show_default=True, help="Which ONNX file of the folder to serve.")
+@click.option("--model", default=None,
+              help=f"Which ONNX file of the folder to serve [default: {ONNX.file}; for a GPT folder gpt.inplace.onnx].")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
               help="Replicas, each one process holding one runner.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Most requests in one ONNX Runtime call (1: no batching).")
+              help="Most requests in one ONNX Runtime call (1: no batching); for a GPT folder, the generations "
+                   "stepped together (slots).")
 @click.option("--batch-wait-ms", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="How long a batch waits to fill; 0 batches what queued while the previous batch ran.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the HTTP proxy listens on.")
@@ -27,9 +29,10 @@ from mha_runtime.infer.providers import CHOICES
 @click.option("--provider", type=click.Choice(CHOICES), default="cpu", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Intra-op threads per replica.")
-def serve_cmd(artifact_dir: Path, model: str, replicas: int, max_batch: int, batch_wait_ms: float, host: str,
+def serve_cmd(artifact_dir: Path, model: str | None, replicas: int, max_batch: int, batch_wait_ms: float, host: str,
               port: int, address: str | None, provider: str, threads: int) -> None:
-    """Serve an artifact over HTTP with Ray Serve (POST /v1/context) until SIGTERM, which drains it."""
+    """Serve an artifact over HTTP with Ray Serve until SIGTERM, which drains it: POST /v1/context, or for a GPT
+    folder POST /v1/generate."""
     from mha_runtime.serve.launcher import ServeOptions, serve
 
     serve(ServeOptions(artifact=artifact_dir, model=model, replicas=replicas, max_batch=max_batch,
@@ -63,16 +66,46 @@ def _int_list(value: str, option: str) -> list[int]:
 @click.option("--max-seconds", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
               help="No request starts after this.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Also write the figures here.")
-def loadtest_cmd(url: str, artifact_dir: Path, requests: int, concurrency: int, tokens: str, batches: str, fmt: str,
-                 seed: int, max_seconds: float, json_path: Path | None) -> None:
+@click.option("--generate", is_flag=True,
+              help="Load a GPT server's POST /v1/generate; --artifact is its GPT folder.")
+@click.option("--prompt-tokens", default="8,32,128", show_default=True,
+              help="With --generate: comma-separated prompt lengths, drawn at random per request.")
+@click.option("--max-new-tokens", default="16,64", show_default=True,
+              help="With --generate: comma-separated max_new_tokens, drawn at random per request.")
+@click.option("--stream", "stream_share", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+              help="With --generate: the share of requests streamed (SSE); the rest get one JSON answer.")
+@click.option("--sample", "sample_share", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+              help="With --generate: the share of requests sampled with a seed; the rest are greedy.")
+@click.pass_context
+def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int, concurrency: int, tokens: str,
+                 batches: str, fmt: str, seed: int, max_seconds: float, json_path: Path | None, generate: bool,
+                 prompt_tokens: str, max_new_tokens: str, stream_share: float, sample_share: float) -> None:
     """Bounded load on a loopback `mha serve`: throughput, latency percentiles, and every answer checked."""
     from mha_runtime.artifact.atomic import write_file_atomic
     from mha_runtime.serve.loadtest import loadtest, report_lines
 
-    summary = loadtest(url, artifact_dir, requests=requests, concurrency=concurrency,
-                       tokens=_int_list(tokens, "--tokens"), batches=_int_list(batches, "--batch"), fmt=fmt,
-                       seed=seed, max_seconds=max_seconds)
-    for line in report_lines(summary):
+    # Options of the other kind of load are refused rather than ignored.
+    other = ("tokens", "batches", "fmt") if generate else ("prompt_tokens", "max_new_tokens", "stream_share",
+                                                          "sample_share")
+    given = [p.opts[0] for p in ctx.command.params
+             if p.name in other and ctx.get_parameter_source(p.name) != click.core.ParameterSource.DEFAULT]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: {'not' if generate else 'only'} with --generate")
+    if generate:
+        from mha_runtime.serve.gen_loadtest import gen_loadtest, gen_report_lines
+
+        summary = gen_loadtest(url, artifact_dir, requests=requests, concurrency=concurrency,
+                               prompt_tokens=_int_list(prompt_tokens, "--prompt-tokens"),
+                               max_new_tokens=_int_list(max_new_tokens, "--max-new-tokens"),
+                               stream_share=stream_share, sample_share=sample_share, seed=seed,
+                               max_seconds=max_seconds)
+        lines = gen_report_lines(summary)
+    else:
+        summary = loadtest(url, artifact_dir, requests=requests, concurrency=concurrency,
+                           tokens=_int_list(tokens, "--tokens"), batches=_int_list(batches, "--batch"), fmt=fmt,
+                           seed=seed, max_seconds=max_seconds)
+        lines = report_lines(summary)
+    for line in lines:
         click.echo(line)
     if json_path is not None:
         write_file_atomic(json_path, (json.dumps(summary, indent=2) + "\n").encode())

@@ -72,14 +72,27 @@ class InPlaceDecoder:
             raise ContractError(f"{where}: expected the in-place GPT form (inputs input_ids, past_tokens, ...), "
                                 f"got {names[:3]}")
 
-    def _bind(self, rows: slice) -> ort.IOBinding:
-        binding = self.session.io_binding()
-        for i in range(self.config.n_layers):
-            for past, present, buf in ((past_key(i), present_key(i), self.keys[i]),
-                                       (past_value(i), present_value(i), self.values[i])):
-                value = ort.OrtValue.ortvalue_from_numpy(buf[rows])  # a view: the kernel writes into buf
-                binding.bind_ortvalue_input(past, value)
-                binding.bind_ortvalue_output(present, value)
+    def allocate(self, rows: int) -> None:
+        """The cache: per layer one (rows, H, context_length, D) buffer each for keys and values, zeroed."""
+        c = self.config
+        shape = (rows, c.n_heads, c.context_length, c.head_dim)
+        self.keys = [np.zeros(shape, np.float32) for _ in range(c.n_layers)]
+        self.values = [np.zeros(shape, np.float32) for _ in range(c.n_layers)]
+        self._bindings: dict[tuple[int, int], ort.IOBinding] = {}
+
+    def _bind(self, start: int, stop: int) -> ort.IOBinding:
+        """A binding of rows start..stop-1 of every cache buffer as both past and present (views: no copy), made
+        once per row range."""
+        binding = self._bindings.get((start, stop))
+        if binding is None:
+            binding = self.session.io_binding()
+            for i in range(self.config.n_layers):
+                for past, present, buf in ((past_key(i), present_key(i), self.keys[i]),
+                                           (past_value(i), present_value(i), self.values[i])):
+                    value = ort.OrtValue.ortvalue_from_numpy(buf[start:stop])  # the kernel writes into buf
+                    binding.bind_ortvalue_input(past, value)
+                    binding.bind_ortvalue_output(present, value)
+            self._bindings[(start, stop)] = binding
         return binding
 
     def _call(self, binding: ort.IOBinding, ids: np.ndarray, past: np.ndarray) -> np.ndarray:
@@ -93,23 +106,25 @@ class InPlaceDecoder:
             raise ArtifactError(f"{self.where}: ONNX Runtime failed ({first_line(exc)})") from None
         return out
 
+    def prefill_row(self, row: int, prompt: list[int]) -> np.ndarray:
+        """Prompt (T,) alone at batch 1 into cache row `row` from position 0 -> (V,) logits of its last token."""
+        ids = np.asarray([prompt], np.int64)  # (1, T)
+        return self._call(self._bind(row, row + 1), ids, np.zeros(1, np.int32))[0]
+
+    def step_rows(self, tokens: list[int], past: list[int]) -> np.ndarray:
+        """One token for each of rows 0..n-1 at its own past length -> (n, V) logits."""
+        ids = np.asarray(tokens, np.int64)[:, None]  # (n, 1)
+        return self._call(self._bind(0, len(tokens)), ids, np.asarray(past, np.int32))
+
     def prefill(self, prompts: list[list[int]]) -> np.ndarray:
-        c = self.config
-        shape = (len(prompts), c.n_heads, c.context_length, c.head_dim)
-        self.keys = [np.zeros(shape, np.float32) for _ in range(c.n_layers)]
-        self.values = [np.zeros(shape, np.float32) for _ in range(c.n_layers)]
-        logits = np.empty((len(prompts), c.vocab_size), np.float32)
-        for row, prompt in enumerate(prompts):
-            ids = np.asarray([prompt], np.int64)  # (1, T)
-            logits[row] = self._call(self._bind(slice(row, row + 1)), ids, np.zeros(1, np.int32))[0]
+        self.allocate(len(prompts))
+        logits = np.stack([self.prefill_row(row, prompt) for row, prompt in enumerate(prompts)])  # (B, V)
         self.lengths = [len(p) for p in prompts]
-        self._batch = self._bind(slice(None))
         return logits
 
     def step(self, tokens: list[int], active: list[bool]) -> np.ndarray:
         """Rows not active (stopped) write their token into the same free slot again and do not advance."""
-        ids = np.asarray(tokens, np.int64)[:, None]  # (B, 1)
-        logits = self._call(self._batch, ids, np.asarray(self.lengths, np.int32))
+        logits = self.step_rows(tokens, self.lengths)
         self.lengths = [n + 1 if a else n for n, a in zip(self.lengths, active, strict=True)]
         return logits
 

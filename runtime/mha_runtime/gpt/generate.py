@@ -65,6 +65,19 @@ def check_prompts(prompts: list[list[int]], config: GPTConfig) -> None:
             raise ContractError(f"{where}: {len(prompt)} tokens, longer than context_length {config.context_length}")
 
 
+def take_token(ids: list[int], token: int, *, prompt_tokens: int, max_new_tokens: int, eos_id: int | None,
+               context_length: int) -> str:
+    """Append a row's next token to its new ids, unless it is eos; return why the row stops now ('' if not)."""
+    if eos_id is not None and token == eos_id:
+        return "eos"
+    ids.append(token)
+    if len(ids) >= max_new_tokens:
+        return "max_new_tokens"
+    if prompt_tokens + len(ids) >= context_length:
+        return "context_length"
+    return ""
+
+
 class Generator:
     """Generate from a GPT folder made by `mha export --gpt`: its manifest and files are verified first."""
 
@@ -126,15 +139,10 @@ class Generator:
             chosen = sampler.next_ids(logits[live], live)
             new: list[int | None] = [None] * len(prompts)
             for r, token in zip(live, chosen, strict=True):
-                if eos_id is not None and token == eos_id:
-                    out.stops[r] = "eos"
-                    continue
-                out.ids[r].append(token)
-                new[r] = token
-                if len(out.ids[r]) >= max_new_tokens:
-                    out.stops[r] = "max_new_tokens"
-                elif len(prompts[r]) + len(out.ids[r]) >= context:
-                    out.stops[r] = "context_length"
+                out.stops[r] = take_token(out.ids[r], token, prompt_tokens=len(prompts[r]),
+                                          max_new_tokens=max_new_tokens, eos_id=eos_id, context_length=context)
+                if out.stops[r] != "eos":
+                    new[r] = token
             if not out.time_to_first_token_s:
                 out.time_to_first_token_s = time.perf_counter() - start
             out.seconds = time.perf_counter() - start

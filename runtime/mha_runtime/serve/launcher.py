@@ -12,6 +12,7 @@ Order matters, and each step below was checked against Ray 2.60:
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -50,7 +51,7 @@ class ServeOptions:
     """What `mha serve` was asked for."""
 
     artifact: Path
-    model: str = DEFAULT_MODEL
+    model: str | None = None  # None: mha.onnx for an attention artifact, the fastest in-place form for a GPT
     replicas: int = 1
     max_batch: int = 16
     batch_wait_ms: float = 0.0
@@ -64,24 +65,35 @@ class ServeOptions:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def gpt(self) -> bool:
+        """A GPT folder (manifest kind "gpt"): served on /v1/generate."""
+        return is_gpt_folder(self.artifact)
+
 
 def prepare(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Load and run the model once here (a bad artifact, or the decode form, fails before Ray starts);
     return the files the replicas load (manifest and model, sha256-checked) and what /v1/contract answers."""
+    if options.gpt:
+        from mha_runtime.serve.gpt_prepare import prepare_gpt
+
+        return prepare_gpt(options.artifact, form=options.model, provider=options.provider,
+                           threads=options.threads, max_batch=options.max_batch)
+    model = options.model or DEFAULT_MODEL
     manifest = load_manifest(options.artifact)
-    runner = OnnxRunner(options.artifact, model=options.model, provider=options.provider, threads=options.threads)
+    runner = OnnxRunner(options.artifact, model=model, provider=options.provider, threads=options.threads)
     try:
         runner.run(np.zeros((1, 1, runner.config.d_in), np.float32))
     except Exception as exc:
-        raise ServeError(f"{options.artifact / options.model}: cannot serve it ({first_line(exc)})") from None
-    record = manifest.artifacts.get(options.model)
-    tolerance = record.tolerance if record is not None else spec_for(options.model).tolerance
-    info = {"name": manifest.name, "model": options.model, "sha256": manifest.files[options.model].sha256,
+        raise ServeError(f"{options.artifact / model}: cannot serve it ({first_line(exc)})") from None
+    record = manifest.artifacts.get(model)
+    tolerance = record.tolerance if record is not None else spec_for(model).tolerance
+    info = {"name": manifest.name, "model": model, "sha256": manifest.files[model].sha256,
             "config": runner.config.to_dict(), "contract": runner.contract.to_dict(),
             "tolerance": tolerance.to_dict(), "max_batch": options.max_batch,
             "body_limit_bytes": {fmt: body_limit(runner.config, options.max_batch, fmt) for fmt in FORMATS}}
     files = {MANIFEST_NAME: (options.artifact / MANIFEST_NAME).read_bytes(),
-             options.model: read_verified(options.artifact, options.model, manifest)}
+             model: read_verified(options.artifact, model, manifest)}
     return files, info
 
 
@@ -129,8 +141,6 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
     import ray
     from ray import serve
 
-    from mha_runtime.serve.app import ContextDeployment
-
     local = options.address is None
     print(f"starting {'a local Ray instance' if local else 'on the Ray cluster at ' + options.address} ...",
           file=sys.stderr, flush=True)
@@ -148,18 +158,15 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
     try:
         serve.start(http_options={"host": options.host, "port": options.port},
                     logging_config={"log_level": "WARNING", "enable_access_log": False})
-        app = ContextDeployment.options(
-            num_replicas=options.replicas,
-            max_ongoing_requests=max(2 * options.max_batch, 32),  # Ray's default 5 would cap every batch at 5
-            graceful_shutdown_wait_loop_s=0.2, graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S,
-        ).bind(files, model=options.model, provider=options.provider, threads=options.threads,
-               max_batch=options.max_batch, batch_wait_s=options.batch_wait_ms / 1000.0, info=info)
+        app = _application(options, files, info)
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)  # returns once the replicas are healthy
     except Exception as exc:
         _shutdown(local)
         raise ServeError(f"cannot start the Serve application: {first_line(exc)}") from None
-    print(f"serving {info['name']} ({options.model}) at {options.url}/v1/context: {options.replicas} replica(s), "
-          f"max batch {options.max_batch}, batch wait {options.batch_wait_ms:g} ms", file=out, flush=True)
+    route = "/v1/generate" if options.gpt else "/v1/context"
+    wait = "" if options.gpt else f", batch wait {options.batch_wait_ms:g} ms"
+    print(f"serving {info['name']} ({info['model']}) at {options.url}{route}: {options.replicas} replica(s), "
+          f"max batch {options.max_batch}{wait}", file=out, flush=True)
     while not stop.wait(0.5):
         pass
     print("draining the requests in flight ...", file=sys.stderr, flush=True)
@@ -170,6 +177,35 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
     finally:
         _shutdown(local)
     print("stopped", file=out, flush=True)
+
+
+def _application(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any]) -> Any:
+    """The bound Serve application: the attention deployment, or the GPT's generate deployment."""
+    settings = dict(num_replicas=options.replicas, graceful_shutdown_wait_loop_s=0.2,
+                    graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S)
+    if options.gpt:
+        from mha_runtime.serve.gpt_app import GenerateDeployment
+
+        # Requests past the slots wait in the replica's engine queue (they join at the next free slot), so Serve
+        # may hand a replica more than max_batch at once; Ray's default 5 would queue them in the proxy instead.
+        return GenerateDeployment.options(max_ongoing_requests=max(4 * options.max_batch, 32), **settings).bind(
+            files, form=info["model"], provider=options.provider, threads=options.threads,
+            max_batch=options.max_batch, info=info)
+    from mha_runtime.serve.app import ContextDeployment
+
+    return ContextDeployment.options(
+        max_ongoing_requests=max(2 * options.max_batch, 32),  # Ray's default 5 would cap every batch at 5
+        **settings,
+    ).bind(files, model=info["model"], provider=options.provider, threads=options.threads,
+           max_batch=options.max_batch, batch_wait_s=options.batch_wait_ms / 1000.0, info=info)
+
+
+def is_gpt_folder(folder: Path) -> bool:
+    """Whether folder/manifest.json says kind "gpt" (anything unreadable is left to the loaders to name)."""
+    try:
+        return json.loads((Path(folder) / MANIFEST_NAME).read_bytes()).get("kind") == "gpt"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _shutdown(local: bool) -> None:
