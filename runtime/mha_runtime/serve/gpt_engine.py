@@ -82,6 +82,7 @@ class BatchEngine:
         self.slots: list[Job | None] = [None] * max_batch
         self.queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.steps = 0  # decode steps run (tests read it: generations must share steps)
+        self.cancelled = 0  # generations whose client left before the end, their slot freed early
         self.closed = False
         self.thread = threading.Thread(target=self._loop, name="gpt-engine", daemon=True)
         self.thread.start()
@@ -96,6 +97,11 @@ class BatchEngine:
 
     def busy(self) -> int:
         return sum(job is not None for job in self.slots)
+
+    def status(self) -> dict[str, int]:
+        """What GET /v1/health reports: generations running and waiting, decode steps, generations cancelled."""
+        return {"running": self.busy(), "queued": self.queue.qsize(), "steps": self.steps,
+                "cancelled": self.cancelled}
 
     def _loop(self) -> None:
         while not self.closed:
@@ -119,6 +125,7 @@ class BatchEngine:
             if job is None:  # close()
                 return
             if job.cancelled:
+                self.cancelled += 1
                 continue
             slot = self.slots.index(None)  # the lowest: keeps the stepped range short
             self.slots[slot] = job
@@ -169,6 +176,7 @@ class BatchEngine:
         for slot, job in enumerate(self.slots):
             if job is not None and job.cancelled:
                 self.slots[slot] = None
+                self.cancelled += 1
 
     def _step(self) -> None:
         """One token for every busy slot, in one call over slots 0..n-1."""

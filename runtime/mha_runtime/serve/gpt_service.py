@@ -2,7 +2,7 @@
 (gpt_app.py); tests drive it directly.
 
     POST /v1/generate  gpt_wire.py's request -> one JSON answer, or Server-Sent Events with "stream": true
-    GET  /v1/health    {"status": "ok"}
+    GET  /v1/health    {"status": "ok", "running", "queued", "steps", "cancelled": counts of the engine}
     GET  /v1/contract  the model's name, files, config, I/O contract, tolerance and server limits
 
 A malformed request is 400 and a body over the limit 413, each {"error": "<one line>"}, before the request takes a
@@ -63,7 +63,7 @@ class GenerateService:
             return error_reply(405, f"{method} {path}: expected {ROUTES[path]}")
         try:
             if path == HEALTH:
-                return Reply(200, json.dumps({"status": "ok"}).encode())
+                return Reply(200, json.dumps({"status": "ok", **self.engine.status()}).encode())
             if path == CONTRACT:
                 return Reply(200, json.dumps(self.info).encode())
             kind = (headers.get("content-type") or "").split(";")[0].strip().lower()

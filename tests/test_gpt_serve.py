@@ -1,0 +1,334 @@
+"""`mha serve` on a GPT folder: the generate wire format, iteration-level batching that stays exact (generations
+joining and leaving a running batch equal their solo runs), and real Ray Serve servers on loopback under a mixed
+load with bad requests, a client that leaves mid-stream, and SIGTERM."""
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mha_export.gpt.export import export_gpt
+from mha_runtime.artifact.errors import RequestError
+from mha_runtime.gpt.config import gpt_preset
+from mha_runtime.gpt.generate import Generator
+from mha_runtime.serve.gpt_engine import BatchEngine, Event, Job
+from mha_runtime.serve.gpt_wire import GenerateRequest, generate_body_limit, parse_generate, parse_sse
+from mha_runtime.serve.process import ServerProcess, free_port
+
+
+def solo(gen: Generator, r: GenerateRequest, eos_id: int | None) -> tuple[list[int], str]:
+    """The same request generated alone by the runtime's Generator: the reference every served answer meets."""
+    g = gen.generate([r.prompt_ids], max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_k=r.top_k,
+                     seed=r.seed, eos_id=eos_id)
+    return g.ids[0], g.stops[0]
+
+
+# ---- the wire format ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("doc", "says"), [
+    ({"prompt_ids": [1], "bad": 1}, "unknown key 'bad'"),
+    ({"prompt_ids": [1], "prompt": "x"}, "exactly one of the two"),
+    ({}, "exactly one of the two"),
+    ({"prompt_ids": []}, "non-empty list"),
+    ({"prompt_ids": [1, "2"]}, "integer token ids"),
+    ({"prompt_ids": [1, True]}, "integer token ids"),
+    ({"prompt_ids": [50257]}, "token id 50257 is outside the vocabulary (0..50256)"),
+    ({"prompt_ids": [-1]}, "token id -1 is outside"),
+    ({"prompt_ids": [1] * 257}, "257 tokens, longer than context_length 256"),
+    ({"prompt_ids": [1] * 250, "max_new_tokens": 7}, "ask for at most 6"),
+    ({"prompt_ids": [1], "max_new_tokens": 0}, "'max_new_tokens': expected an integer >= 1"),
+    ({"prompt_ids": [1], "max_new_tokens": True}, "'max_new_tokens': expected an integer >= 1"),
+    ({"prompt_ids": [1], "temperature": -1}, "'temperature': expected a finite number >= 0"),
+    ({"prompt_ids": [1], "top_k": 0}, "'top_k': expected an integer >= 1"),
+    ({"prompt_ids": [1], "top_k": 50258}, "'top_k': expected an integer in 1..50257"),
+    ({"prompt_ids": [1], "seed": -3}, "'seed': expected an integer >= 0"),
+    ({"prompt_ids": [1], "stream": "yes"}, "'stream': expected true or false"),
+    ({"prompt": ""}, "'prompt': expected a non-empty string"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_bad_generate_requests_are_one_line_each(doc: Any, says: str) -> None:
+    config = gpt_preset("gpt-mini")
+    with pytest.raises(RequestError) as info:
+        parse_generate(json.dumps(doc).encode(), lambda text: [1], config)
+    assert says in str(info.value) and "\n" not in str(info.value) and info.value.status == 400
+
+
+def test_a_text_prompt_needs_a_tokenizer_and_nan_is_refused() -> None:
+    config = gpt_preset("gpt-mini")
+    with pytest.raises(RequestError, match="no tokenizer"):
+        parse_generate(b'{"prompt": "Hello"}', None, config)
+    with pytest.raises(RequestError, match="'temperature'"):
+        parse_generate(b'{"prompt_ids": [1], "temperature": NaN}', None, config)
+    with pytest.raises(RequestError, match="expected JSON"):
+        parse_generate(b"{", None, config)
+    r = parse_generate(b'{"prompt": "Hello", "max_new_tokens": 3, "stream": true}', lambda t: [15496], config)
+    assert (r.prompt_ids, r.max_new_tokens, r.stream, r.temperature) == ([15496], 3, True, 0.0)
+
+
+# ---- iteration-level batching, without a server ---------------------------------------------------------------
+
+class Client:
+    """One generation's events, collected on the engine's thread; `then` runs after the n-th token."""
+
+    def __init__(self, request: GenerateRequest) -> None:
+        self.request, self.events = request, list[Event]()
+        self.done = threading.Event()
+        self.hooks: dict[int, Any] = {}
+        self.job = Job(request, self.emit)
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+        tokens = sum(1 for e, _ in self.events if e == "token")
+        if event[0] == "token" and tokens in self.hooks:
+            self.hooks.pop(tokens)()
+        if event[0] != "token":
+            self.done.set()
+
+    def answer(self) -> dict[str, Any]:
+        assert self.done.wait(60), "the generation never finished"
+        kind, data = self.events[-1]
+        assert kind == "done", data
+        assert [d["id"] for e, d in self.events if e == "token"] == data["ids"]
+        return data
+
+
+def test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs(book_gpt: tuple[Any, Path]) -> None:
+    """Three slots, six generations: each joins when an earlier one reaches some token, or waits for a free slot;
+    they leave by max_new_tokens, by eos and by cancel at different steps. Every answer, greedy or seeded, equals
+    the same request alone, and the steps were shared."""
+    folder = book_gpt[1]
+    ref = Generator(folder)
+    rng = random.Random(5)
+    vocab = ref.config.vocab_size
+
+    def request(n: int, new: int, **kw: Any) -> GenerateRequest:
+        return GenerateRequest([rng.randrange(vocab) for _ in range(n)], new, **kw)
+
+    reqs = [request(5, 14), request(9, 7, temperature=0.9, top_k=40, seed=7), request(1, 11),
+            request(20, 9, temperature=1.3, seed=3), request(3, 12, temperature=0.7, seed=11), request(2, 30)]
+    eos = solo(ref, reqs[2], None)[0][4]  # the 5th greedy token of request 2: it leaves by eos there
+    clients = [Client(r) for r in reqs]
+    engine = BatchEngine(Generator(folder).decoder(), max_batch=3, eos_id=eos, tokenizer=None)
+    busy: list[int] = []
+    clients[0].hooks[2] = lambda: engine.submit(clients[1].job)
+    clients[1].hooks[1] = lambda: (engine.submit(clients[2].job), engine.submit(clients[3].job),
+                                   engine.submit(clients[5].job))  # 3 waits for a slot, 5 for another
+    clients[3].hooks[2] = lambda: (busy.append(engine.busy()), engine.submit(clients[4].job))
+    clients[5].hooks[3] = lambda: setattr(clients[5].job, "cancelled", True)  # its client leaves
+    try:
+        engine.submit(clients[0].job)
+        answers = [c.answer() for c in clients[:5]]
+        deadline = time.monotonic() + 30
+        while engine.status()["cancelled"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        engine.close()
+    for r, a in zip(reqs, answers, strict=False):
+        assert (a["ids"], a["stop"]) == solo(ref, r, eos), r
+    assert answers[2]["stop"] == "eos" and len(answers[2]["ids"]) == 4
+    assert engine.status()["cancelled"] == 1 and not clients[5].done.is_set()  # no done for a client that left
+    assert busy == [3]  # request 3 ran beside two others
+    assert engine.steps < sum(len(a["ids"]) for a in answers)  # generations shared steps
+
+
+# ---- real servers ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small GPT preset, exported with GPT-2's tokenizer (the in-place form only: what serving runs)."""
+    from gpt_sources import vocab_dir
+
+    return export_gpt("gpt-mini", tmp_path_factory.mktemp("gpt-serve"), config=gpt_preset("gpt-mini"),
+                      tokenizer=vocab_dir(), variants=("inplace",)).folder
+
+
+@pytest.fixture(scope="module")
+def ray_home() -> Iterator[Path]:
+    """A short HOME for Ray's socket paths (they must stay under 107 characters)."""
+    home = Path(tempfile.mkdtemp(prefix="mha-ray-", dir="/tmp"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server(mini: Path, ray_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(mini, tmp_path_factory.mktemp("gpt-server-log"), "--max-batch", "4", home=ray_home)
+    with process:
+        yield process
+    assert process.returncode == 0, process.stderr()
+    assert process.leftovers == [], "Ray processes outlived the server"
+
+
+def call(port: int, method: str, path: str, body: bytes | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, str, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        connection.request(method, path, body=body, headers=headers or {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.getheader("content-type") or "", response.read().decode()
+    finally:
+        connection.close()
+
+
+def served_answer(status: int, kind: str, text: str) -> dict[str, Any]:
+    """The answer object of a 200, streamed or not (a stream's token events must spell the same ids)."""
+    assert status == 200, text
+    if kind.startswith("text/event-stream"):
+        events = parse_sse(text)
+        assert events[-1][0] == "done", events[-1]
+        assert [d["id"] for e, d in events if e == "token"] == events[-1][1]["ids"]
+        return events[-1][1]
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def test_contract_and_health(server: ServerProcess, mini: Path) -> None:
+    status, _, text = call(server.port, "GET", "/v1/contract")
+    info = json.loads(text)
+    manifest = json.loads((mini / "manifest.json").read_text())
+    assert status == 200 and info["kind"] == "gpt" and info["model"] == "gpt.inplace.onnx"
+    assert info["sha256"] == manifest["files"]["gpt.inplace.onnx"]["sha256"] and info["eos_id"] == 50256
+    assert info["config"] == manifest["config"] and info["max_batch"] == 4 and info["tokenizer"] is True
+    status, _, text = call(server.port, "GET", "/v1/health")
+    assert status == 200 and json.loads(text)["status"] == "ok"
+    assert call(server.port, "GET", "/v1/generate")[0] == 405
+    assert call(server.port, "POST", "/v1/context", b"{}")[0] == 404
+
+
+def test_mixed_load_every_answer_right_every_refusal_one_line(server: ServerProcess, mini: Path) -> None:
+    """24 generations (streamed or not, greedy or seeded, text or ids) and 9 bad requests interleaved, 6 at a
+    time: every good answer equals the local solo generation, every bad one is its 4xx in one line, none lost."""
+    gen = Generator(mini)
+    config = gen.config
+    rng = random.Random(1)
+    good: list[dict[str, Any]] = []
+    for i in range(24):
+        doc: dict[str, Any] = {"max_new_tokens": rng.choice([1, 8, 40]), "stream": i % 2 == 0}
+        if i % 3 == 0:
+            doc["prompt"] = rng.choice(["Hello, I am", "The attention", "Every effort moves you"])
+        else:
+            doc["prompt_ids"] = [rng.randrange(config.vocab_size) for _ in range(rng.choice([1, 16, 120]))]
+        if i % 4 == 1:
+            doc.update(temperature=0.8, top_k=50, seed=100 + i)
+        good.append(doc)
+    over = generate_body_limit(config) + 1
+    bad: list[tuple[bytes, dict[str, str], int, str]] = [
+        (b'{"prompt_ids": [1], "top": 3}', {}, 400, "unknown key 'top'"),
+        (b'{"prompt_ids": [60000]}', {}, 400, "outside the vocabulary"),
+        (json.dumps({"prompt_ids": [1] * 300}).encode(), {}, 400, "longer than context_length 256"),
+        (json.dumps({"prompt_ids": [1] * 200, "max_new_tokens": 100}).encode(), {}, 400, "ask for at most 56"),
+        (b"x" * over, {}, 413, "over the limit"),
+        (b"not json", {}, 400, "expected JSON"),
+        (b'{"prompt_ids": [1]}', {"Content-Type": "text/plain"}, 400, "Content-Type"),
+        (b'{"prompt": "a", "prompt_ids": [1]}', {}, 400, "exactly one"),
+        (b'{"prompt_ids": [1], "max_new_tokens": -2}', {}, 400, "'max_new_tokens'"),
+    ]
+    work: list[tuple[str, int]] = [("good", i) for i in range(len(good))] + [("bad", i) for i in range(len(bad))]
+    rng.shuffle(work)
+    results: dict[tuple[str, int], tuple[int, str, str]] = {}
+
+    def worker(items: list[tuple[str, int]]) -> None:
+        for kind, i in items:
+            try:
+                if kind == "good":
+                    results[(kind, i)] = call(server.port, "POST", "/v1/generate", json.dumps(good[i]).encode())
+                else:
+                    body, headers, _, _ = bad[i]
+                    results[(kind, i)] = call(server.port, "POST", "/v1/generate", body,
+                                              {"Content-Type": "application/json", **headers})
+            except Exception as exc:  # a lost request: counted below
+                results[(kind, i)] = (0, "", repr(exc))
+
+    threads = [threading.Thread(target=worker, args=(work[k::6],)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert len(results) == len(work)  # 0 lost
+    for i, doc in enumerate(good):
+        answer = served_answer(*results[("good", i)])
+        ids = gen.encode(doc["prompt"]) if "prompt" in doc else doc["prompt_ids"]
+        r = GenerateRequest(ids, doc["max_new_tokens"], doc.get("temperature", 0.0), doc.get("top_k"),
+                            doc.get("seed"))
+        assert (answer["ids"], answer["stop"]) == solo(gen, r, gen.manifest.eos_id), doc
+        assert answer["text"] == gen.tokenizer.decode(answer["ids"]) and answer["prompt_tokens"] == len(ids)
+        assert answer["time_to_first_token_s"] > 0 and answer["tokens_per_s"] >= 0
+        if "seed" in doc:
+            assert answer["seed"] == doc["seed"]
+    for i, (_, _, code, says) in enumerate(bad):
+        status, kind, text = results[("bad", i)]
+        line = json.loads(text)["error"]
+        assert status == code and says in line and "\n" not in line and kind.startswith("application/json"), text
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_slot(server: ServerProcess, mini: Path) -> None:
+    """A stream of 255 tokens is dropped after its first event; the engine counts it cancelled and frees the slot
+    long before 255 steps, and generations beside it are answered, right."""
+    gen = Generator(mini)
+    _, _, before = call(server.port, "GET", "/v1/health")
+    cancelled = json.loads(before)["cancelled"]
+    body = json.dumps({"prompt_ids": [7], "max_new_tokens": 255, "stream": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(b"POST /v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert b"event: token" in sock.recv(4096) or b"event: token" in sock.recv(4096)
+    others: list[tuple[int, str, str]] = []
+    side = threading.Thread(target=lambda: others.append(
+        call(server.port, "POST", "/v1/generate", b'{"prompt_ids": [3, 4], "max_new_tokens": 30}')))
+    side.start()
+    sock.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        health = json.loads(call(server.port, "GET", "/v1/health")[2])
+        if health["cancelled"] > cancelled:
+            break
+        time.sleep(0.02)
+    side.join(60)
+    assert health["cancelled"] == cancelled + 1
+    answer = served_answer(*others[0])
+    assert answer["ids"] == solo(gen, GenerateRequest([3, 4], 30), gen.manifest.eos_id)[0]
+
+
+def test_sigterm_drains_the_generations_in_flight(mini: Path, ray_home: Path, tmp_path: Path) -> None:
+    """One slot, four streams of 200 tokens: SIGTERM lands while the first runs and three wait; all four end with
+    their `done` event, equal to their solo runs, then the server exits 0 and leaves no Ray process."""
+    gen = Generator(mini)
+    reqs = [GenerateRequest([11 + i, 5], 200, stream=True) for i in range(4)]
+    results: dict[int, tuple[int, str, str]] = {}
+    process = ServerProcess(mini, tmp_path / "log", "--max-batch", "1", home=ray_home, port=free_port())
+
+    def send(i: int) -> None:
+        try:
+            results[i] = call(process.port, "POST", "/v1/generate", json.dumps(reqs[i].to_json()).encode())
+        except Exception as exc:
+            results[i] = (0, "", repr(exc))
+
+    with process:
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            health = json.loads(call(process.port, "GET", "/v1/health")[2])
+            if health["running"] == 1 and health["queued"] >= 2:
+                break
+            time.sleep(0.01)
+        process.terminate()
+        for thread in threads:
+            thread.join(120)
+        assert process.process is not None
+        returncode = process.process.wait(60)
+    assert health["running"] == 1 and health["queued"] >= 2, health  # SIGTERM came with generations waiting
+    assert returncode == 0 and process.leftovers == [], process.stderr()
+    for i, r in enumerate(reqs):
+        assert served_answer(*results[i])["ids"] == solo(gen, r, gen.manifest.eos_id)[0]
+    assert "draining the requests in flight" in process.stderr()
