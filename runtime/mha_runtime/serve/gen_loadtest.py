@@ -1,0 +1,391 @@
+"""`mha loadtest --generate`: a bounded load of `POST /v1/generate` requests on a loopback `mha serve` of a GPT
+folder, every answer checked against a local Generator on the same request.
+
+Request i is made from (seed, i) alone: a prompt of random ids, its length and max_new_tokens drawn from the
+lists, streamed or not, greedy or seeded sampling. Answers are kept and judged once the load is over (the local
+generation would take CPU from the server otherwise). Greedy ids must be identical, seeded samples identical,
+the stop reason the same, and a stream's `token` events must carry exactly the `done` event's ids, in order.
+
+Timing: the client notes when each SSE event has fully arrived. Time to first token is measured on streamed
+requests (send -> first `token` event); the server's own time_to_first_token_s is reported beside it for every
+answer. Inter-token latency is the gap between consecutive `token` events of one stream.
+"""
+from __future__ import annotations
+
+import http.client
+import itertools
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mha_runtime.artifact.errors import MHAError, RequestError, ServeError, first_line
+from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.generate import Generation, Generator
+from mha_runtime.gpt.manifest import load_gpt_manifest
+from mha_runtime.serve.gpt_wire import (
+    ANSWER_KEYS,
+    DONE_EVENT,
+    ERROR_EVENT,
+    GENERATE,
+    IDS,
+    PROMPT_TOKENS,
+    SEED,
+    SSE,
+    STOP,
+    TEXT,
+    TOKEN_EVENT,
+    TTFT,
+    GenerateRequest,
+    parse_sse,
+)
+from mha_runtime.serve.loadtest import get_json, loopback_target
+from mha_runtime.serve.service import CONTRACT
+
+REQUEST_TIMEOUT_S = 300.0
+# A sampled request draws its temperature and top_k from these (top_k capped at the vocabulary).
+TEMPERATURES = (0.7, 1.0, 1.3)
+TOP_KS = (None, 40)
+KINDS = ("lost", "wrong", "unexpected")
+TOKEN_ID = "id"  # the key of a token event's id
+
+
+@dataclass
+class GenOutcome:
+    """What happened to request `index`. Until check_generations has judged it, a 200 answer is kept raw: the
+    body, or for a stream each event's bytes with its arrival (seconds after sending)."""
+
+    index: int
+    status: int | None
+    seconds: float
+    stream: bool
+    problem: str | None = None
+    body: bytes | None = None
+    events: list[tuple[float, bytes]] = field(default_factory=list)
+    new_tokens: int = 0
+    stop: str | None = None
+    ttft_s: float | None = None  # client side, streamed requests only
+    server_ttft_s: float | None = None
+    gaps_s: list[float] = field(default_factory=list)
+
+
+def generate_requests(config: GPTConfig, *, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int], seed: int,
+                      stream_share: float, sample_share: float) -> Callable[[int], GenerateRequest]:
+    """Request i, the same for a given (seed, i) whichever thread sends it (the check makes it again). Every draw
+    happens in a fixed order, so the shares change only what they decide, not the prompts."""
+    top_ks = tuple(k if k is None else min(k, config.vocab_size) for k in TOP_KS)
+
+    def request(i: int) -> GenerateRequest:
+        rng = np.random.default_rng([seed, i])
+        length, new = int(rng.choice(prompt_tokens)), int(rng.choice(max_new_tokens))
+        ids = [int(t) for t in rng.integers(0, config.vocab_size, length)]
+        stream, sample = bool(rng.random() < stream_share), bool(rng.random() < sample_share)
+        temperature = float(TEMPERATURES[int(rng.integers(len(TEMPERATURES)))])
+        top_k = top_ks[int(rng.integers(len(top_ks)))]
+        sample_seed = int(rng.integers(0, 2**31))
+        if not sample:
+            return GenerateRequest(ids, new, stream=stream)
+        return GenerateRequest(ids, new, temperature, top_k, sample_seed, stream)
+    return request
+
+
+def _read_events(response: http.client.HTTPResponse, sent: float) -> list[tuple[float, bytes]]:
+    """An event stream read line by line as it arrives: each event's bytes and when its blank line came."""
+    events: list[tuple[float, bytes]] = []
+    lines: list[bytes] = []
+    while True:
+        line = response.readline()
+        if not line:
+            break
+        if line.strip():
+            lines.append(line)
+        elif lines:
+            events.append((time.perf_counter() - sent, b"".join(lines)))
+            lines = []
+    if lines:  # a last event without its blank line: kept, and judged
+        events.append((time.perf_counter() - sent, b"".join(lines)))
+    return events
+
+
+def _send(connection: http.client.HTTPConnection, index: int, request: GenerateRequest) -> GenOutcome:
+    """One request on a kept-alive connection; an exception (no answer) is left to the caller."""
+    body = json.dumps(request.to_json()).encode()
+    sent = time.perf_counter()
+    connection.request("POST", GENERATE, body=body, headers={"Content-Type": "application/json",
+                                                             "Accept": SSE if request.stream else "application/json"})
+    response = connection.getresponse()
+    outcome = GenOutcome(index, response.status, 0.0, request.stream)
+    kind = response.getheader("content-type") or ""
+    if response.status != 200:
+        raw = response.read()
+        outcome.problem = f"unexpected: request {index}: status {response.status} ({raw[:160]!r})"
+    elif request.stream and kind.split(";")[0].strip() == SSE:
+        outcome.events = _read_events(response, sent)
+    else:
+        outcome.body = response.read()
+        if request.stream:
+            outcome.problem = f"wrong: request {index}: streamed, but answered with Content-Type {kind!r}"
+    outcome.seconds = time.perf_counter() - sent
+    return outcome
+
+
+def run_generate_load(url: str, requests: Callable[[int], GenerateRequest], *, count: int, concurrency: int,
+                      max_seconds: float, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[list[GenOutcome], float]:
+    """Send requests 0..count-1 from `concurrency` threads, one kept-alive connection each; every outcome (in
+    completion order) and the wall time. No new request starts after `max_seconds`."""
+    host, port = loopback_target(url)
+    indices, lock = itertools.count(), threading.Lock()
+    outcomes: list[GenOutcome] = []
+    start = time.perf_counter()
+
+    def worker() -> None:
+        connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
+        while True:
+            with lock:
+                i = next(indices)
+            if i >= count or time.perf_counter() - start > max_seconds:
+                break
+            request = requests(i)
+            sent = time.perf_counter()
+            try:
+                outcome = _send(connection, i, request)
+            except (OSError, http.client.HTTPException) as exc:  # no (whole) answer: the request is lost
+                outcome = GenOutcome(i, None, time.perf_counter() - sent, request.stream,
+                                     problem=f"lost: request {i}: {type(exc).__name__}: {first_line(exc)}")
+            if outcome.status != 200 or outcome.problem:  # the server may have closed the connection
+                connection.close()
+                connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
+            with lock:
+                outcomes.append(outcome)
+        connection.close()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes, time.perf_counter() - start
+
+
+def reference_for(generator: Generator) -> Callable[[GenerateRequest], Generation]:
+    """The local generation of a request, stopping at the folder's eos id as the server does."""
+    def reference(request: GenerateRequest) -> Generation:
+        return generator.generate([request.prompt_ids], max_new_tokens=request.max_new_tokens,
+                                  temperature=request.temperature, top_k=request.top_k, seed=request.seed,
+                                  eos_id=generator.manifest.eos_id)
+    return reference
+
+
+def _answer_problem(doc: Any, request: GenerateRequest, expected: Generation, decode: Callable[[list[int]], str]
+                    | None) -> str | None:
+    """None if an answer object (the body, or a `done` event's data) is the reference's generation."""
+    if not isinstance(doc, dict):
+        return f"expected a JSON object, got {type(doc).__name__}"
+    wanted = [k for k in ANSWER_KEYS if k != TEXT or decode is not None]
+    missing = [k for k in wanted if k not in doc]
+    if missing:
+        return f"answer keys {sorted(doc)} lack {missing}"
+    ids, want = doc[IDS], expected.ids[0]
+    if ids != want:
+        if not isinstance(ids, list):
+            return f"ids: expected a list, got {json.dumps(ids)[:40]}"
+        at = next((j for j, (a, b) in enumerate(zip(ids, want, strict=False)) if a != b), min(len(ids), len(want)))
+        return f"ids differ from the local generation from new token {at} on ({len(ids)} ids, expected {len(want)})"
+    if doc[STOP] != expected.stops[0]:
+        return f"stop {doc[STOP]!r}, expected {expected.stops[0]!r}"
+    if doc[PROMPT_TOKENS] != len(request.prompt_ids):
+        return f"prompt_tokens {doc[PROMPT_TOKENS]!r}, expected {len(request.prompt_ids)}"
+    if request.seed is not None and doc[SEED] != request.seed:
+        return f"seed {doc[SEED]!r}, expected the request's {request.seed}"
+    if decode is not None and doc[TEXT] != decode(want):
+        return f"text {str(doc[TEXT])[:40]!r} is not the tokenizer's text of the ids"
+    return None
+
+
+def _stream_problem(outcome: GenOutcome, request: GenerateRequest, expected: Generation,
+                    decode: Callable[[list[int]], str] | None) -> tuple[str, str] | None:
+    """None if a stream is token events with the reference's ids, then one `done` event with its answer (and
+    the outcome's timings filled); else (kind, line): an `error` event is unexpected, anything else wrong."""
+    try:
+        events = [(at, *parse_sse(raw.decode())[0]) for at, raw in outcome.events]
+    except (RequestError, UnicodeDecodeError, IndexError) as exc:
+        return "wrong", first_line(exc)
+    errors = [data for _, name, data in events if name == ERROR_EVENT]
+    if errors:
+        error = errors[0].get("error") if isinstance(errors[0], dict) else errors[0]
+        return "unexpected", f"an error event in the stream: {str(error)[:160]}"
+    names = [name for _, name, _ in events]
+    if not names or names[-1] != DONE_EVENT or names.count(DONE_EVENT) != 1 \
+            or any(n != TOKEN_EVENT for n in names[:-1]):
+        return "wrong", f"expected token events then one done event, got {Counter(names).most_common()}"
+    tokens = [(at, data) for at, _, data in events[:-1]]
+    done = events[-1][2]
+    problem = _answer_problem(done, request, expected, decode)
+    if problem:
+        return "wrong", f"done event: {problem}"
+    streamed = [data.get(TOKEN_ID) if isinstance(data, dict) else None for _, data in tokens]
+    if streamed != done[IDS]:
+        return "wrong", f"the token events' ids {streamed[:8]} are not the done event's ids {done[IDS][:8]}"
+    if decode is not None:
+        pieces = [data.get(TEXT) if isinstance(data, dict) else None for _, data in tokens]
+        joined, whole = "".join(p for p in pieces if isinstance(p, str)), done[TEXT]
+        # A text that ends inside a UTF-8 character shows U+FFFD in `done` that no piece has sent.
+        if None in pieces or not (joined == whole or (whole.endswith("\ufffd") and whole.startswith(joined))):
+            return "wrong", "the token events' text pieces do not make the done event's text"
+    if tokens:
+        outcome.ttft_s = tokens[0][0]
+        outcome.gaps_s = [b - a for (a, _), (b, _) in itertools.pairwise(tokens)]
+    outcome.server_ttft_s = done[TTFT] if isinstance(done[TTFT], (int, float)) else None
+    outcome.new_tokens, outcome.stop = len(done[IDS]), done[STOP]
+    return None
+
+
+def _body_problem(outcome: GenOutcome, request: GenerateRequest, expected: Generation,
+                  decode: Callable[[list[int]], str] | None) -> tuple[str, str] | None:
+    """None if a non-streamed body is the reference's answer (and the outcome's figures filled); else why."""
+    try:
+        doc = json.loads(outcome.body or b"")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return "wrong", f"body is not JSON ({first_line(exc)})"
+    problem = _answer_problem(doc, request, expected, decode)
+    if problem:
+        return "wrong", problem
+    outcome.new_tokens, outcome.stop = len(doc[IDS]), doc[STOP]
+    outcome.server_ttft_s = doc[TTFT] if isinstance(doc[TTFT], (int, float)) else None
+    return None
+
+
+def check_generations(outcomes: list[GenOutcome], requests: Callable[[int], GenerateRequest],
+                      reference: Callable[[GenerateRequest], Generation],
+                      decode: Callable[[list[int]], str] | None) -> None:
+    """Judge every kept answer against `reference` on the same request (made again); frees what was kept."""
+    for outcome in outcomes:
+        if outcome.problem is not None or outcome.status != 200:
+            continue
+        request = requests(outcome.index)
+        judge = _stream_problem if outcome.stream else _body_problem
+        found = judge(outcome, request, reference(request), decode)
+        if found is not None:
+            kind, line = found
+            mode = "streamed" if outcome.stream else "not streamed"
+            sampling = "greedy" if request.temperature == 0 else f"seed {request.seed}"
+            outcome.problem = f"{kind}: request {outcome.index} ({mode}, {sampling}): {line}"
+        outcome.body, outcome.events = None, []
+
+
+def _percentiles(values: Sequence[float], qs: Sequence[tuple[str, float]]) -> dict[str, float | None]:
+    data = np.array(values, dtype=np.float64) * 1e3
+    return {name: float(np.percentile(data, q)) if data.size else None for name, q in qs}
+
+
+P50_P90 = (("p50", 50.0), ("p90", 90.0))
+
+
+def summarize_generations(outcomes: list[GenOutcome], seconds: float, *, count: int) -> dict[str, Any]:
+    """Throughput in new tokens, time to first token, inter-token latency, and every kind of failure counted."""
+    good = [o for o in outcomes if o.problem is None]
+    kinds = {kind: sum(1 for o in outcomes if o.problem and o.problem.startswith(kind + ":")) for kind in KINDS}
+    new_tokens = sum(o.new_tokens for o in good)
+    streamed = [o for o in good if o.stream]
+    return {
+        "requests": count, "sent": len(outcomes), "not_sent": count - len(outcomes), "seconds": seconds,
+        "answered": len(good), "streamed": len(streamed), "new_tokens": new_tokens,
+        "tokens_per_s": new_tokens / seconds if seconds else 0.0,
+        "requests_per_s": len(good) / seconds if seconds else 0.0,
+        "ttft_ms": _percentiles([o.ttft_s for o in streamed if o.ttft_s is not None], P50_P90),
+        "ttft_source": "client: from sending the request to the arrival of its first token event (streamed requests)",
+        "server_ttft_ms": _percentiles([o.server_ttft_s for o in good if o.server_ttft_s is not None], P50_P90),
+        "inter_token_ms": _percentiles([g for o in streamed for g in o.gaps_s], P50_P90),
+        "latency_ms": _percentiles([o.seconds for o in good], (*P50_P90, ("p99", 99.0), ("max", 100.0))),
+        "stops": dict(Counter(o.stop for o in good if o.stop is not None)),
+        "errors": sum(kinds.values()), **kinds,
+        "problems": [o.problem for o in sorted(outcomes, key=lambda o: o.index) if o.problem][:10],
+    }
+
+
+def check_lengths(config: GPTConfig, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int]) -> None:
+    """Refuse, in one line and before anything is sent, lists that could ask for more than context_length."""
+    context = config.context_length
+    if not prompt_tokens or min(prompt_tokens) < 1:
+        raise ServeError(f"--prompt-tokens: expected counts >= 1, got {list(prompt_tokens)}")
+    if not max_new_tokens or min(max_new_tokens) < 1:
+        raise ServeError(f"--max-new-tokens: expected counts >= 1, got {list(max_new_tokens)}")
+    longest, most = max(prompt_tokens), max(max_new_tokens)
+    if longest + most > context:
+        raise ServeError(f"--prompt-tokens {longest} + --max-new-tokens {most} = {longest + most} runs past "
+                         f"context_length {context}; keep every prompt + max_new_tokens within {context}")
+
+
+def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, prompt_tokens: Sequence[int],
+                 max_new_tokens: Sequence[int], stream_share: float = 0.5, sample_share: float = 0.5, seed: int = 0,
+                 max_seconds: float = 300.0, threads: int | None = None,
+                 generator: Generator | None = None) -> dict[str, Any]:
+    """The load `mha loadtest --generate` sends, every answer checked after the load against a Generator on the
+    local GPT folder `artifact` (or `generator`, already made from it)."""
+    host, port = loopback_target(url)
+    for name, share in (("--stream", stream_share), ("--sample", sample_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ServeError(f"{name}: expected a share in 0..1, got {share}")
+    info = get_json(host, port, CONTRACT)  # nothing listening is one line, before the folder is loaded
+    if not isinstance(info, dict) or info.get("kind") != "gpt":
+        raise ServeError(f"{url} does not serve a GPT folder (its {CONTRACT} has no kind 'gpt'): load test an "
+                         "attention artifact without --generate")
+    if generator is not None:
+        local = generator
+    else:  # the reference runs the decoder file the server runs, when the local folder lists it
+        listed = load_gpt_manifest(artifact).artifacts
+        local = Generator(artifact, form=info.get("model") if info.get("model") in listed else None, threads=threads)
+    check_lengths(local.config, prompt_tokens, max_new_tokens)
+    record = local.manifest.files.get(str(info.get("model")))
+    same = record is not None and record.sha256 == info.get("sha256")
+    made = generate_requests(local.config, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens, seed=seed,
+                             stream_share=stream_share, sample_share=sample_share)
+    outcomes, seconds = run_generate_load(url, made, count=requests, concurrency=concurrency,
+                                          max_seconds=max_seconds)
+    tokenizer = local.tokenizer
+    try:
+        check_generations(outcomes, made, reference_for(local), tokenizer.decode if tokenizer else None)
+    except MHAError as exc:  # the local folder refused a request the server took
+        raise ServeError(f"{artifact}: the local generation failed ({exc})") from None
+    summary = summarize_generations(outcomes, seconds, count=requests)
+    sampled = sum(1 for i in range(requests) if made(i).temperature > 0)
+    summary.update(url=url, artifact=str(artifact), form=local.form, served=info.get("model"), same_model=same,
+                   concurrency=concurrency,
+                   prompt_tokens=list(prompt_tokens), max_new_tokens=list(max_new_tokens), stream_share=stream_share,
+                   sample_share=sample_share, sampled=sampled, seed=seed, max_seconds=max_seconds)
+    return summary
+
+
+def _ms(figures: dict[str, float | None], keys: Sequence[str]) -> str:
+    return " ".join(f"{k} {'-' if figures[k] is None else f'{figures[k]:.1f}'}" for k in keys)
+
+
+def gen_report_lines(summary: dict[str, Any]) -> list[str]:
+    """The generation load test's printout: what was sent, throughput, TTFT, inter-token latency, failures."""
+    stops = ", ".join(f"{n} {k}" for k, n in sorted(summary["stops"].items())) or "-"
+    lines = [
+        f"{summary['sent']} of {summary['requests']} generate requests in {summary['seconds']:.1f} s, concurrency "
+        f"{summary['concurrency']}, prompt tokens {','.join(map(str, summary['prompt_tokens']))}, max new tokens "
+        f"{','.join(map(str, summary['max_new_tokens']))}; {summary['streamed']} answered streamed, "
+        f"{summary['sampled']} of {summary['requests']} sampled with a seed (the rest greedy)",
+        f"throughput  {summary['tokens_per_s']:.1f} new tokens/s ({summary['new_tokens']} new tokens over the wall "
+        f"time), {summary['requests_per_s']:.2f} requests/s",
+        f"ttft ms     {_ms(summary['ttft_ms'], ('p50', 'p90'))} (client: send -> first token event, streamed); "
+        f"server-reported {_ms(summary['server_ttft_ms'], ('p50', 'p90'))} (all answers)",
+        f"inter-token {_ms(summary['inter_token_ms'], ('p50', 'p90'))} ms (gaps between streamed token events)",
+        f"latency ms  {_ms(summary['latency_ms'], ('p50', 'p90', 'p99'))} (send -> last byte)",
+        f"stops       {stops}",
+        f"errors      {summary['errors']} ({summary['lost']} lost, {summary['wrong']} wrong, "
+        f"{summary['unexpected']} unexpected status); {summary['not_sent']} not sent (time limit)",
+    ]
+    if not summary["same_model"]:
+        lines.append(f"note: the server's {summary['served']} is not the one in {summary['artifact']} (another "
+                     "sha256): the answers were checked against the local folder all the same")
+    lines += [f"  {p}" for p in summary["problems"]]
+    return lines

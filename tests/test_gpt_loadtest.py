@@ -1,0 +1,164 @@
+"""`mha loadtest --generate` on a real `mha serve` of the book's small GPT on loopback: a bounded mixed load
+(streamed and whole answers, greedy and seeded sampling) passes with every answer checked; a local folder with
+other weights is reported as wrong answers; a tampered stream or answer is caught; bad options are refused in
+one line before any request is sent."""
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from gpt_sources import BOOK, book_model, save_book, vocab_dir
+from mha_export.gpt.export import export_gpt
+from mha_runtime.cli.main import cli
+from mha_runtime.gpt.generate import Generator
+from mha_runtime.serve.gen_loadtest import (
+    GenOutcome,
+    _send,
+    check_generations,
+    generate_requests,
+    reference_for,
+)
+from mha_runtime.serve.gpt_wire import GenerateRequest
+from mha_runtime.serve.process import ServerProcess, free_port
+
+LOAD = ["--prompt-tokens", "1,7,32", "--max-new-tokens", "1,5,16"]  # 32 + 16 = BOOK's context_length 48
+
+
+@pytest.fixture(scope="module")
+def ray_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """HOME and Ray's temp dir: short enough for Ray's socket paths (107 characters, Ray adds about 70)."""
+    home = tmp_path_factory.mktemp("ray")
+    if len(str(home)) <= 36:
+        yield home
+        return
+    short = Path(tempfile.mkdtemp(prefix="mha-ray-", dir="/tmp"))
+    yield short
+    shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def other_gpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The book's config with other weights (another seed): every answer of the served folder differs."""
+    root = tmp_path_factory.mktemp("gpt-other")
+    weights = save_book(book_model(seed=322), root / "ckpt")
+    return export_gpt("other", root, config=BOOK, weights=weights, tokenizer=vocab_dir(), variants=("inplace",)).folder
+
+
+@pytest.fixture(scope="module")
+def server(book_gpt: tuple[torch.nn.Module, Path], ray_home: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(book_gpt[1], tmp_path_factory.mktemp("gpt-server-log"), "--max-batch", "4",
+                            home=ray_home)
+    with process:
+        yield process
+    assert process.returncode == 0, process.stderr()
+    assert process.leftovers == [], "Ray processes outlived the server"
+
+
+def _loadtest(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["loadtest", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_mixed_generate_load_every_answer_right(server: ServerProcess, book_gpt: tuple[torch.nn.Module, Path],
+                                               tmp_path: Path) -> None:
+    """48 requests from 6 connections into 4 slots: prompts 1..32, 1..16 new tokens, half streamed, half
+    sampled with a seed; all answered, all equal to the local generation."""
+    folder, out = book_gpt[1], tmp_path / "load.json"
+    code, stdout, stderr = _loadtest(server.url, "--generate", "--artifact", str(folder), "--requests", "48",
+                                     "--concurrency", "6", *LOAD, "--seed", "5", "--json", str(out))
+    assert code == 0, stdout + stderr
+    assert stdout.startswith("48 of 48 generate requests in ")
+    assert "errors      0 (0 lost, 0 wrong, 0 unexpected status); 0 not sent (time limit)" in stdout
+    assert "note:" not in stdout  # the local folder is the served one
+    summary = json.loads(out.read_text())
+    assert summary["answered"] == 48 and summary["errors"] == 0 and summary["same_model"] is True
+    assert 0 < summary["streamed"] < 48 and 0 < summary["sampled"] < 48  # both kinds of each were sent
+    made = generate_requests(Generator(folder).config, prompt_tokens=(1, 7, 32), max_new_tokens=(1, 5, 16), seed=5,
+                             stream_share=0.5, sample_share=0.5)
+    asked = sum(made(i).max_new_tokens for i in range(48))
+    assert summary["new_tokens"] + summary["stops"].get("eos", 0) <= asked
+    assert sum(summary["stops"].values()) == 48 and summary["new_tokens"] >= 48 - summary["stops"].get("eos", 0)
+    assert summary["tokens_per_s"] == pytest.approx(summary["new_tokens"] / summary["seconds"])
+    for figure in ("ttft_ms", "server_ttft_ms", "inter_token_ms"):
+        p50, p90 = summary[figure]["p50"], summary[figure]["p90"]
+        assert p50 is not None and 0 < p50 <= p90, (figure, summary[figure])
+    assert re.search(r"ttft ms     p50 [0-9.]+ p90 [0-9.]+ \(client", stdout)
+
+
+def test_other_weights_are_wrong_answers(server: ServerProcess, other_gpt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "load.json"
+    code, stdout, stderr = _loadtest(server.url, "--generate", "--artifact", str(other_gpt), "--requests", "12",
+                                     "--concurrency", "3", *LOAD, "--json", str(out))
+    summary = json.loads(out.read_text())
+    assert code == 1 and "load test failed: 12 error(s)" in stderr, stdout + stderr
+    assert summary["wrong"] == 12 and summary["lost"] == summary["unexpected"] == summary["answered"] == 0
+    assert summary["same_model"] is False and "note: the server's gpt.inplace.onnx is not the one" in stdout
+    assert "ids differ from the local generation" in stdout
+
+
+def _answer(server: ServerProcess, request: GenerateRequest) -> GenOutcome:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        return _send(connection, 0, request)
+    finally:
+        connection.close()
+
+
+def test_tampered_answers_are_caught(server: ServerProcess, book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    """Real answers pass the check; the same answers with one id, the stop reason or the done event changed
+    do not."""
+    gen = Generator(book_gpt[1])
+    reference, decode = reference_for(gen), gen.tokenizer.decode if gen.tokenizer else None
+    streamed = GenerateRequest([464, 318, 257], 6, 0.9, 40, 11, stream=True)
+    whole = GenerateRequest([464, 318, 257], 6, stream=False)
+
+    def judged(request: GenerateRequest, tamper: str) -> str | None:
+        outcome = _answer(server, request)
+        assert outcome.status == 200 and outcome.problem is None
+        if tamper == "token id":
+            at, raw = outcome.events[2]
+            doc = json.loads(raw.decode().split("data: ", 1)[1])
+            outcome.events[2] = (at, f"event: token\ndata: {json.dumps({**doc, 'id': doc['id'] + 1})}".encode())
+        elif tamper == "no done":
+            outcome.events.pop()
+        elif tamper == "stop":
+            outcome.body = json.dumps({**json.loads(outcome.body or b""), "stop": "eos"}).encode()
+        check_generations([outcome], lambda _: request, reference, decode)
+        return outcome.problem
+
+    assert judged(streamed, "none") is None and judged(whole, "none") is None
+    assert "token events' ids" in str(judged(streamed, "token id"))
+    assert "expected token events then one done event" in str(judged(streamed, "no done"))
+    assert "stop 'eos', expected 'max_new_tokens'" in str(judged(whole, "stop"))
+
+
+def test_bad_options_are_one_line_before_any_request(server: ServerProcess,
+                                                     book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    folder = str(book_gpt[1])
+    code, _, stderr = _loadtest(server.url, "--generate", "--artifact", folder, "--prompt-tokens", "40",
+                                "--max-new-tokens", "16")
+    assert code == 1 and stderr.count("\n") == 1
+    assert "--prompt-tokens 40 + --max-new-tokens 16 = 56 runs past context_length 48" in stderr
+    for args, says, status in (
+        (["--prompt-tokens", "0"], "--prompt-tokens: expected counts >= 1", 1),
+        (["--tokens", "4"], "--tokens: not with --generate", 2),
+        (["--stream", "1.5"], "'--stream'", 2),
+    ):
+        code, _, stderr = _loadtest(server.url, "--generate", "--artifact", folder, *args)
+        assert code == status and says in stderr and stderr.count("\n") == 1, stderr
+    code, _, stderr = _loadtest(server.url, "--artifact", folder, "--prompt-tokens", "4")
+    assert code == 2 and "--prompt-tokens: only with --generate" in stderr
+    code, _, stderr = _loadtest("http://192.0.2.1:8000", "--generate", "--artifact", folder)
+    assert code == 1 and "loopback only" in stderr
+    code, _, stderr = _loadtest(f"http://127.0.0.1:{free_port()}", "--generate", "--artifact", folder)
+    assert code == 1 and "no answer" in stderr  # nothing listens there
