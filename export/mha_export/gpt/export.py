@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from mha_export.gpt.concat import concat_model
 from mha_export.gpt.eager import SEED, GPTModel, seeded_gpt
 from mha_export.gpt.genai import genai_json
+from mha_export.gpt.golden import golden_generations, write_generations
 from mha_export.gpt.graph import Built
 from mha_export.gpt.inplace import inplace_model
 from mha_export.gpt.quantize import int8_source, quantize_to
@@ -137,6 +138,7 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     tied = bool(record["tied"])
     eos = GPT2_EOS_ID if config.vocab_size > GPT2_EOS_ID else None
     refs = references(model, config)  # every form is judged against these; the eager model is not needed after
+    golden = golden_generations(model, config, None if tok is None else _encoder(tok.tokenizer_json))
     del model
     with staged_folder(Path(out_root) / name) as stage:
         weights_state = {k: v.contiguous() for k, v in state.items() if not (tied and k == "out_head.weight")}
@@ -158,6 +160,7 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
         if tok is not None:
             (stage / TOKENIZER_FILE).write_bytes(tok.tokenizer_json)
             (stage / TOKENIZER_CONFIG).write_bytes(tok.config_json)
+        write_generations(stage, *golden, config, FORMS[INPLACE_FORM].tolerance)
         if CONCAT_FORM in files and eos is not None:
             (stage / GENAI_CONFIG).write_bytes(genai_json(config, eos))
         artifacts, failures = {}, []
@@ -186,6 +189,13 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
             eos_id=eos, artifacts=artifacts, files=file_table(stage))
         (stage / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
     return GPTExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start)
+
+
+def _encoder(tokenizer_json: bytes) -> Callable[[str], list[int]]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
+    return lambda text: list(tok.encode(text, add_special_tokens=False).ids)
 
 
 @dataclass(frozen=True)

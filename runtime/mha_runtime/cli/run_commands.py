@@ -46,11 +46,18 @@ def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, pro
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Also write the results as JSON (the format every runner's check writes).")
 def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path: Path | None) -> None:
-    """Run every golden case on every artifact; the last line is `N passed, N failed`."""
+    """Run every golden case on every artifact (of a GPT folder: every golden generation); the last line is
+    `N passed, N failed`."""
     from mha_runtime.artifact.atomic import write_file_atomic
+    from mha_runtime.gpt.manifest import is_gpt_folder
     from mha_runtime.infer.golden_check import check_golden, results_json, summary_line
 
-    results = check_golden(artifact_dir, provider=provider, threads=threads)
+    if is_gpt_folder(artifact_dir):  # the golden generations of a GPT folder
+        from mha_runtime.gpt.golden_check import check_generations
+
+        results = check_generations(artifact_dir, provider=provider, threads=threads)
+    else:
+        results = check_golden(artifact_dir, provider=provider, threads=threads)
     for result in results:
         click.echo(result.line())
     if json_path is not None:

@@ -91,6 +91,15 @@ class GPTManifest:
                           for f, r in get(data, "files", dict, where).items()})
 
 
+def is_gpt_folder(folder: Path) -> bool:
+    """Whether folder/manifest.json says kind "gpt" (anything unreadable is left to the loaders to name)."""
+    try:
+        with open(Path(folder) / MANIFEST_NAME, "rb") as fh:
+            return bool(json.loads(fh.read(MAX_MANIFEST_BYTES)).get("kind") == GPT_KIND)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def load_gpt_manifest(folder: Path) -> GPTManifest:
     """Read folder/manifest.json as a GPT manifest, or raise ArtifactError naming what is wrong."""
     folder = Path(folder)

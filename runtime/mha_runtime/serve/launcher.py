@@ -12,7 +12,6 @@ Order matters, and each step below was checked against Ray 2.60:
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -30,6 +29,7 @@ import numpy as np
 from mha_runtime.artifact.errors import ServeError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
 from mha_runtime.artifact.registry import spec_for
+from mha_runtime.gpt.manifest import is_gpt_folder
 from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
 from mha_runtime.serve.wire import FORMATS, body_limit
 
@@ -198,14 +198,6 @@ def _application(options: ServeOptions, files: dict[str, bytes], info: dict[str,
         **settings,
     ).bind(files, model=info["model"], provider=options.provider, threads=options.threads,
            max_batch=options.max_batch, batch_wait_s=options.batch_wait_ms / 1000.0, info=info)
-
-
-def is_gpt_folder(folder: Path) -> bool:
-    """Whether folder/manifest.json says kind "gpt" (anything unreadable is left to the loaders to name)."""
-    try:
-        return json.loads((Path(folder) / MANIFEST_NAME).read_bytes()).get("kind") == "gpt"
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _shutdown(local: bool) -> None:

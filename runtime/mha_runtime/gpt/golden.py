@@ -1,0 +1,109 @@
+"""The golden generations of a GPT folder, defined once: what every runtime must reproduce (torch-free).
+
+`golden/generations.json` (listed in the manifest with its sha256, as is each logits file):
+
+    {"format": 1, "kind": "gpt-generations", "reference": ..., "vocab_size": V, "context_length": C,
+     "tolerance": {"atol", "rtol", "rel_l2"}, "sampling": the rule and the random generator, in words,
+     "cases": [{"name", "prompt_ids", "prompt_text" (only in a case whose prompt is text, with the folder's
+                tokenizer: a runner with a tokenizer checks encode(prompt_text) == prompt_ids),
+                "max_new_tokens", "temperature", "top_k", "seed", "ids",
+                "first_logits_bin", "first_logits_npy", "first_logits_shape": [V]}]}
+
+`ids` are eager PyTorch's (the book's GPTModel): greedy, or sampled by the rule below from eager logits. A runner
+passes a case when its new ids equal `ids` exactly and its logits of the prompt's last token (the first step)
+are within `tolerance` of the little-endian float32 `first_logits_bin` (`first_logits_npy` holds the same
+numbers as .npy). The eos id is not applied: every case yields max_new_tokens ids.
+
+Sampling (temperature > 0): keep the logits >= the k-th largest (ties stay), divide by the temperature, softmax
+in float32; then draw u = the next double of numpy's PCG64 seeded with SeedSequence(seed) (`random()`: the
+top 53 bits of the next 64-bit output, times 2**-53), one generator per generation, one draw per token; the
+token is the first whose float64 cumulative probability exceeds u times the total.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mha_runtime.artifact.errors import ArtifactError, first_line
+from mha_runtime.artifact.fields import get, obj, plain_name
+from mha_runtime.artifact.tolerance import Tolerance
+from mha_runtime.gpt.manifest import GPTManifest, read_gpt_file
+
+GENERATIONS_FILE = "golden/generations.json"
+GENERATIONS_KIND = "gpt-generations"
+GENERATIONS_FORMAT = 1
+SAMPLING_RULE = (
+    "top-k keeps the logits >= the k-th largest (ties stay), then divide by temperature, then float32 softmax; "
+    "temperature 0: argmax (the first maximum). Draw: u = numpy PCG64(SeedSequence(seed)).random() (the next "
+    "64-bit output >> 11, times 2**-53), one generator per generation and one draw per token; the token is the "
+    "first id whose float64 cumulative probability exceeds u * total")
+
+
+@dataclass(frozen=True)
+class GoldenGeneration:
+    name: str
+    prompt_ids: list[int]
+    prompt_text: str | None
+    max_new_tokens: int
+    temperature: float
+    top_k: int | None
+    seed: int | None
+    ids: list[int]
+    first_logits_bin: str
+    first_logits_npy: str
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        if self.prompt_text is None:
+            out.pop("prompt_text")
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> GoldenGeneration:
+        data = obj(data, where)
+        return cls(name=get(data, "name", str, where), prompt_ids=get(data, "prompt_ids", list, where),
+                   prompt_text=get(data, "prompt_text", str, where, optional=True),
+                   max_new_tokens=get(data, "max_new_tokens", int, where),
+                   temperature=get(data, "temperature", float, where),
+                   top_k=get(data, "top_k", int, where, optional=True),
+                   seed=get(data, "seed", int, where, optional=True),
+                   ids=get(data, "ids", list, where),
+                   first_logits_bin=plain_name(get(data, "first_logits_bin", str, where), where),
+                   first_logits_npy=plain_name(get(data, "first_logits_npy", str, where), where))
+
+
+@dataclass(frozen=True)
+class GoldenGenerations:
+    tolerance: Tolerance
+    cases: list[GoldenGeneration]
+    doc: dict[str, Any]
+
+
+def load_generations(folder: Path, manifest: GPTManifest) -> GoldenGenerations:
+    """The folder's golden generations after the sha256 check of the file (ArtifactError if none or broken)."""
+    where = str(Path(folder) / GENERATIONS_FILE)
+    if GENERATIONS_FILE not in manifest.files:
+        raise ArtifactError(f"{where}: the manifest lists no golden generations (re-export with this version)")
+    try:
+        doc = json.loads(read_gpt_file(Path(folder), GENERATIONS_FILE, manifest))
+    except (ValueError, RecursionError) as exc:
+        raise ArtifactError(f"{where}: expected JSON ({first_line(exc)})") from None
+    doc = obj(doc, where)
+    if doc.get("kind") != GENERATIONS_KIND or doc.get("format") != GENERATIONS_FORMAT:
+        raise ArtifactError(f"{where}: expected kind {GENERATIONS_KIND!r} format {GENERATIONS_FORMAT}")
+    cases = [GoldenGeneration.from_dict(c, f"{where}: cases[{i}]")
+             for i, c in enumerate(get(doc, "cases", list, where))]
+    return GoldenGenerations(Tolerance.from_dict(get(doc, "tolerance", dict, where)), cases, doc)
+
+
+def first_logits(folder: Path, manifest: GPTManifest, case: GoldenGeneration, vocab_size: int) -> np.ndarray:
+    """A case's expected (V,) first-step logits, from its sha256-checked .bin."""
+    data = read_gpt_file(Path(folder), f"golden/{case.first_logits_bin}", manifest)
+    if len(data) != 4 * vocab_size:
+        raise ArtifactError(f"{folder}/golden/{case.first_logits_bin}: expected {4 * vocab_size} bytes "
+                            f"({vocab_size} float32), got {len(data)}")
+    return np.frombuffer(data, dtype="<f4").astype(np.float32)
