@@ -158,6 +158,8 @@ def test_bad_options_are_one_line_before_any_request(server: ServerProcess,
         assert code == status and says in stderr and stderr.count("\n") == 1, stderr
     code, _, stderr = _loadtest(server.url, "--artifact", folder, "--prompt-tokens", "4")
     assert code == 2 and "--prompt-tokens: only with --generate" in stderr
+    code, _, stderr = _loadtest(server.url, "--artifact", folder)  # the attention load test on a GPT server
+    assert code == 1 and "serves a GPT folder (book): load test it with --generate" in stderr
     code, _, stderr = _loadtest("http://192.0.2.1:8000", "--generate", "--artifact", folder)
     assert code == 1 and "loopback only" in stderr
     code, _, stderr = _loadtest(f"http://127.0.0.1:{free_port()}", "--generate", "--artifact", folder)

@@ -233,6 +233,8 @@ def loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, token
     on the local copy of the served model (refused unless its sha256 is the server's)."""
     host, port = loopback_target(url)
     info = get_json(host, port, CONTRACT)
+    if info.get("kind") == "gpt":
+        raise ServeError(f"{url} serves a GPT folder ({info.get('name')}): load test it with --generate")
     model = info.get("model")
     manifest = load_manifest(artifact)
     if model not in manifest.files or manifest.files[model].sha256 != info.get("sha256"):
