@@ -37,11 +37,14 @@ mkdir -p "$build/lib"
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so.1"  # the library's SONAME
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so"
 common="$here/../common"
-sources=("$here/mha_check.c" "$common/artifact.c" "$common/json.c" "$common/report.c" "$common/sha256.c")
+sources=("$here/mha_check.c" "$here/gpt.c" "$common/artifact.c" "$common/json.c" "$common/report.c" "$common/sha256.c")
 warn=(-std=c11 -Wall -Wextra -Werror -Wshadow -Wformat=2)
 gcc "${warn[@]}" -O2 -I"$include" -I"$common" "${sources[@]}" -o "$build/mha_check" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm
 gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/example.c" -o "$build/example" \
+  -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib"
+# The README's GPT snippet: the generation loop with IO binding (load, bind, prefill, step, argmax).
+gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/gpt_example.c" -o "$build/gpt_example" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib"
 # The same runner under AddressSanitizer and UBSan (a report aborts: sanitizer_options.c), and the
 # in-process fuzzer of the manifest and cases.json readers; `make native-test` and tests/test_native.py run both.
@@ -50,4 +53,4 @@ gcc "${warn[@]}" "${asan[@]}" -I"$include" -I"$common" "${sources[@]}" "$here/sa
   -o "$build/mha_check_asan" -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm
 gcc "${warn[@]}" "${asan[@]}" -I"$common" "$here/json_fuzz.c" "$common/artifact.c" "$common/json.c" \
   "$common/sha256.c" "$here/sanitizer_options.c" -o "$build/json_fuzz_asan" -lm
-echo "built $build/mha_check, mha_check_asan, json_fuzz_asan (headers: ORT_API_VERSION $(grep -m1 -o 'ORT_API_VERSION [0-9]*' "$include/onnxruntime_c_api.h" | cut -d' ' -f2), library: $(basename "$ort_lib"))"
+echo "built $build/mha_check, mha_check_asan, json_fuzz_asan, example, gpt_example (headers: ORT_API_VERSION $(grep -m1 -o 'ORT_API_VERSION [0-9]*' "$include/onnxruntime_c_api.h" | cut -d' ' -f2), library: $(basename "$ort_lib"))"

@@ -3,6 +3,10 @@
  *   mha_check check ARTIFACT_DIR [--json FILE]            every golden case of golden/cases.json
  *   mha_check run MODEL.onnx IN.bin BATCH TOKENS OUT.bin  one input (raw little-endian float32)
  *   mha_check sha256 FILE...                              the digests it checks files with (like sha256sum)
+ *   mha_check generate GPT_DIR --prompt-ids 1,2,3 [--max-new-tokens N] ...   new token ids of a GPT folder (gpt.h)
+ *
+ * On a GPT folder (manifest.json of kind "gpt"), `check` runs the golden generations of golden/generations.json
+ * instead (gpt.c); every other folder gets the attention check below, unchanged.
  *
  * `check` trusts nothing it has not verified: manifest.json is required, and cases.json, every golden
  * file and every model are checked against its size and sha256 before use (cases.json before it is
@@ -40,6 +44,7 @@
 #include <onnxruntime_c_api.h>
 
 #include "artifact.h"
+#include "gpt.h"
 #include "json.h"
 #include "report.h"
 #include "sha256.h"
@@ -615,9 +620,12 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "sha256") == 0) return sha256_files(argc, argv);
     const char *dir, *json_path;
     int check = check_args(argc, argv, &dir, &json_path), run = argc == 7 && strcmp(argv[1], "run") == 0;
-    if (!check && !run) {
+    int generate = argc >= 2 && strcmp(argv[1], "generate") == 0;
+    if (!check && !run && !generate) {
         fprintf(stderr, "usage: mha_check check ARTIFACT_DIR [--json FILE] | mha_check run MODEL.onnx IN.bin BATCH "
-                        "TOKENS OUT.bin | mha_check sha256 FILE...\n");
+                        "TOKENS OUT.bin | mha_check sha256 FILE... | mha_check generate GPT_DIR --prompt-ids 1,2,3 "
+                        "[--max-new-tokens N] [--temperature T] [--top-k K] [--seed S] [--no-eos] [--threads N] "
+                        "[--json]\n");
         return 2;
     }
     ort = OrtGetApiBase()->GetApi(ORT_API_VERSION);
@@ -628,7 +636,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", why);
         return 1;
     }
-    int rc = check ? check_dir(dir, json_path) : run_one(argv);
+    int rc = generate ? mha_gpt_generate(ort, env, cpu, argc, argv)
+             : check && mha_is_gpt_folder(dir) ? mha_gpt_check(ort, env, cpu, dir, json_path)  /* golden generations */
+             : check ? check_dir(dir, json_path) : run_one(argv);
     ort->ReleaseMemoryInfo(cpu);
     ort->ReleaseEnv(env);
     return rc;

@@ -79,7 +79,7 @@ int mha_config_same(const MhaConfig *model, const char *model_where, const MhaCo
 }
 
 /* A file name inside the artifact folder: no absolute path, no '.', '..' or empty part, no backslash. */
-static int plain_name(const char *name) {
+int mha_plain_name(const char *name) {
     if (!name[0] || name[0] == '/' || strchr(name, '\\')) return 0;
     for (const char *part = name; part;) {
         const char *slash = strchr(part, '/');
@@ -95,6 +95,41 @@ static int hex64(const char *s, size_t len) {
     for (size_t i = 0; i < 64; i++)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
     return 1;
+}
+
+int mha_manifest_files(const JsonValue *files, const char *where, MhaManifest *m, char *err, size_t n) {
+    if (!files || files->type != JSON_OBJECT) {
+        snprintf(err, n, "%s: expected a 'files' object, got %s", where, json_type_name(files));
+        return MHA_ERROR;
+    }
+    size_t count = 0;
+    for (const JsonValue *f = files->child; f; f = f->next) count++;
+    m->files = calloc(count ? count : 1, sizeof *m->files);
+    if (!m->files) { snprintf(err, n, "%s: out of memory", where); return MHA_ERROR; }
+    for (const JsonValue *f = files->child; f; f = f->next) {
+        const JsonValue *size = json_get(f, "size"), *sha = json_get(f, "sha256");
+        if (!mha_plain_name(f->key)) {
+            snprintf(err, n, "%s: files: expected a file name inside the artifact folder, got '%.100s'", where, f->key);
+            return MHA_ERROR;
+        }
+        if (!size || size->type != JSON_NUMBER || !size->is_integer || size->integer < 0 ||
+            (unsigned long long)size->integer > MHA_MAX_FILE) {
+            snprintf(err, n, "%s: files.%.100s: expected 'size' an integer from 0 to %zu, got %s", where, f->key,
+                     MHA_MAX_FILE, size && size->type == JSON_NUMBER ? "another number" : json_type_name(size));
+            return MHA_ERROR;
+        }
+        if (!sha || sha->type != JSON_STRING || !hex64(sha->str, sha->str_len)) {
+            snprintf(err, n, "%s: files.%.100s: expected 'sha256' of 64 lowercase hex digits, got %s", where, f->key,
+                     sha && sha->type == JSON_STRING ? "another string" : json_type_name(sha));
+            return MHA_ERROR;
+        }
+        MhaFile *out = &m->files[m->nfiles];
+        if (!(out->name = strdup(f->key))) { snprintf(err, n, "%s: out of memory", where); return MHA_ERROR; }
+        out->size = size->integer;
+        memcpy(out->sha256, sha->str, 65);
+        m->nfiles++;
+    }
+    return MHA_OK;
 }
 
 int mha_manifest_parse(const char *text, size_t len, const char *where, MhaManifest *m, char *err, size_t n) {
@@ -119,37 +154,7 @@ int mha_manifest_parse(const char *text, size_t len, const char *where, MhaManif
     }
     snprintf(at, sizeof at, "%s: config", where);
     if (mha_config_from(json_get(root, "config"), at, &m->config, err, n)) goto done;
-    if (!files || files->type != JSON_OBJECT) {
-        snprintf(err, n, "%s: expected a 'files' object, got %s", where, json_type_name(files));
-        goto done;
-    }
-    size_t count = 0;
-    for (const JsonValue *f = files->child; f; f = f->next) count++;
-    m->files = calloc(count ? count : 1, sizeof *m->files);
-    if (!m->files) { snprintf(err, n, "%s: out of memory", where); goto done; }
-    for (const JsonValue *f = files->child; f; f = f->next) {
-        const JsonValue *size = json_get(f, "size"), *sha = json_get(f, "sha256");
-        if (!plain_name(f->key)) {
-            snprintf(err, n, "%s: files: expected a file name inside the artifact folder, got '%.100s'", where, f->key);
-            goto done;
-        }
-        if (!size || size->type != JSON_NUMBER || !size->is_integer || size->integer < 0 ||
-            (unsigned long long)size->integer > MHA_MAX_FILE) {
-            snprintf(err, n, "%s: files.%.100s: expected 'size' an integer from 0 to %zu, got %s", where, f->key,
-                     MHA_MAX_FILE, size && size->type == JSON_NUMBER ? "another number" : json_type_name(size));
-            goto done;
-        }
-        if (!sha || sha->type != JSON_STRING || !hex64(sha->str, sha->str_len)) {
-            snprintf(err, n, "%s: files.%.100s: expected 'sha256' of 64 lowercase hex digits, got %s", where, f->key,
-                     sha && sha->type == JSON_STRING ? "another string" : json_type_name(sha));
-            goto done;
-        }
-        MhaFile *out = &m->files[m->nfiles];
-        if (!(out->name = strdup(f->key))) { snprintf(err, n, "%s: out of memory", where); goto done; }
-        out->size = size->integer;
-        memcpy(out->sha256, sha->str, 65);
-        m->nfiles++;
-    }
+    if (mha_manifest_files(files, where, m, err, n)) goto done;
     rc = MHA_OK;
 done:
     json_free(root);
@@ -562,7 +567,7 @@ int mha_case_get(const MhaCases *doc, size_t artifact, size_t index, const MhaCo
     c->split = 1;
     const char *names[3] = {c->file, c->input_bin, c->output_bin};
     for (int i = 0; i < 3; i++)
-        if (!plain_name(names[i])) {
+        if (!mha_plain_name(names[i])) {
             snprintf(err, n, "%s: expected a file name inside the artifact folder, got '%s'", i ? "golden file" : "file",
                      names[i]);
             return MHA_ERROR;

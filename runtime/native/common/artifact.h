@@ -37,6 +37,11 @@ int mha_config_parse(const char *text, size_t len, const char *where, MhaConfig 
 int mha_config_same(const MhaConfig *model, const char *model_where, const MhaConfig *manifest,
                     const char *manifest_where, char *err, size_t n);
 
+/* A file name inside the artifact folder: no absolute path, no '.', '..' or empty part, no backslash. */
+int mha_plain_name(const char *name);
+/* The 'files' object of a manifest ({NAME: {size, sha256}}) into m->files (m zeroed by the caller; on failure
+ * what was read stays in m: free it with mha_manifest_free). Shared by the attention and the GPT manifests. */
+int mha_manifest_files(const JsonValue *files, const char *where, MhaManifest *m, char *err, size_t n);
 int mha_manifest_parse(const char *text, size_t len, const char *where, MhaManifest *m, char *err, size_t n);
 /* DIR/manifest.json; MHA_MISSING (with a message) when there is none. */
 int mha_manifest_load(const char *dir, MhaManifest *m, char *err, size_t n);

@@ -1,0 +1,68 @@
+/* The GPT side of mha_check: a GPT folder (manifest.json of kind "gpt", made by `mha export --gpt`) driven through
+ * its in-place decoder gpt.inplace.onnx with the ONNX Runtime C API and IO binding, token ids in and out.
+ *
+ *   mha_check generate DIR --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
+ *                          [--no-eos] [--threads N] [--json]
+ *   mha_check check DIR [--json FILE]       (on a GPT folder: every golden generation of golden/generations.json)
+ *
+ * The contract (runtime/mha_runtime/gpt/contract.py, also manifest["contract"]): input_ids int64 [B, T],
+ * past_tokens int32 [B], per layer past_key_values.{i}.key/.value float32 [B, H, C, D] in; next_token_logits
+ * float32 [B, V] and present.{i}.key/.value [B, H, C, D] out. One preallocated buffer per layer and per key/value
+ * is bound as both past_key_values.{i}.* and present.{i}.* (the same OrtValue over the same memory), so ONNX
+ * Runtime writes each step's rows into it; the prompt is prefilled at batch 1, then one token per step.
+ *
+ * Sampling (temperature > 0) follows runtime/mha_runtime/gpt/sampling.py exactly: top-k keeps the logits >= the
+ * k-th largest, divide by the temperature (float32), softmax in float32 (numpy's pairwise sum), then
+ * u = numpy's PCG64(SeedSequence(seed)).random() per token and the first id whose float64 cumulative probability
+ * exceeds u * total. Greedy (temperature 0) is the first maximum. */
+#ifndef MHA_GPT_H
+#define MHA_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <onnxruntime_c_api.h>
+
+#include "artifact.h"
+
+#define MHA_GPT_KIND "gpt"
+#define MHA_GPT_FORMAT 1
+#define MHA_GPT_INPLACE "gpt.inplace.onnx"
+#define MHA_GPT_GENERATIONS "golden/generations.json"
+#define MHA_GPT_MAX_CONTEXT 4096   /* the exporter's bounds (runtime/mha_runtime/gpt/config.py) */
+#define MHA_GPT_MAX_HEADS 256
+#define MHA_GPT_MAX_LAYERS 1024
+#define MHA_GPT_MAX_VOCAB (1LL << 22)
+#define MHA_GPT_MAX_EMB (1LL << 16)
+
+typedef struct { long long vocab_size, context_length, emb_dim, n_heads, n_layers; } MhaGptConfig;
+
+typedef struct {
+    MhaManifest files;  /* path and the files' sizes and sha256s (config unused) */
+    MhaGptConfig config;
+    long long eos_id;   /* -1: none */
+} MhaGptManifest;
+
+/* Whether DIR/manifest.json says kind "gpt" (anything unreadable: no; the attention reader then names it). */
+int mha_is_gpt_folder(const char *dir);
+/* DIR/manifest.json as a GPT manifest, every field checked; MHA_MISSING when there is none. */
+int mha_gpt_manifest_load(const char *dir, MhaGptManifest *m, char *err, size_t n);
+void mha_gpt_manifest_free(MhaGptManifest *m);
+
+/* numpy's PCG64 seeded with SeedSequence(seed): random() = (next 64-bit output >> 11) * 2**-53. */
+typedef struct { unsigned __int128 state, inc; } MhaPcg64;
+void mha_pcg64_seed(MhaPcg64 *rng, uint64_t seed);
+uint64_t mha_pcg64_next(MhaPcg64 *rng);
+double mha_pcg64_random(MhaPcg64 *rng);
+
+/* The next id from logits[0:V] (finite): argmax (the first maximum) at temperature 0, else the sampling rule with
+ * u from rng; scratch holds 2 * V floats and V doubles' worth of bytes (mha_gpt_scratch_bytes). */
+size_t mha_gpt_scratch_bytes(long long vocab);
+long long mha_gpt_next_id(const float *logits, long long vocab, double temperature, long long top_k, MhaPcg64 *rng,
+                          void *scratch);
+
+/* The two commands; ort, env and cpu made by main(). Return the exit status. */
+int mha_gpt_generate(const OrtApi *ort, OrtEnv *env, OrtMemoryInfo *cpu, int argc, char **argv);
+int mha_gpt_check(const OrtApi *ort, OrtEnv *env, OrtMemoryInfo *cpu, const char *dir, const char *json_path);
+
+#endif
