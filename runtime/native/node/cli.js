@@ -6,12 +6,28 @@
 //                                                      "runtime": "node"; {"runtime", "artifact_dir", "error"}
 //                                                      when the check stops before any case)
 // mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin    one input as raw little-endian float32
+// On a GPT folder (made by `mha export --gpt`, see gpt.js):
+// mha-node generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T --top-k K --seed S]
+//                   [--no-eos] [--form FILE] [--threads N] [--json | --text]
+//                                                      the new ids as one line of comma-separated integers (greedy
+//                                                      by default), --text the new text as it is made, --json one
+//                                                      object with the ids and time_to_first_token_s, tokens_per_s
+// mha-node check DIR [--json FILE]                     every golden generation (golden/generations.json)
 // Both write their file under a name unique to this process (pid + random suffix) and rename it into place,
 // so concurrent runs on one output path never see each other's half-written files.
 const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
 const { MhaRunner, check, floats, ContractError } = require('./mha');
+
+// Whether DIR/manifest.json says kind "gpt" (its check is gpt.js's); anything unreadable is left to the loaders.
+function isGptFolder(dir) {
+  try {
+    return JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).kind === 'gpt';
+  } catch {
+    return false;
+  }
+}
 
 const MAX_BATCH = 2 ** 20;  // as the C runner
 
@@ -60,18 +76,24 @@ async function main(argv) {
   if (args) {
     const head = { runtime: 'node', artifact_dir: args.dir, onnxruntime: require('onnxruntime-node/package.json').version,
       errors: [] };  // as the C runners' (failures tied to no artifact): check() has none
+    const gpt = isGptFolder(args.dir) ? require('./gpt') : null;
     let result;
     try {
-      result = await check(args.dir);
+      result = gpt ? await gpt.checkGpt(args.dir) : await check(args.dir);
     } catch (e) {  // stopped before any case: the error is the result
       if (args.json) writeJson(args.json, { runtime: head.runtime, artifact_dir: args.dir, error: e.message.split('\n')[0] });
       throw e;
     }
     const { passed, failed } = result;
     console.log(`${passed} passed, ${failed} failed`);
-    if (passed + failed === 0) console.error(`error: ${args.dir}: no ONNX case found in golden/cases.json`);
+    if (passed + failed === 0) console.error(`error: ${args.dir}: no ONNX case found in ${gpt ? 'golden/generations.json' : 'golden/cases.json'}`);
     if (args.json) writeJson(args.json, { ...head, ...result });
     return failed > 0 || passed === 0 ? 1 : 0;
+  }
+  if (argv[0] === 'generate') {
+    const gpt = require('./gpt');
+    const opts = gpt.parseGenerateArgs(argv.slice(1));
+    if (opts) return gpt.generateCommand(opts);
   }
   if (argv.length === 6 && argv[0] === 'run') {
     const [, artifact, input, batchArg, tokensArg, output] = argv;
@@ -96,7 +118,9 @@ async function main(argv) {
     console.log(`wrote ${output} ${JSON.stringify(y.dims)}`);
     return 0;
   }
-  console.error('usage: mha-node check ARTIFACT_DIR [--json FILE] | mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin');
+  console.error('usage: mha-node check ARTIFACT_DIR [--json FILE] | mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin'
+    + ' | mha-node generate GPT_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T]'
+    + ' [--top-k K] [--seed S] [--no-eos] [--form FILE] [--threads N] [--json | --text]');
   return 2;
 }
 
