@@ -6,10 +6,17 @@
 // --json FILE writes the same results (pass counts, max errors, median ms per case) for the README's portability
 // table and `mha bench`, with "runtime": "wasm": the format the other runners' `check DIR --json FILE` write too
 // (runtime/native/common/report.h).
+// On a GPT folder (manifest kind "gpt", made by `mha export --gpt`) the check runs every golden generation
+// (golden/generations.json) on gpt.onnx and gpt.inplace.onnx through runtime/native/common/gpt.mjs, and
+// node check.mjs generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T --top-k K
+//   --seed S] [--no-eos] [--form FILE] [--json | --text]
+// prints the new ids as one line of comma-separated integers (or the text as it is made, or one JSON object with
+// time_to_first_token_s and tokens_per_s), as `mha-node generate` does.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { ArtifactError, checkArtifacts } from './core.mjs';
+import { ArtifactError, checkArtifacts, openSession } from './core.mjs';
+import * as gpt from '../common/gpt.mjs';
 
 const USAGE = 'usage: node check.mjs ARTIFACT_DIR [--json FILE] [--repeats N]';
 
@@ -37,7 +44,7 @@ function nodeIo(dir) {
   };
   return {
     where: dir,
-    bytes: async (rel) => new Uint8Array(read(rel)),
+    bytes: async (rel, what) => new Uint8Array(read(rel, what)),
     json: async (rel, what) => {
       try {
         return JSON.parse(read(rel, what).toString('utf8'));
@@ -50,15 +57,7 @@ function nodeIo(dir) {
   };
 }
 
-async function main(argv) {
-  const opts = parseArgs(argv);
-  if (!opts) {
-    console.error(USAGE);
-    return 2;
-  }
-  if (!fs.existsSync(opts.dir) || !fs.statSync(opts.dir).isDirectory()) {
-    throw new ArtifactError(`artifact folder ${opts.dir}: expected a folder made by \`mha export\`, found none`);
-  }
+async function loadOrt() {
   let ort;
   try {
     ort = (await import('onnxruntime-web')).default;
@@ -67,6 +66,113 @@ async function main(argv) {
   }
   ort.env.wasm.numThreads = 1;  // Node's default is up to 4 worker threads
   ort.env.logLevel = 'error';
+  return ort;
+}
+
+async function loadTokenizerClass() {
+  try {
+    return (await import('@huggingface/tokenizers')).Tokenizer;
+  } catch {
+    throw new Error('@huggingface/tokenizers is not installed: run `make web-build` (npm ci in runtime/native/web)');
+  }
+}
+
+function isGptFolder(dir) {
+  try {
+    return JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).kind === gpt.GPT_KIND;
+  } catch {
+    return false;
+  }
+}
+
+function checkFolder(dir) {
+  if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) {
+    throw new ArtifactError(`artifact folder ${dir}: expected a folder made by \`mha export\`, found none`);
+  }
+}
+
+function writeJson(file, doc) {
+  fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+  const tmp = `${file}.${process.pid}.tmp`;
+  fs.writeFileSync(tmp, `${JSON.stringify(doc, null, 1)}\n`);
+  fs.renameSync(tmp, file);
+}
+
+async function loadSession(ort, bytes, form) {
+  try {
+    return await openSession(ort, bytes);
+  } catch (e) {
+    throw new ArtifactError(`${form}: onnxruntime-web (wasm) cannot load it (${String(e && e.message || e).split('\n')[0]})`);
+  }
+}
+
+// The golden generations of a GPT folder on wasm: one line per case and form, "N passed, N failed".
+async function checkGpt(opts) {
+  const ort = await loadOrt();
+  const t0 = performance.now();
+  const result = await gpt.checkGenerations(ort, nodeIo(opts.dir), {
+    openSession: (bytes) => openSession(ort, bytes), alias: false, Tokenizer: await loadTokenizerClass(),
+    onLine: (l) => console.log(l),
+  });
+  Object.assign(result, { runtime: 'wasm', backend: 'wasm', threads: ort.env.wasm.numThreads,
+    onnxruntime_web: ort.env.versions?.web ?? null, host: `node ${process.version}`, artifact_dir: opts.dir,
+    total_ms: performance.now() - t0 });
+  if (opts.json) writeJson(opts.json, result);
+  console.log(`${result.passed} passed, ${result.failed} failed`);
+  if (result.passed + result.failed === 0) console.error(`error: ${opts.dir}: no case ran (no decoder form in golden/generations.json's folder)`);
+  return result.failed > 0 || result.passed === 0 ? 1 : 0;
+}
+
+// The default form on wasm is gpt.onnx: the wasm backend copies every input into its memory and every output out
+// of it, so the in-place form moves its whole [1, H, C, D] buffers both ways on every step (2 x 75 MB a token for
+// GPT_CONFIG_124M), the Concat form only the rows filled so far. On gpt-mini (C = 256) the two ran at the same
+// tokens/s; --form gpt.inplace.onnx runs the other.
+async function generateGpt(o) {
+  checkFolder(o.dir);
+  const io = nodeIo(o.dir);
+  const manifest = await gpt.readGptManifest(io);
+  const listed = gpt.listedForms(manifest);
+  const form = o.form || (listed.includes(gpt.CONCAT_FORM) ? gpt.CONCAT_FORM : listed[0]);
+  if (!form || !listed.includes(form)) {
+    throw new ArtifactError(`${o.dir}: no decoder ${o.form || ''} listed in the manifest; it holds ${listed.join(', ') || 'none'}`);
+  }
+  const bytes = await gpt.verifiedBytes(io, manifest, form);
+  const tokenizer = await gpt.loadTokenizer(io, manifest, await loadTokenizerClass());
+  const ort = await loadOrt();
+  const decoder = gpt.makeDecoder(ort, await loadSession(ort, bytes, path.join(o.dir, form)), manifest, form, { alias: false });
+  if (o.text && !tokenizer) throw new ArtifactError(`${o.dir}: this folder has no tokenizer (exported without --tokenizer): --text needs one`);
+  const stream = o.text ? new gpt.TextStream(tokenizer) : null;
+  const r = await gpt.runGenerate(decoder, manifest, tokenizer, o, { onToken: stream ? (t) => { process.stdout.write(stream.push(t)); } : null });
+  if (o.json) {
+    console.log(JSON.stringify({ prompt_ids: r.prompt_ids, ids: r.ids, stop: r.stop, seed: r.seed,
+      time_to_first_token_s: Number(r.time_to_first_token_s.toFixed(6)), tokens_per_s: Number(r.tokens_per_s.toFixed(3)),
+      form, runtime: 'wasm', onnxruntime_web: ort.env.versions?.web ?? null, threads: ort.env.wasm.numThreads }));
+    return 0;
+  }
+  process.stdout.write(stream ? '\n' : `${r.ids.join(',')}\n`);
+  console.error(`${r.ids.length} tokens, time to first token ${(r.time_to_first_token_s * 1e3).toFixed(1)} ms, `
+    + `${r.tokens_per_s.toFixed(1)} tokens/s (stopped: ${r.stop}; seed ${r.seed}; ${form}, wasm 1 thread)`);
+  return 0;
+}
+
+async function main(argv) {
+  if (argv[0] === 'generate') {
+    const o = gpt.parseGenerateArgs(argv.slice(1));
+    if (!o || o.threads !== null) {
+      console.error(`${USAGE}\n       node check.mjs generate GPT_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] `
+        + '[--temperature T] [--top-k K] [--seed S] [--no-eos] [--form FILE] [--json | --text]');
+      return 2;
+    }
+    return generateGpt(o);
+  }
+  const opts = parseArgs(argv);
+  if (!opts) {
+    console.error(USAGE);
+    return 2;
+  }
+  checkFolder(opts.dir);
+  if (isGptFolder(opts.dir)) return checkGpt(opts);
+  const ort = await loadOrt();
   const t0 = performance.now();
   const result = await checkArtifacts(ort, nodeIo(opts.dir), { repeats: opts.repeats, onLine: (l) => console.log(l) });
   result.host = `node ${process.version}`;
