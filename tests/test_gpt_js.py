@@ -1,0 +1,278 @@
+"""The GPT in JavaScript: Node.js (onnxruntime-node, runtime/native/node), onnxruntime-web's wasm backend in Node.js
+(runtime/native/web/check.mjs) and the browser page (runtime/native/web/gpt.html in Debian's chromium, driven by
+playwright-core), all through runtime/native/common/gpt.mjs.
+
+Needs `make native-build` and `make web-build` (npm ci in runtime/native/node and runtime/native/web) and
+/usr/bin/chromium. Every runner passes every golden generation of the book GPT (the `book_gpt` fixture); numpy's
+SeedSequence + PCG64 in BigInt gives numpy's doubles bit for bit, so seeded sampling gives Python's ids; the
+tokenizer (@huggingface/tokenizers) gives Python's ids; a tampered decoder or tokenizer.json is refused before
+anything runs; the page streams the text that Python's ids decode to.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mha_runtime.gpt.generate import Generator
+from portability import parse_json
+from test_web import OUT, _drive, _served, _site
+
+REPO = Path(__file__).resolve().parents[1]
+NATIVE = REPO / "runtime" / "native"
+NODE = ["node", str(NATIVE / "node" / "cli.js")]
+WASM = ["node", str(NATIVE / "web" / "check.mjs")]
+RUNNERS = {"node": NODE, "wasm": WASM}
+FORMS = ("gpt.onnx", "gpt.inplace.onnx")
+HARD_TEXTS = ["Every effort moves you", "héllo wörld — 日本語 😀🎉 naïve café", "  two  spaces\tand\ttabs\n\nnew\r\nlines   ",
+              "<|endoftext|>", "a<|endoftext|>b <|endoftext|> c", "don't they'll we've I'M 1234567 3.14159",
+              "\u00a0nbsp\u2028sep\u200bzw ﬁ Ω", "🤖" * 5, "\n", " "]
+SEEDED = [(1.0, None, 7), (0.8, 40, 123), (1.5, 5, 2**63 - 1), (0.3, None, 0)]
+PROMPT = [6109, 3626, 6100, 345]
+
+
+def _built() -> None:
+    for folder in ("node", "web"):
+        tok = NATIVE / folder / "node_modules" / "@huggingface" / "tokenizers"
+        assert tok.is_dir(), f"{tok} is missing: run `make native-build` and `make web-build` (npm ci)"
+
+
+def _run(command: list[str], *args: object, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    _built()
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def _ids(result: subprocess.CompletedProcess[str]) -> list[int]:
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = result.stdout.strip()
+    assert "\n" not in line, result.stdout
+    return [int(v) for v in line.split(",")]
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], text: str) -> None:
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and text in lines[0], result.stderr
+    assert result.stdout == ""  # nothing ran, nothing printed
+
+
+def _alter(folder: Path, name: str, tmp_path: Path) -> Path:
+    """A folder of links to `folder`'s files, but `name` is a copy with one byte changed (same size)."""
+    out = tmp_path / "tampered"
+    for path in folder.rglob("*"):
+        if path.is_file():
+            dest = out / path.relative_to(folder)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.symlink_to(path)
+    target = out / name
+    data = bytearray(target.read_bytes())
+    target.unlink()
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    return out
+
+
+def _python(folder: Path, prompt: list[int], *, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+            seed: int | None = None, eos: bool = False) -> list[int]:
+    gen = Generator(folder, form="gpt.onnx")
+    eos_id = gen.manifest.eos_id if eos else None
+    return gen.generate([prompt], max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
+                        eos_id=eos_id).ids[0]
+
+
+# --- numpy's random generator, in BigInt ------------------------------------------------------------------------
+
+RNG_SCRIPT = """
+import { PCG64, generateState64 } from './runtime/native/common/gpt.mjs';
+const out = {};
+for (const s of JSON.parse(process.argv[1])) {
+  const g = new PCG64(BigInt(s));
+  out[s] = { state: generateState64(BigInt(s), 4).map(String), doubles: Array.from({ length: 2000 }, () => g.random()) };
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def test_pcg64_equals_numpy_bit_for_bit() -> None:
+    seeds = [0, 1, 2, 7, 123, 2**32 - 1, 2**32 + 5, 2**63 - 1, 2**64 + 1, 2**130 + 3]
+    result = subprocess.run(["node", "--input-type=module", "-e", RNG_SCRIPT, json.dumps([str(s) for s in seeds])],
+                            capture_output=True, text=True, timeout=120, cwd=REPO, check=True)
+    got = json.loads(result.stdout)
+    for seed in seeds:
+        state = np.random.SeedSequence(seed).generate_state(4, np.uint64)
+        assert [int(v) for v in got[str(seed)]["state"]] == [int(v) for v in state], seed
+        want = np.random.Generator(np.random.PCG64(seed)).random(2000)
+        doubles = np.array(got[str(seed)]["doubles"], dtype=np.float64)
+        assert doubles.tobytes() == want.tobytes(), seed  # JSON's shortest repr round-trips every double exactly
+
+
+# --- Node.js and wasm in Node.js ------------------------------------------------------------------------------
+
+
+def _cases(folder: Path) -> int:
+    return len(json.loads((folder / "golden" / "generations.json").read_text())["cases"])
+
+
+@pytest.mark.parametrize("runner", list(RUNNERS))
+def test_every_golden_generation_passes(runner: str, book_gpt: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
+    folder = book_gpt[1]
+    out = tmp_path / f"{runner}.json"
+    result = _run(RUNNERS[runner], "check", folder, "--json", out) if runner == "node" else \
+        _run(WASM, folder, "--json", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = _cases(folder) * len(FORMS)
+    assert result.stdout.strip().splitlines()[-1] == f"{expected} passed, 0 failed"
+    doc = json.loads(out.read_text())
+    assert (doc["runtime"], doc["passed"], doc["failed"]) == (runner, expected, 0)
+    assert [a["file"] for a in doc["artifacts"]] == list(FORMS)
+    assert all(c["ok"] and c["error"] is None and c["max_abs"] < 1e-3 for a in doc["artifacts"] for c in a["cases"])
+    results = parse_json(out)  # the README's portability table reads it
+    assert {f: (o.cases, o.passed) for f, o in results.by_file.items()} == {f: (_cases(folder),) * 2 for f in FORMS}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_node_greedy_ids_equal_python(form: str, book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    folder = book_gpt[1]
+    ids = _ids(_run(NODE, "generate", folder, "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", 30,
+                    "--no-eos", "--form", form))
+    assert ids == _python(folder, PROMPT, max_new_tokens=30)
+
+
+@pytest.mark.parametrize("temperature,top_k,seed", SEEDED)
+def test_seeded_sampling_equals_python(temperature: float, top_k: int | None, seed: int,
+                                       book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    folder = book_gpt[1]
+    args = ["--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", 40, "--no-eos", "--temperature", temperature,
+            "--seed", seed] + (["--top-k", top_k] if top_k else [])
+    want = _python(folder, PROMPT, max_new_tokens=40, temperature=temperature, top_k=top_k, seed=seed)
+    assert _ids(_run(NODE, "generate", folder, *args)) == want
+    if seed == 123:  # wasm too, on both forms
+        for form in FORMS:
+            assert _ids(_run(WASM, "generate", folder, *args, "--form", form)) == want
+
+
+def test_generate_json_and_eos(book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    folder = book_gpt[1]
+    for command in (NODE, WASM):
+        result = _run(command, "generate", folder, "--prompt-ids", "1,2,3", "--max-new-tokens", 8, "--json")
+        assert result.returncode == 0, result.stderr
+        doc = json.loads(result.stdout)
+        assert doc["ids"] == _python(folder, [1, 2, 3], max_new_tokens=8, eos=True)
+        assert doc["time_to_first_token_s"] > 0 and doc["tokens_per_s"] >= 0 and doc["stop"] in ("max_new_tokens", "eos")
+
+
+TOKENIZE_SCRIPT = """
+const { openGpt } = require('./runtime/native/node/gpt.js');
+openGpt(process.argv[1]).then(({ tokenizer }) => {
+  const texts = JSON.parse(process.argv[2]);
+  console.log(JSON.stringify(texts.map((t) => ({ ids: tokenizer.encode(t), text: tokenizer.decode(tokenizer.encode(t)) }))));
+});
+"""
+
+
+def test_tokenizer_ids_equal_python(book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    folder = book_gpt[1]
+    gen = Generator(folder)
+    result = subprocess.run(["node", "-e", TOKENIZE_SCRIPT, str(folder), json.dumps(HARD_TEXTS)], capture_output=True,
+                            text=True, timeout=120, cwd=REPO, check=True)
+    for text, got in zip(HARD_TEXTS, json.loads(result.stdout), strict=True):
+        assert got["ids"] == gen.encode(text), text
+        assert got["text"] == gen.tokenizer.decode(gen.encode(text)) == text
+    golden = json.loads((folder / "golden" / "generations.json").read_text())
+    case = next(c for c in golden["cases"] if "prompt_text" in c)
+    for command in (NODE, WASM):  # --prompt TEXT goes through the tokenizer: the golden text case's ids
+        ids = _ids(_run(command, "generate", folder, "--prompt", case["prompt_text"], "--max-new-tokens",
+                        case["max_new_tokens"], "--no-eos"))
+        assert ids == case["ids"]
+
+
+@pytest.mark.parametrize("name", ["gpt.onnx", "gpt.inplace.onnx", "tokenizer.json"])
+def test_a_tampered_file_is_refused_before_running(name: str, book_gpt: tuple[torch.nn.Module, Path],
+                                                   tmp_path: Path) -> None:
+    folder = _alter(book_gpt[1], name, tmp_path)
+    runs = {"node": (NODE, "gpt.inplace.onnx"), "wasm": (WASM, "gpt.onnx")}
+    for runner, (command, default_form) in runs.items():
+        for form in FORMS if name == "tokenizer.json" else (name,):
+            result = _run(command, "generate", folder, "--prompt-ids", "1,2,3", "--max-new-tokens", 4, "--form", form)
+            _one_line_error(result, f"{name}: sha256 ")
+            assert "differs from the manifest's" in result.stderr
+        check = _run(command, "check", folder) if runner == "node" else _run(command, folder)
+        assert check.returncode == 1
+        if name == "tokenizer.json":  # the whole check stops before any case
+            _one_line_error(check, "tokenizer.json: sha256 ")
+        else:  # that form's cases fail on the sha256, the other form passes
+            lines = [line for line in check.stdout.splitlines() if f" {name} " in line]
+            assert len(lines) == _cases(folder) and all(line.startswith("FAIL") and "differs from the manifest's" in line
+                                                        for line in lines), check.stdout
+            assert check.stdout.strip().splitlines()[-1] == f"{_cases(folder)} passed, {_cases(folder)} failed"
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["generate", "{dir}"], 1, "give the prompt as --prompt TEXT or as --prompt-ids 1,2,3"),
+    (["generate", "{dir}", "--prompt-ids", "1,x"], 1, "--prompt-ids: expected comma-separated integers, got 'x'"),
+    (["generate", "{dir}", "--prompt-ids", "1,99999999"], 1, "token id 99999999 is outside the vocabulary"),
+    (["generate", "{dir}", "--prompt-ids", "1", "--temperature", "-1"], 1, "temperature: expected a finite number >= 0"),
+    (["generate", "{dir}", "--prompt-ids", "1", "--top-k", "0"], 1, "top_k: expected an integer in 1..50257"),
+    (["generate", "{dir}", "--prompt-ids", "1", "--seed", "-3"], 1, "seed: expected an integer >= 0"),
+    (["generate", "{dir}", "--prompt-ids", "1", "--max-new-tokens", "0"], 1, "max_new_tokens: expected an integer >= 1"),
+    (["generate", "{dir}/nowhere", "--prompt-ids", "1"], 1, "expected a folder made by `mha export"),
+    (["generate", "{dir}", "--prompt-ids", "1", "--form", "gpt.x.onnx"], 1, "no decoder gpt.x.onnx listed"),
+])
+@pytest.mark.parametrize("runner", list(RUNNERS))
+def test_refusals_are_one_line(runner: str, args: list[str], code: int, message: str,
+                               book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    result = _run(RUNNERS[runner], *(a.format(dir=book_gpt[1]) for a in args))
+    assert result.returncode == code
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+# --- the browser page -----------------------------------------------------------------------------------------
+
+
+def _page(folder: Path, tmp_path: Path, query: str, shot: Path) -> tuple[int, dict, str]:
+    with _served(_site(tmp_path, {"gpt": folder}), tmp_path / "http.log") as base:
+        return _drive(f"{base}/runtime/native/web/gpt.html?artifact=artifacts/gpt&{query}", shot,
+                      tmp_path / "result.json", timeout=400)
+
+
+def test_browser_page_passes_every_golden_generation(book_gpt: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
+    code, doc, err = _page(book_gpt[1], tmp_path, "check=1", tmp_path / "check.png")
+    assert code == 0, err + json.dumps(doc.get("log"))
+    expected = _cases(book_gpt[1]) * len(FORMS)
+    assert (doc["runtime"], doc["passed"], doc["failed"], doc["not_loadable"]) == ("browser", expected, 0, [])
+    assert all(c["ok"] for a in doc["artifacts"] for c in a["cases"]) and doc["log"] == []
+
+
+def test_browser_page_streams_the_text_of_pythons_ids(book_gpt: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
+    folder = book_gpt[1]
+    OUT.mkdir(parents=True, exist_ok=True)
+    shot = OUT / "gpt-page.png"
+    shot.unlink(missing_ok=True)
+    prompt, n = "Every effort moves you", 24
+    code, doc, err = _page(folder, tmp_path, f"prompt={prompt.replace(' ', '%20')}&max_new_tokens={n}&autorun=1", shot)
+    assert code == 0 and "error" not in doc, err + json.dumps(doc.get("log"))
+    gen = Generator(folder)
+    want = _python(folder, gen.encode(prompt), max_new_tokens=n, eos=True)
+    assert doc["prompt_ids"] == gen.encode(prompt) and doc["ids"] == want
+    assert doc["text"] == gen.tokenizer.decode(want)  # the visible text: the decode of Python's ids
+    chars = [t["chars"] for t in doc["trace"]]
+    assert len(chars) == len(want) and chars == sorted(chars) and chars[-1] == len(doc["text"])
+    assert len(set(chars)) > len(chars) // 2  # it grew token by token, not once at the end
+    assert doc["time_to_first_token_s"] > 0 and doc["tokens_per_s"] > 0 and doc["log"] == []
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name,query", [("tokenizer.json", "autorun=1"), ("gpt.onnx", "autorun=1"),
+                                        ("tokenizer.json", "check=1")])
+def test_browser_page_refuses_a_tampered_file(name: str, query: str, book_gpt: tuple[torch.nn.Module, Path],
+                                              tmp_path: Path) -> None:
+    folder = _alter(book_gpt[1], name, tmp_path)
+    code, doc, err = _page(folder, tmp_path, query, tmp_path / "shot.png")
+    assert code == 1
+    assert f"{name}: sha256 " in doc["error"] and "differs from the manifest's" in doc["error"] and "\n" not in doc["error"]
+    assert "ids" not in doc and "passed" not in doc  # nothing ran
