@@ -130,7 +130,7 @@ def test_manifest_records_every_form_and_file(book_gpt: tuple[torch.nn.Module, P
         assert record.passed and record.cases >= 20 and record.tolerance == FORMS[name].tolerance.to_dict()
     assert manifest.artifacts[CONCAT_FORM].greedy_agreement == 1.0
     assert 0.0 <= manifest.artifacts[INT8_FORM].greedy_agreement <= 1.0
-    on_disk = {p.name for p in folder.iterdir()} - {"manifest.json"}
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - {"manifest.json"}
     assert on_disk == set(manifest.files)
     assert {"tokenizer.json", "tokenizer_config.json", "genai_config.json", "gpt.safetensors"} <= on_disk
 

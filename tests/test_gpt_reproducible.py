@@ -12,8 +12,8 @@ CFG = GPTConfig(vocab_size=50257, context_length=24, emb_dim=32, n_heads=4, n_la
 
 
 def digests(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
-            if p.name != "manifest.json"}
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json"}
 
 
 def test_two_exports_write_the_same_bytes_and_no_paths(tmp_path: Path) -> None:
@@ -21,8 +21,8 @@ def test_two_exports_write_the_same_bytes_and_no_paths(tmp_path: Path) -> None:
     second = export_gpt("two", tmp_path / "elsewhere" / "b", config=CFG, tokenizer=vocab_dir()).folder
     assert digests(first) == digests(second)
     assert {"gpt.onnx", "gpt.inplace.onnx", "gpt.inplace.int8.onnx", "tokenizer.json", "genai_config.json",
-            "gpt.safetensors"} <= set(digests(first))
-    for path in [*first.iterdir(), *second.iterdir()]:
+            "gpt.safetensors", "golden/generations.json"} <= set(digests(first))
+    for path in [p for p in [*first.rglob("*"), *second.rglob("*")] if p.is_file()]:
         data = path.read_bytes()
         for marker in (str(tmp_path).encode(), b"/tmp/", str(vocab_dir()).encode(), b"/work/"):
             assert marker not in data, f"{path.name} holds {marker!r}"
