@@ -137,7 +137,8 @@ async function generatePage({ ort, Tokenizer }) {
         },
       });
       $('stats').textContent = `${r.ids.length} tokens, time to first token ${(r.time_to_first_token_s * 1e3).toFixed(1)} ms, `
-        + `${r.tokens_per_s.toFixed(1)} tokens/s (stopped: ${r.stop.replace('_', ' ')}; seed ${r.seed})`;
+        + `${r.tokens_per_s.toFixed(1)} tokens/s (stopped: ${r.stop.replaceAll('_', ' ')}; `
+        + `${temperature() === 0 ? 'greedy' : `seed ${r.seed}`})`;
       return { name: manifest.name, mode: 'generate', form, prompt: text, prompt_ids: ids, ids: r.ids, stop: r.stop,
         seed: r.seed, text: generated.textContent, trace, time_to_first_token_s: r.time_to_first_token_s,
         tokens_per_s: r.tokens_per_s, onnxruntime_web: ort.env.versions?.web ?? null, host: navigator.userAgent };
