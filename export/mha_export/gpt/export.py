@@ -40,6 +40,8 @@ from mha_runtime.gpt.contract import (
     GPT_VARIANTS,
     INPLACE_FORM,
     INT8_FORM,
+    PTE_FORM,
+    PTE_VARIANT,
     TOKENIZER_CONFIG,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
@@ -55,14 +57,16 @@ MEMORY_FACTOR = 4
 
 
 def parse_gpt_variants(text: str | None) -> tuple[str, ...]:
-    """'all' (default) or comma-separated names of GPT_VARIANTS; int8 needs inplace (it quantizes that graph)."""
+    """'all' (default) or comma-separated names of GPT_VARIANTS and 'pte' (gpt.pte, on request only: not in
+    'all'); int8 needs inplace (it quantizes that graph)."""
     if text is None or text == "all":
         return tuple(GPT_VARIANTS)
     names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in GPT_VARIANTS]
+    known = [*GPT_VARIANTS, PTE_VARIANT]
+    bad = [n for n in names if n not in known]
     if bad or not names:
-        raise ConfigError(f"--variants: expected 'all' or some of {', '.join(GPT_VARIANTS)}, got {text!r}")
-    return tuple(n for n in GPT_VARIANTS if n in names)
+        raise ConfigError(f"--variants: expected 'all' or some of {', '.join(known)}, got {text!r}")
+    return tuple(n for n in known if n in names)
 
 
 def check_gpt_budget(cfg: GPTConfig, *, available: int | None = None) -> None:
@@ -125,9 +129,10 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     start = time.perf_counter()
     check_folder_name(name)
     check_gpt_budget(config)
-    chosen = {GPT_VARIANTS[v] for v in variants}
+    chosen = {GPT_VARIANTS[v] for v in variants if v != PTE_VARIANT}
     files = [f for f in FORMS if f in chosen]  # registry order: int8 last (it frees the torch weights)
-    if not files:
+    want_pte = PTE_VARIANT in variants
+    if not files and not want_pte:
         raise ExportError("--variants: nothing to build")
     if INT8_FORM in files and INPLACE_FORM not in files:
         raise ConfigError("--variants: int8 quantizes the in-place graph; add inplace")
@@ -139,6 +144,11 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     eos = GPT2_EOS_ID if config.vocab_size > GPT2_EOS_ID else None
     refs = references(model, config)  # every form is judged against these; the eager model is not needed after
     golden = golden_generations(model, config, None if tok is None else _encoder(tok.tokenizer_json))
+    pte = None
+    if want_pte:  # from the eager model, judged by executorch.runtime; written into the stage below
+        from mha_export.gpt.pte import build_pte
+
+        pte = build_pte(model, config, refs, golden)
     del model
     with staged_folder(Path(out_root) / name) as stage:
         weights_state = {k: v.contiguous() for k, v in state.items() if not (tied and k == "out_head.weight")}
@@ -164,6 +174,8 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
         if CONCAT_FORM in files and eos is not None:
             (stage / GENAI_CONFIG).write_bytes(genai_json(config, eos))
         artifacts, failures = {}, []
+        if pte is not None:
+            (stage / PTE_FORM).write_bytes(pte.data)
         for file in steps(files, label=f"validating {name}", unit="form", enabled=progress):
             form = FORMS[file]
             # From the path: ONNX Runtime reads the file itself (from bytes, a second copy of the weights
@@ -177,18 +189,28 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
                                           export_seconds=round(seconds[file], 3))
             del session
             gc.collect()
+        if pte is not None:
+            artifacts[PTE_FORM] = pte.artifact
+            failures += pte.failures
         if failures:
             raise ValidationError([_Line(f) for f in failures])
         manifest = GPTManifest(
             name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), config=config,
-            contract=contract_dict(config),
-            versions={"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__},
+            contract=contract_dict(config, executorch=pte is not None),
+            versions={"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
+                      **({} if pte is None else {"executorch": _executorch_version()})},
             weights=record | {"parameters": config.parameters(tied=tied)},
             tokenizer=None if tok is None else {"file": TOKENIZER_FILE, "vocab_size": tok.vocab_size,
                                                 "built_from": tok.source},
             eos_id=eos, artifacts=artifacts, files=file_table(stage))
         (stage / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
     return GPTExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start)
+
+
+def _executorch_version() -> str:
+    from importlib.metadata import version
+
+    return version("executorch")
 
 
 def _encoder(tokenizer_json: bytes) -> Callable[[str], list[int]]:

@@ -35,8 +35,10 @@ def parse_ids(text: str) -> list[int]:
 @click.option("--seed", type=int, default=None, help="Seed of the sampling draws (the same seed, the same tokens).")
 @click.option("--eos/--no-eos", default=True, show_default=True,
               help="Stop a row at the model's end-of-text id (GPT-2's 50256) when it has one.")
-@click.option("--form", default=None, help="Decoder file to run [default: the fastest, gpt.inplace.onnx].")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="ONNX Runtime intra-op threads.")
+@click.option("--form", default=None, help="Decoder file to run [default: the fastest, gpt.inplace.onnx]; "
+              "gpt.pte runs through ExecuTorch (batch 1; needs the export package with its executorch extra).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="ONNX Runtime intra-op threads (for gpt.pte: ExecuTorch's thread pool).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the stream.")
 def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple[str, ...], max_new_tokens: int,

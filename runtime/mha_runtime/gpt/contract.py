@@ -9,6 +9,11 @@ The cache grows by Concat; P may be 0 (the same file prefills).
 past_key_values.{i}.* and present.{i}.* (IO binding): ONNX Runtime writes each step's rows into it in place.
 Its other inputs are input_ids (B, T) and past_tokens (B,) int32, each row's own count of cached tokens (rows may
 differ: no padding); its output is next_token_logits (B, V), the logits of each row's last token only.
+
+`gpt.pte` (ExecuTorch, XNNPACK; built only on request, `--variants ...,pte`) keeps its cache inside the program
+(mutable buffers [1, H, context_length, D] per layer): forward(input_ids (1, T) int64, input_pos (1,) int64) ->
+next_token_logits (1, V), writing the T new rows at input_pos .. input_pos + T - 1. Its bounds (pte_bounds) are
+in the manifest and are refused before the runtime.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
 LOGITS = "logits"
 PAST_TOKENS = "past_tokens"
+INPUT_POS = "input_pos"
 NEXT_LOGITS = "next_token_logits"
 # Optimum's axis names.
 BATCH = "batch_size"
@@ -79,6 +85,23 @@ FORMS: dict[str, Form] = {
 GPT_VARIANTS = {"decoder": CONCAT_FORM, "inplace": INPLACE_FORM, "int8": INT8_FORM}
 # The fastest fp32 form, and what each form needs built before it.
 FASTEST = INPLACE_FORM
+# gpt.pte: not in FORMS nor in GPT_VARIANTS ('all'): ExecuTorch is an optional extra, its export takes far longer
+# than the ONNX forms', and it runs batch 1 only (FORMS' forms are all checked at batch 3).
+# fp32 row: XNNPACK's logits were within 1e-6 of eager on the small configs (tests/test_gpt_pte.py).
+PTE_FORM = "gpt.pte"
+PTE = Form(PTE_FORM, "executorch", "fp32", tolerance=Tolerance(atol=1e-3, rtol=1e-4))
+PTE_VARIANT = "pte"
+
+
+def pte_bounds(config: GPTConfig) -> dict[str, int]:
+    """What gpt.pte can take: ExecuTorch plans its memory (the cache included) at these upper bounds."""
+    return {"batch": 1, "context_length": config.context_length, "max_prefill_tokens": config.context_length}
+
+
+def pte_signature(config: GPTConfig) -> dict[str, tuple[str, list[Any]]]:
+    """name -> (dtype, shape) of gpt.pte's forward inputs, then its output (the cache is inside the program)."""
+    return {INPUT_IDS: ("int64", [1, TOKENS]), INPUT_POS: ("int64", [1]),
+            NEXT_LOGITS: ("float32", [1, config.vocab_size])}
 
 
 def concat_signature(config: GPTConfig) -> dict[str, tuple[str, list[Any]]]:
@@ -119,8 +142,20 @@ def signature(form: Form, config: GPTConfig) -> dict[str, tuple[str, list[Any]]]
     return concat_signature(config) if form.kind == "concat" else inplace_signature(config)
 
 
-def contract_dict(config: GPTConfig) -> dict[str, Any]:
-    """The contract as the manifest records it, for programs that drive the files without this package."""
+def contract_dict(config: GPTConfig, *, executorch: bool = False) -> dict[str, Any]:
+    """The contract as the manifest records it, for programs that drive the files without this package; the
+    gpt.pte entry only in a folder that has it."""
+    out = _contract_dict(config)
+    if executorch:
+        h, c, d = config.n_heads, config.context_length, config.head_dim
+        out["executorch"] = {"file": PTE_FORM, "signature": pte_signature(config), "bounds": pte_bounds(config),
+                             "cache": f"inside the program: mutable buffers [1, {h}, {c}, {d}] per layer for keys "
+                                      "and values, kept between calls; a call at input_pos p writes rows p .. p + T - 1 "
+                                      "and attends to rows 0 .. p + T - 1; a new sequence starts at input_pos 0"}
+    return out
+
+
+def _contract_dict(config: GPTConfig) -> dict[str, Any]:
     return {"concat": {"file": CONCAT_FORM, "signature": concat_signature(config),
                        "masking": "attention_mask 1 = real token, 0 = padding; position_ids count real tokens"},
             "inplace": {"file": INPLACE_FORM, "signature": inplace_signature(config),

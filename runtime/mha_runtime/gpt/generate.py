@@ -13,8 +13,9 @@ from pathlib import Path
 
 from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.gpt.config import GPTConfig
-from mha_runtime.gpt.contract import FASTEST, FORMS, TOKENIZER_FILE
+from mha_runtime.gpt.contract import FASTEST, FORMS, PTE, PTE_FORM, TOKENIZER_FILE
 from mha_runtime.gpt.decoder import Decoder, decoder_for, make_session
+from mha_runtime.gpt.executorch import PteProgram, check_bounds, check_request, pte_program
 from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest, read_gpt_file
 from mha_runtime.gpt.sampling import Sampler, check_sampling
 from mha_runtime.gpt.tokenizer import GPTTokenizer
@@ -86,15 +87,23 @@ class Generator:
         self.folder = Path(folder)
         self.manifest: GPTManifest = load_gpt_manifest(self.folder)
         self.config = self.manifest.config
-        listed = [f for f in FORMS if f in self.manifest.artifacts]
+        listed = [f for f in [*FORMS, PTE_FORM] if f in self.manifest.artifacts]
         self.form = form or (FASTEST if FASTEST in listed else (listed[0] if listed else ""))
         if self.form not in listed:
             raise ArtifactError(f"{self.folder}: no decoder {form or ''} listed in the manifest; it holds "
                                 f"{', '.join(listed) or 'none'}")
         where = self.folder / self.form
-        self.session = make_session(read_gpt_file(self.folder, self.form, self.manifest), provider=provider,
-                                    threads=threads, where=str(where))
-        self.kind = FORMS[self.form].kind
+        self.kind = PTE.kind if self.form == PTE_FORM else FORMS[self.form].kind
+        self.pte: PteProgram | None = None
+        if self.kind == PTE.kind:  # ExecuTorch, through the export package's registered runner
+            if provider != "cpu":
+                raise ContractError(f"{where}: runs on the CPU (XNNPACK); --provider {provider} is for the ONNX forms")
+            self.bounds = check_bounds(self.manifest.artifacts[self.form].bounds or {}, self.config, str(where))
+            self.pte = pte_program(read_gpt_file(self.folder, self.form, self.manifest), self.config, self.bounds,
+                                   where=str(where), threads=threads)
+        else:
+            self.session = make_session(read_gpt_file(self.folder, self.form, self.manifest), provider=provider,
+                                        threads=threads, where=str(where))
         self.tokenizer: GPTTokenizer | None = None
         if self.manifest.tokenizer is not None:
             data = read_gpt_file(self.folder, TOKENIZER_FILE, self.manifest)
@@ -102,6 +111,8 @@ class Generator:
                                           where=str(self.folder / TOKENIZER_FILE))
 
     def decoder(self) -> Decoder:
+        if self.pte is not None:
+            return self.pte.decoder()  # type: ignore[no-any-return]
         return decoder_for(self.kind, self.session, self.config, self.folder / self.form)
 
     def encode(self, text: str) -> list[int]:
@@ -116,9 +127,13 @@ class Generator:
         check_prompts(prompts, self.config)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ContractError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
+        if self.pte is not None:  # gpt.pte's bounds, before ExecuTorch loads the program
+            check_request(prompts, max_new_tokens, self.bounds)
         check_sampling(temperature, top_k, self.config.vocab_size)
         if eos_id is not None and not 0 <= eos_id < self.config.vocab_size:
             raise ContractError(f"eos_id: expected a token id below {self.config.vocab_size}, got {eos_id}")
+        if self.pte is not None:  # loaded only for a request it can take, and outside the timings
+            self.pte.load()
 
     def stream(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
                top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,

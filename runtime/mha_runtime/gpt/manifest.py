@@ -31,9 +31,13 @@ class GPTArtifact:
     greedy_agreement: float  # share of greedy tokens equal to eager PyTorch's over the golden prompts
     passed: bool
     export_seconds: float
+    bounds: dict[str, Any] | None = None  # gpt.pte only: batch, context_length, max_prefill_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if self.bounds is None:
+            out.pop("bounds")  # the ONNX forms' entries stay as they were
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GPTArtifact:
@@ -42,7 +46,8 @@ class GPTArtifact:
                    tolerance=get(data, "tolerance", dict, where), cases=get(data, "cases", int, where),
                    max_abs_error=get(data, "max_abs_error", float, where),
                    greedy_agreement=get(data, "greedy_agreement", float, where),
-                   passed=get(data, "passed", bool, where), export_seconds=get(data, "export_seconds", float, where))
+                   passed=get(data, "passed", bool, where), export_seconds=get(data, "export_seconds", float, where),
+                   bounds=get(data, "bounds", dict, where, optional=True))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,235 @@
+"""gpt.pte: the GPT as an ExecuTorch program (XNNPACK delegate) with its key/value cache inside the program.
+
+The cache is one registered buffer per layer for keys and one for values, [1, H, C, D] (batch 1, C =
+context_length), written in place by `index_copy_` as ExecuTorch's own LLM export does (examples/models/llama
+KVCache with enable_dynamic_shape): torch.export records them as mutated buffers, ExecuTorch plans them once in
+the program's memory and they persist between calls of the loaded `forward`. Why mutable buffers and not an
+explicit cache in/out: through `executorch.runtime` every input and output crosses the Python binding as a
+tensor (an explicit cache would carry 2 * n_layers * [1, H, C, D] in and out of every step, 75 MB a step for
+GPT_CONFIG_124M), and the program would then own nothing about the cache layout; mutable buffers keep the step's
+I/O at input_ids, input_pos and the logits.
+
+forward(input_ids [1, T] int64, input_pos [1] int64) -> logits [1, V] of the last token, writing the T new
+keys/values at positions input_pos .. input_pos + T - 1. T is dynamic (1 .. max_prefill_tokens = C), so one
+call prefills a whole prompt; every query attends over the whole cache with an additive mask built from the
+positions (keys after the query, stale rows of an earlier generation included, get -1e30, so exp gives exactly
+0): a new generation is just a call at input_pos 0. The attention is plain Linear / matmul / softmax, which
+XNNPACK takes; the embedding lookups, the cache writes and the position arithmetic run in ExecuTorch's portable
+kernels.
+
+Bounds (batch 1, input_pos + T <= C) are recorded in the program (constant methods) and in the manifest; the
+runner (mha_export.infer.gpt_pte_runner) refuses anything beyond them before the runtime sees it: the portable
+index_copy would fail or write out of the planned buffer.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from mha_export.gpt.eager import GPTModel
+from mha_export.gpt.validate import GREEDY_NEW, References, agreement
+from mha_export.infer.gpt_pte_runner import BOUNDS_METHOD, CONFIG_METHOD, PteGPT
+from mha_runtime.artifact.errors import ExportError
+from mha_runtime.artifact.tolerance import Tolerance, compare
+from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.contract import PTE, PTE_FORM, pte_bounds
+from mha_runtime.gpt.golden import GoldenGeneration
+from mha_runtime.gpt.manifest import GPTArtifact
+from mha_runtime.gpt.sampling import Sampler
+
+PTE_BATCH = 1
+NEG = -1e30  # finite: 0 * NEG stays 0; exp(score + NEG - max) is exactly 0 in float32
+
+
+class LayerNorm4D(nn.Module):
+    """The book's LayerNorm (population variance, eps 1e-5) in ops XNNPACK takes: the mean over the last axis as
+    a mean over axes 2, 3 of a (1, T, E, 1) view (XNNPACK's global average pooling takes only that form)."""
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.scale, self.shift, self.eps = norm.scale, norm.shift, norm.eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (1, T, E)
+        b, t, e = x.shape
+        x4 = x.view(b, t, e, 1)
+        centred = x4 - x4.mean(dim=(2, 3), keepdim=True)
+        var = (centred * centred).mean(dim=(2, 3), keepdim=True)
+        return self.scale * (centred / torch.sqrt(var + self.eps)).view(b, t, e) + self.shift
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """The book's tanh GELU with x**3 as x * x * x (XNNPACK's pow takes only the power 2)."""
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
+
+
+class CachedBlock(nn.Module):
+    """The book's TransformerBlock over a [1, H, C, D] cache per key/value, written at `positions`."""
+
+    def __init__(self, block: nn.Module, cfg: GPTConfig) -> None:
+        super().__init__()
+        att, ff = block.att, block.ff.layers
+        self.h, self.d, self.e, self.c = cfg.n_heads, cfg.head_dim, cfg.emb_dim, cfg.context_length
+        self.W_query, self.W_key, self.W_value, self.out_proj = att.W_query, att.W_key, att.W_value, att.out_proj
+        self.fc, self.proj = ff[0], ff[2]
+        self.norm1, self.norm2 = LayerNorm4D(block.norm1), LayerNorm4D(block.norm2)
+        shape = (PTE_BATCH, cfg.n_heads, cfg.context_length, cfg.head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape  # (1, T, E)
+        a = self.norm1(x)
+        q, k, v = (w(a).view(b, t, self.h, self.d).transpose(1, 2) for w in (self.W_query, self.W_key, self.W_value))
+        self.k_cache.index_copy_(2, positions, k)  # (1, H, C, D): rows positions[0] .. positions[-1]
+        self.v_cache.index_copy_(2, positions, v)
+        keys = self.k_cache.view(self.h, self.c, self.d)  # batch 1: rank-3 bmm, which XNNPACK takes
+        values = self.v_cache.view(self.h, self.c, self.d)
+        scores = torch.bmm(q.reshape(self.h, t, self.d), keys.transpose(1, 2)) * (self.d ** -0.5) + mask  # (H, T, C)
+        context = torch.bmm(torch.softmax(scores, dim=-1), values)  # (H, T, D)
+        x = x + self.out_proj(context.transpose(0, 1).reshape(b, t, self.e))
+        return x + self.proj(gelu(self.fc(self.norm2(x))))
+
+
+class CachedGPT(nn.Module):
+    """The eager GPTModel's weights (shared, not copied) with a cache per layer; eval only (no dropout)."""
+
+    def __init__(self, model: GPTModel, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.tok_emb, self.pos_emb, self.out_head = model.tok_emb, model.pos_emb, model.out_head
+        self.final_norm = LayerNorm4D(model.final_norm)
+        self.blocks = nn.ModuleList(CachedBlock(b, cfg) for b in model.trf_blocks)
+        self.register_buffer("key_pos", torch.arange(cfg.context_length, dtype=torch.float32), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        t = input_ids.shape[1]
+        positions = input_pos + torch.arange(t, dtype=torch.int64)  # (T,)
+        query_pos = positions.to(torch.float32).unsqueeze(-1)  # (T, 1)
+        mask = torch.clamp(self.key_pos - query_pos, 0.0, 1.0) * NEG  # (T, C): NEG where the key is after the query
+        x = self.tok_emb(input_ids) + self.pos_emb(positions)  # (1, T, E)
+        for block in self.blocks:
+            x = block(x, positions, mask)
+        last = x[:, -1:]  # (1, 1, E): only the last token reaches the head
+        return self.out_head(self.final_norm(last)).view(1, -1)  # (1, V)
+
+
+@dataclass(frozen=True)
+class PteBuild:
+    data: bytes
+    seconds: float
+    outside: tuple[str, ...]  # ops left to ExecuTorch's portable kernels
+
+
+def pte_bytes(model: GPTModel, cfg: GPTConfig) -> PteBuild:
+    """torch.export with dynamic T (1 .. context_length), lowered to XNNPACK, the cache as mutable buffers."""
+    from torch.export import Dim, export
+
+    from mha_export.infer.pte_runner import quiet
+
+    start = time.perf_counter()
+    with quiet():
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+        from executorch.exir.passes import MemoryPlanningPass
+
+        cached = CachedGPT(model, cfg).eval()
+        t = min(3, cfg.context_length)
+        example = (torch.zeros(1, t, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
+        dynamic = {"input_ids": {1: Dim("tokens", min=1, max=cfg.context_length)}, "input_pos": None}
+        with torch.no_grad():
+            program = export(cached, example, dynamic_shapes=dynamic, strict=False)
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
+                                           constant_methods={CONFIG_METHOD: cfg.to_json(),
+                                                             BOUNDS_METHOD: list(pte_bounds(cfg).values())})
+        outside = tuple(sorted({str(n.target) for n in edge.exported_program().graph_module.graph.nodes
+                                if n.op == "call_function" and "delegate" not in str(n.target)
+                                and "getitem" not in str(n.target)}))
+        heavy = [o for o in outside if any(k in o for k in ("mm", "linear", "addmm", "softmax"))]
+        if heavy:
+            raise ExportError(f"{PTE_FORM}: XNNPACK did not take {', '.join(heavy)}")
+        data = edge.to_executorch(ExecutorchBackendConfig(
+            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False), run_reinplace_pass=True)).buffer
+    return PteBuild(data, time.perf_counter() - start, outside)
+
+
+@dataclass(frozen=True)
+class PteReport:
+    cases: int
+    max_abs_error: float
+    greedy_agreement: float
+    failures: tuple[str, ...]
+
+
+def validate_pte(program: PteGPT, refs: References, golden: tuple[list[GoldenGeneration], dict[str, np.ndarray]],
+                 cfg: GPTConfig, tolerance: Tolerance) -> PteReport:
+    """The export's references, row by row (batch 1 is the bound): prefills at every length, a shorter prefill and
+    single steps, greedy tokens; then every golden generation (first-step logits and ids, sampled ones too)."""
+    failures: list[str] = []
+    cases, worst = 0, 0.0
+
+    def check(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
+        nonlocal cases, worst
+        result = compare(actual, expected, tolerance)
+        cases += 1
+        worst = max(worst, result.max_abs)
+        if not result.ok:
+            failures.append(f"{PTE_FORM} {what}: max abs error {result.max_abs:.3g} beyond atol {tolerance.atol:g}")
+
+    for case in refs.cases:
+        for r, row in enumerate(case.ids):
+            n, split = len(row), case.split
+            check(program.forward(row, 0), case.expected[r, -1], f"prefill T={n}")
+            if split < n:
+                program.forward(row[:split], 0)
+                for t in range(split, n):
+                    check(program.forward([row[t]], t), case.expected[r, t - split + 1], f"step at position {t}")
+    shares = []
+    for prompt, first, expected in zip(refs.prompts, refs.first, refs.greedy, strict=True):
+        logits = program.forward(prompt, 0)
+        check(logits, first, f"prefill T={len(prompt)}")
+        ids = [int(np.argmax(logits))]
+        for _ in range(GREEDY_NEW - 1):
+            ids.append(int(np.argmax(program.forward([ids[-1]], len(prompt) + len(ids) - 1))))
+        shares.append(agreement(ids, expected))
+    share = float(np.mean(shares))
+    if share < 1.0:
+        failures.append(f"{PTE_FORM}: greedy tokens differ from eager PyTorch (agreement {share:.2f})")
+    cases_golden, logits_golden = golden
+    for case in cases_golden:
+        sampler = Sampler(1, temperature=case.temperature, top_k=case.top_k, seed=case.seed,
+                          vocab_size=cfg.vocab_size)
+        logits = program.forward(case.prompt_ids, 0)
+        check(logits, logits_golden[case.name], f"golden {case.name} first step")
+        ids: list[int] = []
+        while True:
+            ids.append(sampler.next_ids(logits[None])[0])
+            if len(ids) == case.max_new_tokens:
+                break
+            logits = program.forward([ids[-1]], len(case.prompt_ids) + len(ids) - 1)
+        if ids != case.ids:
+            failures.append(f"{PTE_FORM} golden {case.name}: ids {ids} differ from the golden {case.ids}")
+    return PteReport(cases, worst, share, tuple(failures))
+
+
+@dataclass(frozen=True)
+class PteResult:
+    data: bytes
+    artifact: GPTArtifact
+    failures: tuple[str, ...]
+    outside: tuple[str, ...]
+
+
+def build_pte(model: GPTModel, cfg: GPTConfig, refs: References,
+              golden: tuple[list[GoldenGeneration], dict[str, np.ndarray]]) -> PteResult:
+    """gpt.pte's bytes, judged by ExecuTorch's runtime against the eager references and the golden generations."""
+    built = pte_bytes(model, cfg)
+    bounds = pte_bounds(cfg)
+    report = validate_pte(PteGPT(built.data, cfg, bounds), refs, golden, cfg, PTE.tolerance)
+    artifact = GPTArtifact(kind=PTE.kind, dtype=PTE.dtype, tolerance=PTE.tolerance.to_dict(), cases=report.cases,
+                           max_abs_error=report.max_abs_error, greedy_agreement=report.greedy_agreement,
+                           passed=not report.failures, export_seconds=round(built.seconds, 3), bounds=bounds)
+    return PteResult(built.data, artifact, report.failures, built.outside)
