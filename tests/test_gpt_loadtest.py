@@ -151,6 +151,7 @@ def test_bad_options_are_one_line_before_any_request(server: ServerProcess,
     assert "--prompt-tokens 40 + --max-new-tokens 16 = 56 runs past context_length 48" in stderr
     for args, says, status in (
         (["--prompt-tokens", "0"], "--prompt-tokens: expected counts >= 1", 1),
+        (["--seed", "-1"], "--seed: expected an integer >= 0", 1),
         (["--tokens", "4"], "--tokens: not with --generate", 2),
         (["--stream", "1.5"], "'--stream'", 2),
     ):
@@ -164,3 +165,23 @@ def test_bad_options_are_one_line_before_any_request(server: ServerProcess,
     assert code == 1 and "loopback only" in stderr
     code, _, stderr = _loadtest(f"http://127.0.0.1:{free_port()}", "--generate", "--artifact", folder)
     assert code == 1 and "no answer" in stderr  # nothing listens there
+
+
+def test_gpt_serve_bench_judges_its_targets() -> None:
+    """tokens/s c8 / c1 over all rounds' tokens and seconds; TTFT p50 at c8 (median of rounds) / solo prefill."""
+    from mha_export.bench.gpt_serve_bench import judge
+
+    def run(load: str, tokens: int, seconds: float, ttft: float, wrong: int = 0) -> dict[str, object]:
+        return {"load": load, "new_tokens": tokens, "seconds": seconds, "ttft_ms": {"p50": ttft},
+                "server_ttft_ms": {"p50": ttft / 2}, "errors": wrong, "not_sent": 0, "wrong": wrong}
+
+    result = {"solo_prefill_ms": {"p50": 10.0},
+              "runs": [run("c1", 100, 10.0, 12.0), run("c1", 100, 10.0, 14.0), run("c8", 400, 10.0, 18.0),
+                       run("c8", 200, 10.0, 30.0, wrong=1), run("c8", 300, 10.0, 19.0)]}
+    targets = {t["target"].split(" (")[0]: t for t in judge(result)}
+    assert targets["new tokens/s, c8 over c1"]["value"] == pytest.approx(3.0)
+    assert targets["new tokens/s, c8 over c1"]["met"] is True
+    ttft = targets["time to first token p50 at c8 over the solo prefill"]
+    assert ttft["value"] == pytest.approx(1.9) and ttft["met"] is True
+    assert targets["wrong answers over the bench"]["met"] is False
+    assert targets["errors"]["value"] == 1 and targets["errors"]["met"] is False

@@ -329,6 +329,8 @@ def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, p
     """The load `mha loadtest --generate` sends, every answer checked after the load against a Generator on the
     local GPT folder `artifact` (or `generator`, already made from it)."""
     host, port = loopback_target(url)
+    if seed < 0:
+        raise ServeError(f"--seed: expected an integer >= 0, got {seed}")
     for name, share in (("--stream", stream_share), ("--sample", sample_share)):
         if not 0.0 <= share <= 1.0:
             raise ServeError(f"{name}: expected a share in 0..1, got {share}")
