@@ -46,8 +46,9 @@ from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.registry import spec_for
 from mha_runtime.cli.tables import table
 from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
+from mha_runtime.serve.haproxy import haproxy_env
 from mha_runtime.serve.loadtest import Shot, check_answers, good_shots, run_load, summarize
-from mha_runtime.serve.process import ServerProcess, free_port, session_members
+from mha_runtime.serve.process import ServerProcess, session_members
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,8 @@ class Spec:
 SERVERS = {
     "batch16": Spec("mha", ("--max-batch", "16"), "proxy"),
     "batch1": Spec("mha", ("--max-batch", "1"), "proxy"),
-    "batch16 haproxy": Spec("mha", ("--max-batch", "16"), "haproxy"),
-    "batch1 haproxy": Spec("mha", ("--max-batch", "1"), "haproxy"),
+    "batch16 haproxy": Spec("mha", ("--max-batch", "16", "--ingress", "haproxy"), "haproxy"),
+    "batch1 haproxy": Spec("mha", ("--max-batch", "1", "--ingress", "haproxy"), "haproxy"),
     "floor": Spec("floor", (), "proxy"),
     "floor haproxy": Spec("floor", (), "haproxy"),
     "batch16 x2 replicas": Spec("mha", ("--max-batch", "16", "--replicas", "2"), "proxy"),
@@ -80,21 +81,6 @@ THROUGHPUT_LOADS = ("c16 T16-64", "c16 T16-256")
 ROUNDS = 2
 READY_TIMEOUT_S = 300.0  # on two cores shared with other jobs a start took up to a minute
 TARGET_SPEEDUP, TARGET_OVERHEAD_MS, TARGET_FLOOR_RATIO = 1.5, 5.0, 1.2
-
-
-def haproxy_env(base: Path) -> dict[str, str]:
-    """The server's environment for HAProxy in front of Serve. Ray's defaults put HAProxy's files in
-    /tmp/haproxy-serve and its stats (8404), metrics (9101) and fallback proxy (8500) on fixed ports: two servers
-    side by side would clash, so each gets free ports and its files go under `base` (removed with it)."""
-    return {"RAY_SERVE_ENABLE_HA_PROXY": "1",
-            "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()), "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
-            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
-            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
-            "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(base / "haproxy.cfg"),
-            "RAY_SERVE_HAPROXY_SOCKET_PATH": str(base / "admin.sock"),  # Ray adds the node id's 56 characters
-            "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(base),
-            "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(base / "server-state"),
-            "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(base / "metrics.sock")}
 
 
 def direct_latency(artifact: Path, *, tokens: int, calls: int, threads: int = 1) -> dict[str, float]:
@@ -283,8 +269,6 @@ class BenchServer(ServerProcess):
         super().__init__(artifact, log_dir / name.replace(" ", "-"), *SERVERS[name].args, home=home,
                          ready_timeout_s=READY_TIMEOUT_S)
         self.name = name
-        if SERVERS[name].ingress == "haproxy":
-            self.env.update(haproxy_env(home / "h"))
 
     def stop(self, timeout_s: float = 90.0) -> int | None:
         return checked_stop(self, super().stop(timeout_s))

@@ -60,6 +60,7 @@ class ServeOptions:
     address: str | None = None
     provider: str = "cpu"
     threads: int | None = 1
+    ingress: str = "proxy"  # "proxy": Ray Serve's HTTP proxy; "haproxy": HAProxy in front (serve/haproxy.py)
 
     @property
     def url(self) -> str:
@@ -128,6 +129,16 @@ def serve(options: ServeOptions) -> None:
     """Serve until SIGTERM or SIGINT, then drain the requests in flight and return."""
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
+    if options.ingress == "haproxy":
+        from mha_runtime.serve.haproxy import haproxy_env
+
+        for key, value in haproxy_env().items():
+            os.environ.setdefault(key, value)
+        # Ray holds a direct-ingress replica for at least 30 s on shutdown so that HAProxy sees it leave; the whole
+        # application goes at once here, and the requests in flight are drained before that (DRAIN_TIMEOUT_S).
+        os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
+    else:
+        os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
     import ray.serve  # noqa: F401  (without the serve extra: ModuleNotFoundError, which the CLI names)
 
     files, info = prepare(options)
@@ -166,7 +177,8 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
     route = "/v1/generate" if options.gpt else "/v1/context"
     wait = "" if options.gpt else f", batch wait {options.batch_wait_ms:g} ms"
     print(f"serving {info['name']} ({info['model']}) at {options.url}{route}: {options.replicas} replica(s), "
-          f"max batch {options.max_batch}{wait}", file=out, flush=True)
+          f"max batch {options.max_batch}{wait}{', behind HAProxy' if options.ingress == 'haproxy' else ''}",
+          file=out, flush=True)
     while not stop.wait(0.5):
         pass
     print("draining the requests in flight ...", file=sys.stderr, flush=True)

