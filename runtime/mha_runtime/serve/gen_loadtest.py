@@ -358,9 +358,9 @@ def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, p
     summary = summarize_generations(outcomes, seconds, count=requests)
     sampled = sum(1 for i in range(requests) if made(i).temperature > 0)
     summary.update(url=url, artifact=str(artifact), form=local.form, served=info.get("model"), same_model=same,
-                   concurrency=concurrency,
-                   prompt_tokens=list(prompt_tokens), max_new_tokens=list(max_new_tokens), stream_share=stream_share,
-                   sample_share=sample_share, sampled=sampled, seed=seed, max_seconds=max_seconds)
+                   concurrency=concurrency, prompt_tokens=list(prompt_tokens), max_new_tokens=list(max_new_tokens),
+                   stream_share=stream_share, sample_share=sample_share, sampled=sampled, seed=seed,
+                   max_seconds=max_seconds)
     return summary
 
 
