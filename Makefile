@@ -51,10 +51,13 @@ bench: $(STAMP) $(VOCAB_STAMP)
 	$(PY) -m mha_export.bench.gpt_bench --artifact artifacts/gpt-124m --out artifacts/bench --threads 2 --export-memory
 
 # mha serve on gpt2-small: batching against --max-batch 1, 2 replicas against 1, server against the direct runner
-# (docs/serving.md). Writes artifacts/bench/serve.json and serve.png.
-serve-bench: $(STAMP)
+# and against Ray Serve's no-op floor, through Serve's proxy and HAProxy; then generation on gpt-124m at
+# concurrency 1 and 8 (docs/serving.md). Writes artifacts/bench/serve.json, serve.png and gpt_serve.json.
+serve-bench: $(STAMP) $(VOCAB_STAMP)
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(PY) -m mha_export.bench.serve_bench --artifact artifacts/gpt2-small --out artifacts/bench
+	@test -f artifacts/gpt-124m/manifest.json || $(VENV)/bin/mha export --gpt --preset gpt-124m --tokenizer $(VOCAB) --out artifacts
+	$(PY) -m mha_export.bench.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench
 
 test: lint vocab native-test web-test
 	$(PY) -m pytest
@@ -72,7 +75,7 @@ PRESETS := seed gpt2-small
 CHECKS := artifacts/checks
 
 native-build: $(STAMP)
-	rm -rf $(NATIVE)/c/build/mha_check $(NATIVE)/c/build/mha_check_asan $(NATIVE)/c/build/json_fuzz_asan $(NATIVE)/c/build/lib $(NATIVE)/node/node_modules $(NATIVE)/cpp-libtorch/build
+	rm -rf $(NATIVE)/c/build/mha_check $(NATIVE)/c/build/mha_check_asan $(NATIVE)/c/build/json_fuzz_asan $(NATIVE)/c/build/example $(NATIVE)/c/build/gpt_example $(NATIVE)/c/build/lib $(NATIVE)/node/node_modules $(NATIVE)/cpp-libtorch/build
 	PYTHON=$(abspath $(PY)) $(NATIVE)/c/build.sh
 	$(NATIVE)/node/build.sh
 	PYTHON=$(abspath $(PY)) $(NATIVE)/cpp-libtorch/build.sh
@@ -80,7 +83,12 @@ native-build: $(STAMP)
 artifacts/%/golden/cases.json: $(STAMP)
 	$(VENV)/bin/mha export --preset $* --out artifacts
 
-native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json)
+# The small GPT preset, with its golden generations (make export writes it too).
+GPT_GOLDEN := artifacts/gpt-mini/golden/generations.json
+$(GPT_GOLDEN): $(STAMP) $(VOCAB_STAMP)
+	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --out artifacts
+
+native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN)
 	@mkdir -p $(CHECKS); set -eo pipefail; for p in $(PRESETS); do \
 	  echo "== $$p: Python (onnxruntime, torch for mha.pt)"; $(VENV)/bin/mha check artifacts/$$p --json $(CHECKS)/python-$$p.json | tail -1; \
 	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p --json $(CHECKS)/c-$$p.json | tail -1; \
@@ -88,11 +96,16 @@ native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json)
 	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p --json $(CHECKS)/node-$$p.json | tail -1; \
 	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p --json $(CHECKS)/cpp-$$p.json | tail -1; \
 	done
+	@set -eo pipefail; \
+	  echo "== gpt-mini: Python (onnxruntime), golden generations"; $(VENV)/bin/mha check artifacts/gpt-mini --json $(CHECKS)/python-gpt-mini.json | tail -1; \
+	  echo "== gpt-mini: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/gpt-mini --json $(CHECKS)/c-gpt-mini.json | tail -1; \
+	  echo "== gpt-mini: C under AddressSanitizer + UBSan"; $(NATIVE)/c/build/mha_check_asan check artifacts/gpt-mini | tail -1
 	@echo "== the manifest reader under AddressSanitizer + UBSan: truncations and random edits"
 	$(NATIVE)/c/build/json_fuzz_asan artifacts/seed/manifest.json 5000
 	@echo "== README embedding snippets on artifacts/seed"
 	node $(NATIVE)/node/example.js artifacts/seed
 	$(NATIVE)/c/build/example artifacts/seed/mha.onnx
+	$(NATIVE)/c/build/gpt_example artifacts/gpt-mini/gpt.inplace.onnx 8 6109 3626 6100 345
 	$(NATIVE)/cpp-libtorch/build/example artifacts/seed/mha.pt
 
 # onnxruntime-web 1.30.0 + playwright-core (runtime/native/web/package-lock.json); no ONNX Runtime native parts.
