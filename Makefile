@@ -99,13 +99,15 @@ native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDE
 	@set -eo pipefail; \
 	  echo "== gpt-mini: Python (onnxruntime), golden generations"; $(VENV)/bin/mha check artifacts/gpt-mini --json $(CHECKS)/python-gpt-mini.json | tail -1; \
 	  echo "== gpt-mini: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/gpt-mini --json $(CHECKS)/c-gpt-mini.json | tail -1; \
-	  echo "== gpt-mini: C under AddressSanitizer + UBSan"; $(NATIVE)/c/build/mha_check_asan check artifacts/gpt-mini | tail -1
+	  echo "== gpt-mini: C under AddressSanitizer + UBSan"; $(NATIVE)/c/build/mha_check_asan check artifacts/gpt-mini | tail -1; \
+	  echo "== gpt-mini: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/gpt-mini --json $(CHECKS)/node-gpt-mini.json | tail -1
 	@echo "== the manifest reader under AddressSanitizer + UBSan: truncations and random edits"
 	$(NATIVE)/c/build/json_fuzz_asan artifacts/seed/manifest.json 5000
 	@echo "== README embedding snippets on artifacts/seed"
 	node $(NATIVE)/node/example.js artifacts/seed
 	$(NATIVE)/c/build/example artifacts/seed/mha.onnx
 	$(NATIVE)/c/build/gpt_example artifacts/gpt-mini/gpt.inplace.onnx 8 6109 3626 6100 345
+	node $(NATIVE)/node/cli.js generate artifacts/gpt-mini --prompt "Every effort moves you" --max-new-tokens 16 --text
 	$(NATIVE)/cpp-libtorch/build/example artifacts/seed/mha.pt
 
 # onnxruntime-web 1.30.0 + playwright-core (runtime/native/web/package-lock.json); no ONNX Runtime native parts.
@@ -125,15 +127,17 @@ chromium:
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
 # The WebAssembly backend in Node.js, one thread: every golden case of every artifact it can load.
-web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.json)
+web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN)
 	@set -eo pipefail; for p in $(PRESETS); do \
 	  echo "== $$p: onnxruntime-web (wasm, Node.js)"; node $(WEB)/check.mjs artifacts/$$p --json artifacts/web/$$p.json | tail -2; \
-	done
+	done; \
+	echo "== gpt-mini: onnxruntime-web (wasm, Node.js), golden generations"; node $(WEB)/check.mjs artifacts/gpt-mini --json artifacts/web/gpt-mini.json | tail -1
 
 # The browser page on the artifacts/ folders: serves the repo root on loopback until Ctrl-C.
 web:
 	@test -d $(WEB)/node_modules/onnxruntime-web || $(WEB)/build.sh
 	@for p in $(PRESETS); do echo "open http://127.0.0.1:$(PORT)/$(WEB)/index.html?artifact=artifacts/$$p"; done
+	@echo "open http://127.0.0.1:$(PORT)/$(WEB)/gpt.html?artifact=artifacts/gpt-mini"
 	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1
 
 # Rewrite README.md's portability table from the check outputs of make native-test, web-test and the browser test.
