@@ -13,7 +13,7 @@ import torch
 
 from gpt_sources import vocab_dir
 from mha_export.demo.corpus import SEPARATOR, pydoc_topics
-from mha_export.demo.train import NAME, TRAIN_DIR, BookTokenizer, Settings, train
+from mha_export.demo.train import NAME, TRAIN_DIR, BookTokenizer, Settings, train, up_to_date
 from mha_export.gpt.tokenizer import read_tokenizer
 from mha_runtime.artifact.manifest import sha256_file
 
@@ -80,6 +80,10 @@ def test_demo_writes_plot_losses_and_a_folder_mha_check_passes(tmp_path: Path) -
     assert "training skipped" in again.stdout and "export skipped" in again.stdout
     assert (folder / "manifest.json").read_bytes() == before
     assert again.stdout.split("--- greedy:")[1] == res.stdout.split("--- greedy:")[1]  # the same sample
+    digest = settings["settings_hash"]
+    assert up_to_date(out, digest, {"gpt.onnx"}) == (True, True)
+    assert up_to_date(out, digest, {"gpt.inplace.int8.onnx"}) == (True, False)  # a form it lacks: export again
+    assert up_to_date(out, "0" * 64, {"gpt.onnx"}) == (False, False)  # other settings: train again
 
 
 @pytest.mark.parametrize(("flags", "text"), [

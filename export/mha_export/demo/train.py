@@ -33,6 +33,7 @@ from mha_export.demo.corpus import Corpus, pydoc_topics
 from mha_runtime.artifact.errors import ConfigError, Interrupted, MHAError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, sha256_file
 from mha_runtime.gpt.config import GPT2_VOCAB, GPTConfig
+from mha_runtime.gpt.contract import GPT_VARIANTS
 
 NAME = "gpt-demo"
 TRAIN_DIR = f"{NAME}-train"
@@ -227,8 +228,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def up_to_date(out: Path, digest: str) -> tuple[bool, bool]:
-    """(the training folder holds these settings' weights, the exported folder was made from those weights)."""
+def up_to_date(out: Path, digest: str, files: set[str]) -> tuple[bool, bool]:
+    """(the training folder holds these settings' weights, the exported folder was made from those weights and
+    holds at least these decoder files)."""
     train_dir = out / TRAIN_DIR
     recorded = _read_json(train_dir / SETTINGS_FILE)
     if recorded is None or recorded.get("settings_hash") != digest or not (train_dir / WEIGHTS).is_file():
@@ -237,7 +239,8 @@ def up_to_date(out: Path, digest: str) -> tuple[bool, bool]:
     if recorded.get("weights_sha256") != weights_sha:
         return False, False
     manifest = _read_json(out / NAME / MANIFEST_NAME)
-    exported = manifest is not None and (manifest.get("weights") or {}).get("sha256") == weights_sha
+    exported = manifest is not None and (manifest.get("weights") or {}).get("sha256") == weights_sha \
+        and files <= set(manifest.get("artifacts") or {})
     return True, exported
 
 
@@ -287,7 +290,8 @@ def run(out: Path, s: Settings, *, tokenizer_dir: Path, prompt: str, new: int, f
     tok_files = read_tokenizer(Path(tokenizer_dir), vocab_size=GPT2_VOCAB, context_length=s.context_length)
     corpus = pydoc_topics(s.max_chars)
     digest = settings_hash(s, corpus, tok_files.source)
-    trained_ok, exported_ok = (False, False) if force else up_to_date(out, digest)
+    files = {GPT_VARIANTS[v] for v in chosen}
+    trained_ok, exported_ok = (False, False) if force else up_to_date(out, digest, files)
     cfg = s.config()
     print(f"demo: book GPTModel {cfg.n_layers} layers x {cfg.emb_dim}, {cfg.n_heads} heads, context "
           f"{cfg.context_length}, {cfg.parameters(tied=False):,} parameters; text pydoc_data.topics "
