@@ -357,7 +357,7 @@ def _write_outputs(root: Path, *, wasm_not_loadable: bool = False) -> None:
 
 def test_portability_table_counts_what_the_outputs_say(tmp_path: Path) -> None:
     _write_outputs(tmp_path, wasm_not_loadable=True)
-    table = render(collect(tmp_path))
+    table = render(collect(tmp_path, gpt_presets=()))
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| ")]
     rows = {row[0]: row[1:] for row in cells}
     assert rows["`mha.onnx`"] == ["2/4"] * 4 + ["4/4"] * 2  # one of two cases passed per preset; wasm: both
@@ -380,7 +380,27 @@ def test_portability_refuses_a_truncated_output(tmp_path: Path) -> None:
         parse_json(path)
     path.unlink()
     with pytest.raises(ArtifactError, match="written by make native-test"):
-        collect(tmp_path)
+        collect(tmp_path, gpt_presets=())
+
+
+def test_portability_gpt_rows_have_no_libtorch_column(tmp_path: Path) -> None:
+    """A GPT preset needs no C++ (libtorch) output; its rows and total show `-` there."""
+    _write_outputs(tmp_path)
+    doc = {"passed": 5, "failed": 1, "artifacts": [
+        {"file": "gpt.onnx", "not_loadable": None, "cases": [{"ok": True}] * 3},
+        {"file": "gpt.inplace.onnx", "not_loadable": None, "cases": [{"ok": True}] * 2 + [{"ok": False}]}]}
+    for key in ("python", "node", "c"):
+        (tmp_path / "checks" / f"{key}-gpt-mini.json").write_text(json.dumps(doc))
+    for name in ("gpt-mini.json", "gpt-mini.browser.json"):
+        (tmp_path / "web" / name).write_text(json.dumps(doc))
+    table = render(collect(tmp_path, gpt_presets=("gpt-mini",)))
+    rows = {r[0]: r[1:] for r in ([c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
+                                   if line.startswith("| "))}
+    assert rows["`gpt.inplace.onnx`"] == ["2/3", "2/3", "2/3", "-", "2/3", "2/3"]
+    assert rows["all, gpt-mini"] == ["5/6", "5/6", "5/6", "-", "5/6", "5/6"]
+    (tmp_path / "checks" / "node-gpt-mini.json").unlink()
+    with pytest.raises(ArtifactError, match="node check output of gpt-mini"):
+        collect(tmp_path, gpt_presets=("gpt-mini",))
 
 
 @pytest.mark.slow  # reads the gpt2-small browser result of test_browser_page_passes_every_case
