@@ -279,3 +279,30 @@ def test_browser_page_refuses_a_tampered_file(name: str, query: str, book_gpt: t
     assert f"{name}: sha256 " in doc["error"] and "differs from the manifest's" in doc["error"]
     assert "\n" not in doc["error"]
     assert "ids" not in doc and "passed" not in doc  # nothing ran
+
+
+@pytest.mark.slow  # on the folders `make test` writes first (gpt-mini by native-test, gpt-demo by make demo)
+@pytest.mark.parametrize("preset", ["gpt-mini", "gpt-demo"])
+def test_browser_page_on_the_made_folders_writes_the_portability_result(preset: str, tmp_path: Path) -> None:
+    """The page's golden check on artifacts/<preset>, saved as artifacts/web/<preset>.browser.json for the README's
+    portability table; on the trained demo model, also the README's screenshot of generated text."""
+    folder = REPO / "artifacts" / preset
+    if not (folder / "golden" / "generations.json").is_file():
+        pytest.skip(f"{folder}: not made yet ({'make demo' if preset == 'gpt-demo' else 'make export'})")
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = OUT / f"{preset}.browser.json"
+    result.unlink(missing_ok=True)
+    with _served(_site(tmp_path, {preset: folder}), tmp_path / "http.log") as base:
+        code, doc, err = _drive(f"{base}/runtime/native/web/gpt.html?artifact=artifacts/{preset}&check=1",
+                                tmp_path / "check.png", result, timeout=400)
+        assert code == 0, err + json.dumps(doc.get("log"))
+        assert doc["failed"] == 0 and doc["passed"] == _cases(folder) * len(FORMS)
+        assert parse_json(result).by_file.keys() == set(FORMS)
+        if preset == "gpt-demo":
+            shot = OUT / "gpt-demo.png"
+            query = "prompt=The%20module&max_new_tokens=40&temperature=0.8&top_k=40&seed=3&autorun=1"
+            code, doc, err = _drive(f"{base}/runtime/native/web/gpt.html?artifact=artifacts/{preset}&{query}", shot,
+                                    tmp_path / "run.json", timeout=400)
+            assert code == 0 and len(doc["ids"]) > 0, err
+            assert doc["ids"] == _python(folder, doc["prompt_ids"], max_new_tokens=40, temperature=0.8, top_k=40,
+                                         seed=3, eos=True)
