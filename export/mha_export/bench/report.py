@@ -85,6 +85,10 @@ def format_report(result: dict[str, Any]) -> str:
              *("-" if (c := result["by_threads"][k]["cold_start_s"].get(f)) is None else f"{1e3 * c:.1f}"
                for k in keys)] for f, a in result["artifacts"].items()]
     lines += ["", table(["artifact", "size", "export s", *(f"cold start ms, {k} thr" for k in keys)], rows)]
+    copies = [f"{f} ({a['cold_start_loads']})" for f, a in result["artifacts"].items()
+              if a.get("cold_start_loads") not in (None, f)]
+    if copies:
+        lines.append(f"cold start through the offline-optimized copy: {', '.join(copies)}")
     if "wasm_node" in result:  # from runtime/native/web/check.mjs --json (make web-test)
         wasm = result["wasm_node"]
         names = list(dict.fromkeys(c for per in wasm["median_ms"].values() for c in per))

@@ -33,6 +33,7 @@ from mha_export.bench.runners import (
     build_decode_forms,
     build_runners,
     cold_start,
+    cold_start_loads,
     missing_variants,
     runner_names,
     wasm_medians,
@@ -114,7 +115,8 @@ def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Sh
         "machine": {**machine(), "loadavg_start": start_load, "loadavg_end": loadavg()},
         "versions": versions(), "flop_formula": dense_formula(config), "notes": notes,
         "artifacts": {f: {"size_bytes": manifest.files[f].size,
-                          "export_seconds": manifest.artifacts[f].export_seconds} for f in files},
+                          "export_seconds": manifest.artifacts[f].export_seconds,
+                          "cold_start_loads": cold_start_loads(folder, manifest, f)} for f in files},
         "by_threads": by_threads,
     }
     wasm = wasm_medians(folder, manifest)

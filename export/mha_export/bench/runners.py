@@ -32,6 +32,7 @@ from mha_runtime.artifact.registry import (
 )
 from mha_runtime.infer.decode_session import DecodeSession
 from mha_runtime.infer.inplace_session import InPlaceDecodeSession
+from mha_runtime.infer.optimized import choose
 from mha_runtime.infer.runner import OnnxRunner
 
 PEAK_N = 2048
@@ -153,7 +154,8 @@ def missing_variants(manifest: Manifest) -> list[str]:
 
 
 def cold_start(folder: Path, file: str, config: MHAConfig, threads: int, repeats: int = 5) -> float:
-    """Median seconds for session creation (manifest check included) plus a first run on one token."""
+    """Median seconds for session creation (manifest check included) plus a first run on one token, through
+    OnnxRunner as users get it: the folder's optimized copy where this machine can use it (cold_start_loads)."""
     x = np.zeros((1, 1, config.d_in), np.float32)
     times = []
     for _ in range(repeats):
@@ -161,6 +163,13 @@ def cold_start(folder: Path, file: str, config: MHAConfig, threads: int, repeats
         OnnxRunner(folder, model=file, provider="cpu", threads=threads).run(x)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def cold_start_loads(folder: Path, manifest: Manifest, file: str) -> str | None:
+    """The file OnnxRunner parses for `file` on this machine (its optimized copy where usable; None: not ONNX)."""
+    if manifest.artifacts[file].runtime != ONNX_RUNTIME:
+        return None
+    return choose(folder, file, manifest, "cpu").file
 
 
 def wasm_medians(folder: Path, manifest: Manifest) -> dict[str, Any] | None:

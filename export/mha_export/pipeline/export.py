@@ -13,6 +13,7 @@ from mha_export.build.onnx_trace import DEFAULT_OPSET, check_opset
 from mha_export.build.table import BUILDERS
 from mha_export.pipeline.budget import check_budget
 from mha_export.pipeline.fixtures import write_golden
+from mha_export.pipeline.optimize import optimized_records, write_optimized
 from mha_export.pipeline.progress import steps
 from mha_export.pipeline.seal import artifact_facts, write_manifest
 from mha_export.pipeline.validate import SWEEP_SEEDS, sweep_shapes, validate
@@ -21,6 +22,7 @@ from mha_runtime.artifact.atomic import staged_folder
 from mha_runtime.artifact.config import MHAConfig, preset
 from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.artifact.manifest import Manifest
+from mha_runtime.artifact.optimized import is_copy
 from mha_runtime.artifact.registry import (
     ALL,
     EXECUTORCH_RUNTIME,
@@ -83,14 +85,17 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(stage / WEIGHTS_FILE))
         seconds = build_all(model, config, stage, variants, opset=opset, progress=progress,
                             label=f"building {name}")
+        copies = write_optimized(stage, artifacts)
         write_golden(model, config, stage, artifacts)
-        reports = validate(stage, model, config, artifacts, progress=progress, label=f"validating {name}")
+        every = (*artifacts, *(spec for by_source in copies.values() for spec in by_source.values()))
+        reports = validate(stage, model, config, every, progress=progress, label=f"validating {name}")
         manifest = write_manifest(
             stage, name=name, config=config, opset=opset, weights=weights_info,
             artifacts={file: report.record(**artifact_facts(stage / file), export_seconds=round(seconds[file], 3),
                                            batch_max=PTE_MAX_BATCH if report.spec.runtime == EXECUTORCH_RUNTIME
                                            else None)
-                       for file, report in reports.items()},
+                       for file, report in reports.items() if not is_copy(file)},
+            optimized=optimized_records(copies, reports),
             sweep={"shapes": [list(s) for s in sweep_shapes(config)], "seeds": list(SWEEP_SEEDS)},
         )
     return ExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start, tuple(notes))

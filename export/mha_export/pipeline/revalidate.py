@@ -6,13 +6,18 @@ from pathlib import Path
 from mha_export.pipeline.validate import ArtifactReport, validate
 from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.manifest import load_manifest, verify_all
-from mha_runtime.artifact.registry import spec_for
+from mha_runtime.artifact.registry import ArtifactSpec, spec_for
+from mha_runtime.infer.optimized import choose
 
 
 def revalidate(folder: Path, *, progress: bool = False) -> dict[str, ArtifactReport]:
-    """Every artifact of the folder against the eager wrapper rebuilt from it, over the export's sweep."""
+    """Every artifact of the folder against the eager wrapper rebuilt from it, over the export's sweep; and every
+    optimized copy the runtime would load on this machine (a copy it would not load is not judged here)."""
     manifest = load_manifest(folder)
     verify_all(folder, manifest)
     model, config = load_artifact_model(folder, manifest)
     specs = [spec_for(file) for file in manifest.artifacts]
-    return validate(folder, model, config, specs, progress=progress, label=f"validating {Path(folder).name}")
+    copies = [ArtifactSpec(choice.file, spec.kind, spec.runtime) for spec in specs
+              if (choice := choose(folder, spec.file, manifest, "cpu")).preoptimized]
+    return validate(folder, model, config, [*specs, *copies], progress=progress,
+                    label=f"validating {Path(folder).name}")

@@ -20,6 +20,7 @@ from mha_runtime.artifact.manifest import (
     WeightsRecord,
     sha256_file,
 )
+from mha_runtime.artifact.optimized import OptimizedSet
 
 
 def file_table(folder: Path) -> dict[str, FileRecord]:
@@ -48,13 +49,14 @@ def versions() -> dict[str, str]:
 
 
 def write_manifest(folder: Path, *, name: str, config: MHAConfig, opset: int, weights: WeightsRecord,
-                   artifacts: dict[str, ArtifactRecord], sweep: dict[str, Any]) -> Manifest:
+                   artifacts: dict[str, ArtifactRecord], sweep: dict[str, Any],
+                   optimized: dict[str, OptimizedSet] | None = None) -> Manifest:
     """Hash every file in `folder` and write manifest.json beside them."""
     manifest = Manifest(
         name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), config=config,
         contract=IOContract(config).to_dict(), opset=opset, versions=versions(), weights=weights,
         validation={"reference": "eager MultiHeadAttentionWrapper (torch, CPU)", "sweep": sweep},
-        artifacts=artifacts, files=file_table(folder),
+        artifacts=artifacts, files=file_table(folder), optimized=optimized or {},
     )
     (Path(folder) / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
     return manifest

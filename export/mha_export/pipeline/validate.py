@@ -9,14 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import torch
 
 from mha_export.infer.torchscript_runner import torchscript_runner
 from mha_export.model.example import example_tokens
 from mha_export.pipeline.progress import steps
 from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.artifact.errors import ValidationError
 from mha_runtime.artifact.manifest import ArtifactRecord
+from mha_runtime.artifact.optimized import is_copy
 from mha_runtime.artifact.registry import (
     DECODE_INPLACE_RUNTIME,
     DECODE_RUNTIME,
@@ -27,6 +30,8 @@ from mha_runtime.artifact.registry import (
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.infer.decode_session import SCHEDULES, DecodeSession, run_chunked
 from mha_runtime.infer.inplace_session import InPlaceDecodeSession
+from mha_runtime.infer.optimized import session_options
+from mha_runtime.infer.providers import session_providers
 from mha_runtime.infer.runner import OnnxRunner
 
 SWEEP_BATCHES = (1, 3)
@@ -81,8 +86,10 @@ def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], 
     """The same runner users use: OnnxRunner for ONNX files, DecodeSession for the decode form
     (each call takes the next chunk schedule: one prefill, token by token, uneven, golden),
     torch.jit.load for TorchScript."""
-    if spec.runtime == ONNX_RUNTIME:
-        return OnnxRunner(Path(folder) / spec.file, provider="cpu").run  # verified if a manifest is beside it
+    if spec.runtime == ONNX_RUNTIME and is_copy(spec.file):
+        return preoptimized_runner(Path(folder) / spec.file)
+    if spec.runtime == ONNX_RUNTIME:  # the plain file even where the folder has a copy this machine could use
+        return OnnxRunner(Path(folder) / spec.file, provider="cpu", offline_optimized=False).run
     if spec.runtime == DECODE_RUNTIME:
         session = DecodeSession(Path(folder) / spec.file, provider="cpu")
         schedules = itertools.cycle(SCHEDULES.values())
@@ -96,6 +103,14 @@ def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], 
 
         return PteRunner(Path(folder) / spec.file).run
     return torchscript_runner(Path(folder) / spec.file)
+
+
+def preoptimized_runner(path: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """An optimized copy loaded as the runtime loads it (graph optimizations off; its sha256 is the export's own
+    write, sealed into the manifest after this sweep)."""
+    session = ort.InferenceSession(path.read_bytes(), sess_options=session_options(None, preoptimized=True),
+                                   providers=session_providers("cpu"))
+    return lambda x: session.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
 
 
 def _inplace_schedule(name: str, batch: int) -> str:

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.artifact.fields import get, obj, plain_name
+from mha_runtime.artifact.optimized import OptimizedSet, optimized_from_dict
 from mha_runtime.artifact.tolerance import Tolerance
 
 MANIFEST_NAME = "manifest.json"
@@ -104,12 +105,14 @@ class Manifest:
     validation: dict[str, Any]
     artifacts: dict[str, ArtifactRecord]
     files: dict[str, FileRecord]
+    optimized: dict[str, OptimizedSet] = field(default_factory=dict)  # per provider (artifact/optimized.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": MANIFEST_FORMAT, "name": self.name, "created": self.created, "config": self.config.to_dict(),
                 "contract": self.contract, "opset": self.opset, "versions": self.versions,
                 "weights": self.weights.to_dict(), "validation": self.validation,
                 "artifacts": {f: a.to_dict() for f, a in self.artifacts.items()},
+                "optimized": {p: s.to_dict() for p, s in self.optimized.items()},
                 "files": {f: r.to_dict() for f, r in self.files.items()}}
 
     @classmethod
@@ -135,7 +138,8 @@ class Manifest:
                    artifacts={plain_name(f, f"{where}: artifacts"):
                               ArtifactRecord.from_dict(a, f"{where}: artifacts.{f}") for f, a in artifacts.items()},
                    files={plain_name(f, f"{where}: files"): FileRecord.from_dict(r, f"{where}: files.{f}")
-                          for f, r in files.items()})
+                          for f, r in files.items()},
+                   optimized=optimized_from_dict(data.get("optimized"), f"{where}: optimized"))
 
 
 def sha256_bytes(data: bytes) -> str:

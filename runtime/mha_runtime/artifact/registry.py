@@ -68,6 +68,9 @@ class Variant:
     needs: tuple[str, ...] = ()
     core: bool = False  # always built (the faithful pair), not a --variants choice
     low_precision: bool = False
+    # ONNX Runtime's optimized graph of each file is saved beside it at export (artifact/optimized.py): the fastest
+    # fp32 forms only, since each copy holds the weights again (docs/bench.md, "offline-optimized sessions").
+    offline_optimized: bool = False
     # Why a config's shape cannot be built (None: it can); `all` leaves such a variant out with a note.
     refuses: Callable[[MHAConfig], str | None] | None = None
     # Python modules the builder needs beyond the export package, and the install that brings them: without
@@ -108,9 +111,9 @@ REGISTRY: tuple[Variant, ...] = (
     Variant("contrib", "ONNX Runtime's com.microsoft.Attention, one node",
             _one("mha.contrib.onnx", "contrib"), tolerances={"cpu": FP32}),
     Variant("blocks", "fused projection + causal query blocks of com.microsoft.MultiHeadAttention",
-            _one("mha.blocks.onnx", "blocks"), tolerances={"cpu": FP32}),
+            _one("mha.blocks.onnx", "blocks"), tolerances={"cpu": FP32}, offline_optimized=True),
     Variant("qblocks", "the fastest fp32 form on CPU: causal query blocks of the ONNX Attention op (opset 23)",
-            _one("mha.qblocks.onnx", "qblocks"), tolerances={"cpu": FP32}),
+            _one("mha.qblocks.onnx", "qblocks"), tolerances={"cpu": FP32}, offline_optimized=True),
     Variant("fp16", "float16 weights and compute, float32 I/O (onnxruntime's float16 converter)",
             _one("mha.fp16.onnx", "fp16"), needs=("fused",), low_precision=True, tolerances={"cpu": FP16}),
     Variant("int8", "onnxruntime dynamic quantization of the blocks graph (uint8 weights)",
@@ -222,3 +225,4 @@ DECODE = VARIANTS["decode"].artifacts[0]
 DECODE_INPLACE = VARIANTS["decode-inplace"].artifacts[0]
 PTE = VARIANTS["pte"].artifacts[0]
 LOW_PRECISION_KINDS = frozenset(v.name for v in REGISTRY if v.low_precision)
+OFFLINE_OPTIMIZED_FILES = frozenset(spec.file for v in REGISTRY if v.offline_optimized for spec in v.artifacts)

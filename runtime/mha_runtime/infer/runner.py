@@ -10,8 +10,9 @@ import onnxruntime as ort
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input, check_output
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
-from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
+from mha_runtime.artifact.manifest import MANIFEST_NAME, Manifest, load_manifest, read_verified
 from mha_runtime.artifact.registry import ONNX
+from mha_runtime.infer.optimized import Choice, choose, say_once, session_options
 from mha_runtime.infer.providers import resolve_provider, session_providers
 
 DEFAULT_MODEL = ONNX.file
@@ -22,7 +23,9 @@ class OnnxRunner:
     or from a single `.onnx` file (checked against a manifest beside it, if there is one)."""
 
     def __init__(self, artifact: str | Path, *, model: str = DEFAULT_MODEL, provider: str = "auto",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, offline_optimized: bool = True) -> None:
+        """offline_optimized: load the folder's optimized copy of `model` where this machine can use it
+        (mha_runtime.infer.optimized); False always loads the plain file."""
         if not isinstance(artifact, (str, Path)) or not str(artifact):
             raise ArtifactError(f"artifact: expected a folder or an .onnx/.ort path, got {artifact!r}")
         if not isinstance(model, str) or not model:
@@ -30,16 +33,22 @@ class OnnxRunner:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"threads: expected a positive integer or None, got {threads!r}")
         self.provider = resolve_provider(provider)
-        data, self.path, self.verified = read_model(Path(artifact), model)  # verified before any parser sees it
-        options = ort.SessionOptions()
-        options.log_severity_level = 3  # errors only; ORT's warnings are not the user's business
-        if threads is not None:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
+        folder, name, manifest = locate_model(Path(artifact), model)
+        self.path = folder / name
+        choice = Choice(name)
+        if manifest is not None and offline_optimized:
+            choice = choose(folder, name, manifest, self.provider)
+            if choice.note is not None:
+                say_once(choice.note)
+        # The file parsed (the optimized copy, or the plain file); verified before any parser sees it.
+        self.loaded = folder / choice.file
+        self.preoptimized = choice.preoptimized
+        data, self.verified = read_located(folder, choice.file, manifest)
+        options = session_options(threads, preoptimized=choice.preoptimized)
         try:
             self.session = ort.InferenceSession(data, sess_options=options, providers=session_providers(self.provider))
         except Exception as exc:  # ORT raises its own Fail/InvalidProtobuf types; reduce them to one line
-            raise ArtifactError(f"{self.path}: ONNX Runtime cannot load it ({first_line(exc)})") from None
+            raise ArtifactError(f"{self.loaded}: ONNX Runtime cannot load it ({first_line(exc)})") from None
         self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
         self.config = _config_from_metadata(self.metadata, self.path)
         self.contract = IOContract(self.config)
@@ -70,19 +79,36 @@ def read_model(path: Path, model: str, suffixes: tuple[str, ...] = (".onnx", ".o
     """Read the model bytes once and check their size and sha256 against the manifest where one applies, before
     anything parses them; return them, the path, and whether they were verified (False: a lone file with no
     manifest beside it)."""
+    folder, name, manifest = locate_model(path, model, suffixes)
+    data, verified = read_located(folder, name, manifest)
+    return data, folder / name, verified
+
+
+def locate_model(path: Path, model: str,
+                 suffixes: tuple[str, ...] = (".onnx", ".ort")) -> tuple[Path, str, Manifest | None]:
+    """The folder, the name the manifest must list, and that manifest: the folder's, or the one beside a file
+    (None: a lone file). Refuses a path that is neither a folder nor an existing file of one of `suffixes`."""
     if path.is_dir():
-        return read_verified(path, model, load_manifest(path)), path / model, True
+        return path, model, load_manifest(path)
     kinds = "/".join(suffixes)
     if not path.exists():
         raise ArtifactError(f"{path}: expected an artifact folder or a {kinds} file, found nothing there")
     if path.suffix not in suffixes:
         raise ArtifactError(f"{path}: expected an artifact folder or a {kinds} file, got {path.suffix or 'no suffix'}")
     if (path.parent / MANIFEST_NAME).exists():  # a manifest beside the file must list it
-        return read_verified(path.parent, path.name, load_manifest(path.parent)), path, True
+        return path.parent, path.name, load_manifest(path.parent)
+    return path.parent, path.name, None
+
+
+def read_located(folder: Path, name: str, manifest: Manifest | None) -> tuple[bytes, bool]:
+    """The bytes of `folder/name`, size and sha256 checked against `manifest` where one applies; and whether they
+    were checked."""
+    if manifest is not None:
+        return read_verified(folder, name, manifest), True
     try:
-        return path.read_bytes(), path, False
+        return (folder / name).read_bytes(), False
     except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read it ({exc.strerror or first_line(exc)})") from None
+        raise ArtifactError(f"{folder / name}: cannot read it ({exc.strerror or first_line(exc)})") from None
 
 
 def _check_graph(session: ort.InferenceSession, config: MHAConfig, path: Path) -> None:
@@ -107,4 +133,4 @@ def _config_from_metadata(metadata: dict[str, str], path: Path) -> MHAConfig:
         raise ArtifactError(f"{path}: metadata '{META_CONFIG}' is invalid: {exc}") from None
 
 
-__all__ = ["DEFAULT_MODEL", "OnnxRunner", "read_model"]
+__all__ = ["DEFAULT_MODEL", "OnnxRunner", "locate_model", "read_model"]

@@ -1,0 +1,105 @@
+"""The manifest's `optimized` records: ONNX Runtime's offline-optimized copy of a plain ONNX artifact, per provider.
+
+An export saves, for each artifact its variant marks `offline_optimized`, the graph ONNX Runtime builds from it
+(`SessionOptions.optimized_model_filepath`) under `optimized/<provider>/<file>`. The copy is listed in `files` with
+its sha256 like every file; this record says which plain file it optimizes, with which ONNX Runtime and level, on
+which CPU (its fingerprint), and how it did over the validation sweep. A runner loads it only where the ONNX Runtime
+version and the CPU fingerprint are the export's (mha_runtime.infer.optimized).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.artifact.fields import get, obj, plain_name
+
+OPTIMIZED_DIR = "optimized"
+# ORT's default for an online session; the fingerprint guards its hardware-specific (layout) passes.
+LEVEL = "all"
+
+
+def optimized_name(file: str, provider: str) -> str:
+    """Where the optimized copy of `file` for `provider` lives inside the artifact folder."""
+    return f"{OPTIMIZED_DIR}/{provider}/{file}"
+
+
+def is_copy(file: str) -> bool:
+    """Whether `file` (a name inside the folder) is an optimized copy rather than an artifact."""
+    return file.startswith(f"{OPTIMIZED_DIR}/")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The CPU features an optimized graph may depend on: the architecture and the SIMD flags MLAS dispatches on
+    (None: this machine's flags cannot be read, so nothing is trusted to match)."""
+
+    machine: str
+    cpu_flags: tuple[str, ...] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"machine": self.machine, "cpu_flags": None if self.cpu_flags is None else list(self.cpu_flags)}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Fingerprint:
+        data = obj(data, where)
+        flags = get(data, "cpu_flags", list, where, optional=True)
+        if flags is not None and not all(isinstance(f, str) for f in flags):
+            raise ArtifactError(f"{where}: field 'cpu_flags' expected an array of strings, got {flags!r}"[:200])
+        return cls(machine=get(data, "machine", str, where), cpu_flags=None if flags is None else tuple(flags))
+
+    def describe(self) -> str:
+        flags = "unknown flags" if self.cpu_flags is None else " ".join(self.cpu_flags) or "no SIMD flags"
+        return f"{self.machine}: {flags}"
+
+
+@dataclass(frozen=True)
+class OptimizedFile:
+    """One optimized copy and its figures over the export's sweep (the plain file's tolerance row)."""
+
+    file: str
+    cases: int
+    max_abs_error: float
+    rel_l2_error: float
+    passed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "cases": self.cases, "max_abs_error": self.max_abs_error,
+                "rel_l2_error": self.rel_l2_error, "passed": self.passed}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> OptimizedFile:
+        data = obj(data, where)
+        return cls(file=plain_name(get(data, "file", str, where), f"{where}.file"),
+                   cases=get(data, "cases", int, where), max_abs_error=get(data, "max_abs_error", float, where),
+                   rel_l2_error=get(data, "rel_l2_error", float, where), passed=get(data, "passed", bool, where))
+
+
+@dataclass(frozen=True)
+class OptimizedSet:
+    """Every optimized copy made for one provider, with what they were made by: keyed by the plain file."""
+
+    onnxruntime: str
+    level: str
+    fingerprint: Fingerprint
+    files: dict[str, OptimizedFile] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"onnxruntime": self.onnxruntime, "level": self.level, "fingerprint": self.fingerprint.to_dict(),
+                "files": {source: f.to_dict() for source, f in self.files.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> OptimizedSet:
+        data = obj(data, where)
+        files = get(data, "files", dict, where)
+        return cls(onnxruntime=get(data, "onnxruntime", str, where), level=get(data, "level", str, where),
+                   fingerprint=Fingerprint.from_dict(get(data, "fingerprint", dict, where), f"{where}.fingerprint"),
+                   files={plain_name(s, f"{where}.files"): OptimizedFile.from_dict(f, f"{where}.files.{s}")
+                          for s, f in files.items()})
+
+
+def optimized_from_dict(data: Any, where: str) -> dict[str, OptimizedSet]:
+    """The manifest's `optimized` object (absent in folders exported before it: no copies)."""
+    if data is None:
+        return {}
+    return {provider: OptimizedSet.from_dict(s, f"{where}.{provider}") for provider, s in obj(data, where).items()}
