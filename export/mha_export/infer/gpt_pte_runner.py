@@ -8,11 +8,12 @@ sees it. The program is loaded on the first decoder, so a request refused by its
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import json
 
 import numpy as np
 import torch
@@ -24,6 +25,23 @@ from mha_runtime.gpt.contract import PTE_FORM
 
 # The program's constant methods (written by mha_export.gpt.pte).
 CONFIG_METHOD, BOUNDS_METHOD = "gpt_config", "gpt_bounds"
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """The binding clones each output with torch, whose OpenMP team splits a (1, V) copy across threads: on a
+    loaded machine its barrier waited for a descheduled thread, 7.9 ms of a 9 ms step on gpt-mini (1.5-2 ms with
+    one thread; gdb showed the main thread in gomp_team_barrier_wait_end under copy_). ExecuTorch's own pool
+    (XNNPACK's threads) is not torch's and is left as it is."""
+    saved = torch.get_num_threads()
+    if saved == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 class PteGPT:
@@ -66,13 +84,14 @@ class PteGPT:
         if start < 0 or start + t > c:
             raise ContractError(f"{self.where}: positions {start}..{start + t - 1} are beyond its context_length {c}")
         method = self.load()
-        with self.lock:
+        inputs = [torch.tensor([ids], dtype=torch.int64), torch.tensor([start], dtype=torch.int64)]
+        with self.lock, one_torch_thread():
             try:
-                (out,) = method.execute([torch.tensor([ids], dtype=torch.int64), torch.tensor([start], dtype=torch.int64)])
+                (out,) = method.execute(inputs)
             except Exception as exc:
                 raise ArtifactError(f"{self.where}: ExecuTorch failed at {t} tokens from {start} "
                                     f"({first_line(exc)})") from None
-        return out.numpy()[0].copy()  # (V,): the output buffer is the program's, reused by the next call
+        return out.numpy()[0]  # (V,): the binding returns a clone (its own tensor)
 
     def decoder(self) -> PteDecoder:
         return PteDecoder(self)
