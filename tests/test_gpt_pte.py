@@ -160,9 +160,9 @@ def test_a_tampered_gpt_pte_is_refused_before_it_is_loaded(pte_gpt: tuple[torch.
         raise AssertionError("the runner was reached")
 
     monkeypatch.setattr("mha_export.infer.gpt_pte_runner.gpt_pte_program", no_runtime)
-    with pytest.raises(ArtifactError, match="gpt.pte: sha256 .* differs from the manifest"):
+    with pytest.raises(ArtifactError, match=r"gpt\.pte: sha256 .* differs from the manifest"):
         Generator(copy, form=PTE_FORM)
-    with pytest.raises(ArtifactError, match="gpt.pte: sha256"):  # mha check: one line, exit 1 (as a tampered .onnx)
+    with pytest.raises(ArtifactError, match=r"gpt\.pte: sha256"):  # mha check: one line, exit 1 (as a tampered .onnx)
         check_generations(copy)
 
 
@@ -173,7 +173,7 @@ def test_a_manifest_whose_bounds_were_edited_is_refused(pte_gpt: tuple[torch.nn.
     doc = json.loads((copy / "manifest.json").read_text())
     doc["artifacts"][PTE_FORM]["bounds"]["context_length"] = 4096
     (copy / "manifest.json").write_text(json.dumps(doc))
-    with pytest.raises(ArtifactError, match="bounds .* in the manifest, expected"):
+    with pytest.raises(ArtifactError, match=r"bounds .* in the manifest, expected"):
         Generator(copy, form=PTE_FORM)
 
 

@@ -80,7 +80,8 @@ class PteGPT:
         """ids (T,) at positions start .. start + T - 1 -> (V,) logits of the last one; bounds checked first."""
         t, c = len(ids), self.bounds["context_length"]
         if not 1 <= t <= self.bounds["max_prefill_tokens"]:
-            raise ContractError(f"{self.where}: {t} tokens in one call, expected 1..{self.bounds['max_prefill_tokens']}")
+            raise ContractError(f"{self.where}: {t} tokens in one call, expected "
+                                f"1..{self.bounds['max_prefill_tokens']}")
         if start < 0 or start + t > c:
             raise ContractError(f"{self.where}: positions {start}..{start + t - 1} are beyond its context_length {c}")
         method = self.load()
