@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
 GPU_ORT := onnxruntime-gpu==1.31.1
 
-.PHONY: venv vocab export test lint bench serve-bench native-build native-test web-build web-test web chromium portability clean
+.PHONY: venv vocab export demo test lint bench serve-bench native-build native-test web-build web-test web chromium portability clean
 
 venv: $(STAMP)
 
@@ -40,7 +40,16 @@ vocab: $(VOCAB_STAMP)
 
 export: $(STAMP) $(VOCAB_STAMP)
 	$(VENV)/bin/mha export --out artifacts
-	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --out artifacts
+	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --variants decoder,inplace,int8,pte --out artifacts
+
+# A small book GPTModel trained offline on CPython's documentation topics (docs/demo.md), exported as
+# artifacts/gpt-demo with its golden generations; skipped when the recorded settings match.
+DEMO_GOLDEN := artifacts/gpt-demo/golden/generations.json
+demo: $(STAMP) $(VOCAB_STAMP)
+	$(PY) -m mha_export.demo.train --out artifacts
+
+$(DEMO_GOLDEN): $(STAMP) $(VOCAB_STAMP)
+	$(PY) -m mha_export.demo.train --out artifacts
 
 # Benchmark gpt2-small, then the whole GPT on gpt-124m (each exported first when its artifacts are missing); the
 # GPT bench writes artifacts/bench/gpt.json, its export's peak memory measured in a child process.
@@ -86,9 +95,11 @@ artifacts/%/golden/cases.json: $(STAMP)
 # The small GPT preset, with its golden generations (make export writes it too).
 GPT_GOLDEN := artifacts/gpt-mini/golden/generations.json
 $(GPT_GOLDEN): $(STAMP) $(VOCAB_STAMP)
-	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --out artifacts
+	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --variants decoder,inplace,int8,pte --out artifacts
 
-native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN)
+GPT_PRESETS := gpt-mini gpt-demo
+
+native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN) $(DEMO_GOLDEN)
 	@mkdir -p $(CHECKS); set -eo pipefail; for p in $(PRESETS); do \
 	  echo "== $$p: Python (onnxruntime, torch for mha.pt)"; $(VENV)/bin/mha check artifacts/$$p --json $(CHECKS)/python-$$p.json | tail -1; \
 	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p --json $(CHECKS)/c-$$p.json | tail -1; \
@@ -96,11 +107,12 @@ native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDE
 	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p --json $(CHECKS)/node-$$p.json | tail -1; \
 	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p --json $(CHECKS)/cpp-$$p.json | tail -1; \
 	done
-	@set -eo pipefail; \
-	  echo "== gpt-mini: Python (onnxruntime), golden generations"; $(VENV)/bin/mha check artifacts/gpt-mini --json $(CHECKS)/python-gpt-mini.json | tail -1; \
-	  echo "== gpt-mini: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/gpt-mini --json $(CHECKS)/c-gpt-mini.json | tail -1; \
-	  echo "== gpt-mini: C under AddressSanitizer + UBSan"; $(NATIVE)/c/build/mha_check_asan check artifacts/gpt-mini | tail -1; \
-	  echo "== gpt-mini: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/gpt-mini --json $(CHECKS)/node-gpt-mini.json | tail -1
+	@set -eo pipefail; for p in $(GPT_PRESETS); do \
+	  echo "== $$p: Python (onnxruntime; ExecuTorch for gpt.pte), golden generations"; $(VENV)/bin/mha check artifacts/$$p --json $(CHECKS)/python-$$p.json | tail -1; \
+	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p --json $(CHECKS)/c-$$p.json | tail -1; \
+	  echo "== $$p: C under AddressSanitizer + UBSan"; $(NATIVE)/c/build/mha_check_asan check artifacts/$$p | tail -1; \
+	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p --json $(CHECKS)/node-$$p.json | tail -1; \
+	done
 	@echo "== the manifest reader under AddressSanitizer + UBSan: truncations and random edits"
 	$(NATIVE)/c/build/json_fuzz_asan artifacts/seed/manifest.json 5000
 	@echo "== README embedding snippets on artifacts/seed"
@@ -127,11 +139,13 @@ chromium:
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
 # The WebAssembly backend in Node.js, one thread: every golden case of every artifact it can load.
-web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN)
+web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN) $(DEMO_GOLDEN)
 	@set -eo pipefail; for p in $(PRESETS); do \
 	  echo "== $$p: onnxruntime-web (wasm, Node.js)"; node $(WEB)/check.mjs artifacts/$$p --json artifacts/web/$$p.json | tail -2; \
 	done; \
-	echo "== gpt-mini: onnxruntime-web (wasm, Node.js), golden generations"; node $(WEB)/check.mjs artifacts/gpt-mini --json artifacts/web/gpt-mini.json | tail -1
+	for p in $(GPT_PRESETS); do \
+	  echo "== $$p: onnxruntime-web (wasm, Node.js), golden generations"; node $(WEB)/check.mjs artifacts/$$p --json artifacts/web/$$p.json | tail -1; \
+	done
 
 # The browser page on the artifacts/ folders: serves the repo root on loopback until Ctrl-C.
 web:
@@ -145,4 +159,4 @@ portability: $(STAMP)
 	$(PY) tools/portability.py --write README.md
 
 clean:
-	rm -rf artifacts/seed artifacts/gpt2-small artifacts/gpt-mini artifacts/gpt-124m artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache
+	rm -rf artifacts/seed artifacts/gpt2-small artifacts/gpt-mini artifacts/gpt-demo artifacts/gpt-demo-train artifacts/gpt-124m artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache

@@ -72,14 +72,14 @@ class GPTBenchServer(ServerProcess):
 
 
 def run_gpt_serve_bench(artifact: Path, *, log_dir: Path, max_batch: int, threads: int, scale: float = 1.0,
-                        rounds: int = ROUNDS, new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
+                        rounds: int = ROUNDS, new_tokens: int = NEW_TOKENS, ingress: str = "proxy") -> dict[str, Any]:
     """Both loads for `rounds` rounds on one server, solo prefills between them; the figures and the targets."""
     home = Path(tempfile.mkdtemp(prefix="mha-gbench-", dir="/tmp"))  # Ray's files; short for its socket paths
     gen = Generator(artifact, threads=threads)
     runs: list[dict[str, Any]] = []
     solo: list[float] = []
     started = time.time()
-    args = ["--max-batch", str(max_batch), "--threads", str(threads)]
+    args = ["--max-batch", str(max_batch), "--threads", str(threads), "--ingress", ingress]
 
     def load(url: str, name: str, round_: int) -> None:
         concurrency, requests = LOADS[name]
@@ -174,16 +174,18 @@ def summary_rows(result: dict[str, Any]) -> list[list[Any]]:
 @click.option("--rounds", type=click.IntRange(min=1), default=ROUNDS, show_default=True)
 @click.option("--new-tokens", type=click.IntRange(min=1), default=NEW_TOKENS, show_default=True,
               help="max_new_tokens of every request.")
+@click.option("--ingress", type=click.Choice(["proxy", "haproxy"]), default="proxy", show_default=True,
+              help="Passed to mha serve.")
 def main(artifact: Path, out: Path, max_batch: int, threads: int, scale: float, rounds: int,
-         new_tokens: int) -> None:
+         new_tokens: int, ingress: str) -> None:
     """Run the GPT serve bench and write gpt_serve.json."""
     try:
         result = run_gpt_serve_bench(artifact, log_dir=out / "gpt-serve-logs", max_batch=max_batch, threads=threads,
-                                     scale=scale, rounds=rounds, new_tokens=new_tokens)
+                                     scale=scale, rounds=rounds, new_tokens=new_tokens, ingress=ingress)
     except MHAError as exc:
         raise click.ClickException(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
-    json_path = out / "gpt_serve.json"
+    json_path = out / ("gpt_serve.json" if ingress == "proxy" else f"gpt_serve_{ingress}.json")
     write_file_atomic(json_path, (json.dumps(result, indent=2) + "\n").encode())
     click.echo(table(SUMMARY_HEADERS, summary_rows(result)) + "\n")
     click.echo(table(["target", "value", "goal", "met"],

@@ -53,8 +53,8 @@ def golden_generations(model: GPTModel, cfg: GPTConfig, encode: Callable[[str], 
         (f"greedy_t{n}", rng.integers(0, cfg.vocab_size, n).tolist(), None)
         for n in sorted({1, min(7, room), min(48, max(1, cfg.context_length // 4), room)})]
     if encode is not None:
-        ids = encode(TEXT_PROMPT)[:room]
-        if ids:
+        ids = encode(TEXT_PROMPT)
+        if len(ids) <= room:  # a cut prompt would no longer be the text's encoding
             prompts.append(("greedy_text", ids, TEXT_PROMPT))
     settings = [(name, p, text, 0.0, None, None) for name, p, text in prompts]
     for (temperature, top_k, seed), (_, p, text) in zip(SAMPLED, prompts[1::-1], strict=False):

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import ray
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -31,9 +32,11 @@ def generator_from_files(files: dict[str, bytes], *, form: str, provider: str, t
 class GenerateDeployment:
     """The HTTP ingress and the engine in one replica."""
 
-    def __init__(self, files: dict[str, bytes], *, form: str, provider: str, threads: int | None, max_batch: int,
+    def __init__(self, refs: dict[str, Any], *, form: str, provider: str, threads: int | None, max_batch: int,
                  info: dict[str, Any]) -> None:
+        files = {name: ray.get(ref) for name, ref in refs.items()}  # object refs: launcher._application says why
         gen = generator_from_files(files, form=form, provider=provider, threads=threads)
+        del files
         decoder = gen.decoder()
         assert isinstance(decoder, InPlaceDecoder)  # launcher.prepare refused the other form
         self.engine = BatchEngine(decoder, max_batch=max_batch, eos_id=gen.manifest.eos_id, tokenizer=gen.tokenizer)

@@ -36,6 +36,8 @@ from mha_runtime.serve.gpt_wire import (
 )
 
 log = logging.getLogger(__name__)
+# Prompt tokens prefilled between two decode steps (at least one prompt, however long).
+PREFILL_BUDGET = 128
 # What the engine tells a generation, in order: ("token", {"id", "text"?}) per new token, then exactly one of
 # ("done", the answer object) or ("error", {"error": line}).
 Event = tuple[str, dict[str, Any]]
@@ -81,6 +83,7 @@ class BatchEngine:
         decoder.allocate(max_batch)
         self.slots: list[Job | None] = [None] * max_batch
         self.queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self.pending: Job | None = None  # taken from the queue, waiting for the next step's prefill budget
         self.steps = 0  # decode steps run (tests read it: generations must share steps)
         self.cancelled = 0  # generations whose client left before the end, their slot freed early
         self.closed = False
@@ -100,7 +103,7 @@ class BatchEngine:
 
     def status(self) -> dict[str, int]:
         """What GET /v1/health reports: generations running and waiting, decode steps, generations cancelled."""
-        return {"running": self.busy(), "queued": self.queue.qsize(), "steps": self.steps,
+        return {"running": self.busy(), "queued": self.queue.qsize() + (self.pending is not None), "steps": self.steps,
                 "cancelled": self.cancelled}
 
     def _loop(self) -> None:
@@ -115,18 +118,28 @@ class BatchEngine:
                 self._fail_all(f"internal error: {type(exc).__name__}: {first_line(exc)}")
 
     def _admit(self, block: bool) -> None:
-        """Prefill queued jobs into free slots (waiting for one when nothing runs)."""
+        """Prefill queued jobs into free slots (waiting for one when nothing runs): at least one, then more while
+        this step's prompt tokens stay within PREFILL_BUDGET. Admitting a whole burst before one step would start
+        (and so end) its generations on the same step, and every later burst would queue behind a whole burst of
+        prefills again; spread over steps, each new request finds few prefills ahead of it."""
+        budget = PREFILL_BUDGET
         while None in self.slots:
-            try:
-                job = self.queue.get(block=block)
-            except queue.Empty:
-                return
-            block = False
+            if self.pending is None:
+                try:
+                    self.pending = self.queue.get(block=block)
+                except queue.Empty:
+                    return
+            job, block = self.pending, False
             if job is None:  # close()
                 return
             if job.cancelled:
+                self.pending = None
                 self.cancelled += 1
                 continue
+            tokens = len(job.request.prompt_ids)
+            if budget < PREFILL_BUDGET and tokens > budget:  # waits for the next step, first in line
+                return
+            self.pending, budget = None, budget - tokens
             slot = self.slots.index(None)  # the lowest: keeps the stepped range short
             self.slots[slot] = job
             try:
@@ -173,6 +186,9 @@ class BatchEngine:
             job.emit(("done", job.answer(time.perf_counter(), self.tokenizer)))
 
     def _free_cancelled(self) -> None:
+        if self.pending is not None and self.pending.cancelled:
+            self.pending = None
+            self.cancelled += 1
         for slot, job in enumerate(self.slots):
             if job is not None and job.cancelled:
                 self.slots[slot] = None

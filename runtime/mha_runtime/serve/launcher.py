@@ -193,6 +193,8 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
 
 def _application(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any]) -> Any:
     """The bound Serve application: the attention deployment, or the GPT's generate deployment."""
+    import ray
+
     settings = dict(num_replicas=options.replicas, graceful_shutdown_wait_loop_s=0.2,
                     graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S)
     if options.gpt:
@@ -200,8 +202,11 @@ def _application(options: ServeOptions, files: dict[str, bytes], info: dict[str,
 
         # Requests past the slots wait in the replica's engine queue (they join at the next free slot), so Serve
         # may hand a replica more than max_batch at once; Ray's default 5 would queue them in the proxy instead.
+        # A GPT's files go to the object store first and the deployment gets their refs: bound as bytes they would
+        # be pickled into the application's config, which Ray refuses for a 124M model (650 MB).
+        refs = {name: ray.put(data) for name, data in files.items()}
         return GenerateDeployment.options(max_ongoing_requests=max(4 * options.max_batch, 32), **settings).bind(
-            files, form=info["model"], provider=options.provider, threads=options.threads,
+            refs, form=info["model"], provider=options.provider, threads=options.threads,
             max_batch=options.max_batch, info=info)
     from mha_runtime.serve.app import ContextDeployment
 
