@@ -52,12 +52,16 @@ $(DEMO_GOLDEN): $(STAMP) $(VOCAB_STAMP)
 	$(PY) -m mha_export.demo.train --out artifacts
 
 # Benchmark gpt2-small, then the whole GPT on gpt-124m (each exported first when its artifacts are missing); the
-# GPT bench writes artifacts/bench/gpt.json, its export's peak memory measured in a child process.
+# GPT bench writes artifacts/bench/gpt.json, its export's peak memory measured in a child process; then every
+# runtime's tokens/s on gpt-mini and gpt-124m beside Python's (gpt_runtimes.json).
 bench: $(STAMP) $(VOCAB_STAMP)
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(VENV)/bin/mha bench --preset gpt2-small --artifacts artifacts --out artifacts/bench
 	@test -f artifacts/gpt-124m/manifest.json || $(VENV)/bin/mha export --gpt --preset gpt-124m --tokenizer $(VOCAB) --out artifacts
 	$(PY) -m mha_export.bench.gpt_bench --artifact artifacts/gpt-124m --out artifacts/bench --threads 2 --export-memory
+	@test -x $(NATIVE)/c/build/mha_check -a -d $(NATIVE)/node/node_modules -a -d $(NATIVE)/web/node_modules || $(MAKE) native-build web-build
+	@test -f $(GPT_GOLDEN) || $(MAKE) $(GPT_GOLDEN)
+	$(PY) -m mha_export.bench.gpt_runtimes --artifact artifacts/gpt-mini --artifact artifacts/gpt-124m --out artifacts/bench
 
 # mha serve on gpt2-small: batching against --max-batch 1, 2 replicas against 1, server against the direct runner
 # and against Ray Serve's no-op floor, through Serve's proxy and HAProxy; then generation on gpt-124m at
