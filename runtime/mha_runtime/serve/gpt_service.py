@@ -32,7 +32,7 @@ from mha_runtime.serve.gpt_wire import (
     parse_generate,
     sse_event,
 )
-from mha_runtime.serve.service import CONTRACT, HEALTH, Reply, error_reply, read_limited
+from mha_runtime.serve.service import CONTRACT, HEALTH, Reply, error_reply, read_limited, route_refusal
 
 ROUTES = {GENERATE: "POST", HEALTH: "GET", CONTRACT: "GET"}
 log = logging.getLogger(__name__)
@@ -57,10 +57,9 @@ class GenerateService:
     async def handle(self, method: str, path: str, headers: Mapping[str, str],
                      body: AsyncIterator[bytes]) -> Reply | StreamReply:
         path = path.rstrip("/") or "/"
-        if path not in ROUTES:
-            return error_reply(404, f"no route {path}; routes: {', '.join(f'{m} {p}' for p, m in ROUTES.items())}")
-        if method != ROUTES[path]:
-            return error_reply(405, f"{method} {path}: expected {ROUTES[path]}")
+        refused = route_refusal(method, path, ROUTES)
+        if refused is not None:
+            return refused
         try:
             if path == HEALTH:
                 return Reply(200, json.dumps({"status": "ok", **self.engine.status()}).encode())

@@ -54,6 +54,15 @@ def error_reply(status: int, message: str) -> Reply:
     return Reply(status, json.dumps({"error": line}).encode())
 
 
+def route_refusal(method: str, path: str, routes: Mapping[str, str]) -> Reply | None:
+    """404 for a path not in `routes` (path -> method), 405 for the wrong method; None when it is routed."""
+    if path not in routes:
+        return error_reply(404, f"no route {path}; routes: {', '.join(f'{m} {p}' for p, m in routes.items())}")
+    if method != routes[path]:
+        return error_reply(405, f"{method} {path}: expected {routes[path]}")
+    return None
+
+
 class ContextService:
     """Routes one HTTP request; `infer` runs one checked input (B, T, d_in) and may batch it with others.
     `max_batch` bounds each request's batch and, through wire.body_limit, its body."""
@@ -67,10 +76,9 @@ class ContextService:
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], body: AsyncIterator[bytes]) -> Reply:
         path = path.rstrip("/") or "/"
-        if path not in ROUTES:
-            return error_reply(404, f"no route {path}; routes: {', '.join(f'{m} {p}' for p, m in ROUTES.items())}")
-        if method != ROUTES[path]:
-            return error_reply(405, f"{method} {path}: expected {ROUTES[path]}")
+        refused = route_refusal(method, path, ROUTES)
+        if refused is not None:
+            return refused
         try:
             if path == HEALTH:
                 return Reply(200, json.dumps({"status": "ok"}).encode())
