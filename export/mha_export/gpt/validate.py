@@ -84,6 +84,14 @@ class References:
     first: np.ndarray  # (3, V): each mixed prompt's last-token logits
     greedy: list[list[int]]  # GREEDY_NEW greedy ids per prompt
 
+    def logit_rms(self) -> float:
+        """The RMS of every reference logit: the scale the int8 row's atol is a share of."""
+        total, count = 0.0, 0
+        for x in [c.expected for c in self.cases] + [self.first]:
+            total += float(np.sum(np.square(x.astype(np.float64))))
+            count += x.size
+        return (total / count) ** 0.5
+
 
 def references(model: GPTModel, cfg: GPTConfig) -> References:
     rng = np.random.default_rng(VALIDATION_SEED)

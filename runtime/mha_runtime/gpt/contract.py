@@ -71,15 +71,27 @@ class Form:
     kind: str  # "concat" | "inplace"
     dtype: str  # "fp32" | "int8"
     tolerance: Tolerance
+    atol_per_logit_rms: float | None = None  # set: atol is this times the RMS of the reference logits
+
+    def tolerance_for(self, logit_rms: float) -> Tolerance:
+        """The row the form is judged by on a model whose reference logits have this RMS (fixed rows ignore it)."""
+        if self.atol_per_logit_rms is None:
+            return self.tolerance
+        atol = float(f"{self.atol_per_logit_rms * logit_rms:.3g}")
+        return Tolerance(atol=atol, rtol=self.tolerance.rtol, rel_l2=self.tolerance.rel_l2)
 
 
 # fp32 rows: logits differ from eager by float reassociation only (worst seen 2.1e-6 on GPT_CONFIG_124M;
-# docs/gpt.md). int8: 8-bit weights in blocks of 32 moved GPT_CONFIG_124M's logits by 0.021 at most (relative L2
-# 0.008); the row leaves about 5x room, and the form is judged by greedy-token agreement too (in the manifest).
+# docs/gpt.md). int8: 8-bit weights in blocks of 32 move logits in proportion to their scale, so its atol is a
+# share of the reference logits' RMS (a fixed 0.1 failed the trained demo model, whose logits are 9x larger than
+# a random model's): the worst error was 0.039 RMS on random weights and 0.037 on the demo model, relative L2
+# 0.0085 at most (docs/gpt.md, "int8"); the row leaves 2.5x and 6x room, and the form is judged by greedy-token
+# agreement too (in the manifest). The manifest records the row as applied (atol in logit units).
 FORMS: dict[str, Form] = {
     CONCAT_FORM: Form(CONCAT_FORM, "concat", "fp32", tolerance=Tolerance(atol=1e-3, rtol=1e-4)),
     INPLACE_FORM: Form(INPLACE_FORM, "inplace", "fp32", tolerance=Tolerance(atol=1e-3, rtol=1e-4)),
-    INT8_FORM: Form(INT8_FORM, "inplace", "int8", tolerance=Tolerance(atol=0.1, rtol=0.0, rel_l2=0.05)),
+    INT8_FORM: Form(INT8_FORM, "inplace", "int8", tolerance=Tolerance(atol=0.0, rtol=0.0, rel_l2=0.05),
+                    atol_per_logit_rms=0.1),  # atol: tolerance_for(the model's logit RMS)
 }
 # The variant names of `mha export --gpt --variants`.
 GPT_VARIANTS = {"decoder": CONCAT_FORM, "inplace": INPLACE_FORM, "int8": INT8_FORM}
