@@ -151,6 +151,7 @@ def test_seeded_sampling_equals_python(temperature: float, top_k: int | None, se
             "--temperature", temperature, "--seed", seed] + (["--top-k", top_k] if top_k else [])
     want = _python(folder, PROMPT, max_new_tokens=40, temperature=temperature, top_k=top_k, seed=seed)
     assert _ids(_run(NODE, "generate", folder, *args)) == want
+    assert _ids(_run(NODE, "generate", folder, *args, "--warmup", 2)) == want  # the run after two untimed ones
     if seed == 123:  # wasm too, on both forms
         for form in FORMS:
             assert _ids(_run(WASM, "generate", folder, *args, "--form", form)) == want
@@ -223,6 +224,7 @@ def test_a_tampered_file_is_refused_before_running(name: str, book_gpt: tuple[to
     (["generate", "{dir}", "--prompt-ids", "1", "--max-new-tokens", "0"], 1, "max_new_tokens: expected an integer"),
     (["generate", "{dir}/nowhere", "--prompt-ids", "1"], 1, "expected a folder made by `mha export"),
     (["generate", "{dir}", "--prompt-ids", "1", "--form", "gpt.x.onnx"], 1, "no decoder gpt.x.onnx listed"),
+    (["generate", "{dir}", "--prompt-ids", "1", "--warmup", "-1"], 1, "--warmup: expected an integer from 0 to 100"),
 ])
 @pytest.mark.parametrize("runner", list(RUNNERS))
 def test_refusals_are_one_line(runner: str, args: list[str], code: int, message: str,

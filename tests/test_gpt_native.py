@@ -117,6 +117,8 @@ def test_generate_equals_python(book_gpt: tuple[object, Path], args: tuple[str, 
         assert c.stdout == ",".join(map(str, python["ids"][0])) + "\n"
     out = json.loads(_c("c", "generate", folder, *args, "--json").stdout)
     assert out["ids"] == python["ids"][0] and out["prompt_ids"] == python["prompt_ids"][0]
+    warm = _c("c", "generate", folder, *args, "--warmup", "2")  # the reported run after two untimed ones
+    assert warm.stdout == ",".join(map(str, python["ids"][0])) + "\n"
     assert out["time_to_first_token_s"] > 0 and out["tokens_per_s"] > 0 and out["stop"] == python["stops"][0]
 
 
@@ -142,6 +144,7 @@ def test_generate_equals_python(book_gpt: tuple[object, Path], args: tuple[str, 
     ((), "expected the prompt as --prompt-ids 1,2,3"),
     (("--prompt-ids", "1", "--bogus"), "unexpected argument '--bogus'"),
     (("--prompt-ids", "1", "--prompt-ids", "2"), "--prompt-ids: given twice"),
+    (("--prompt-ids", "1", "--warmup", "101"), "--warmup: expected an integer from 0 to 100, got '101'"),
 ])
 def test_generate_refuses_bad_arguments(runner: str, book_gpt: tuple[object, Path], args: tuple[str, ...],
                                         message: str) -> None:

@@ -3,8 +3,11 @@
 Each runner generates the same greedy tokens from the same prompt (eos off) and reports its own tokens/s over the
 tokens after the first (each measures inside its process, so process and session start are not counted): Python
 (`Generator`, gpt.inplace.onnx), C (`mha_check generate --json`), Node (`cli.js generate --json`), wasm in Node
-(`check.mjs generate --json`) and ExecuTorch (gpt.pte, when the folder has it). Rounds interleave the runners
-with a settle pause; the figures are medians, and every runner's ids must equal Python's.
+(`check.mjs generate --json`) and ExecuTorch (gpt.pte, when the folder has it). Each runner first makes WARMUP
+untimed generations of the same request in its own process (`--warmup`): V8 runs onnxruntime-web's wasm on its
+baseline compiler until its optimizing tier is done, so a fresh process's first generation says how long V8
+compiles, not how fast the runtime decodes (docs/gpt.md, "Tokens/s in every runtime"). Rounds interleave the
+runners with a settle pause; the figures are medians, and every runner's ids must equal Python's.
 """
 from __future__ import annotations
 
@@ -26,12 +29,14 @@ REPO = Path(__file__).resolve().parents[3]
 NATIVE = REPO / "runtime" / "native"
 PROMPT = [6109, 3626, 6100, 345]  # "Every effort moves you"
 SETTLE_S = 0.5
+WARMUP = 3  # untimed generations before the timed one, in every runner
 TARGETS = {"c": 1.1, "wasm": 4.0}  # the most Python's tokens/s may be of each runner's
 
 
 def external(name: str, folder: Path, new: int, threads: int) -> list[str]:
     ids = ",".join(map(str, PROMPT))
-    common = [str(folder), "--prompt-ids", ids, "--max-new-tokens", str(new), "--no-eos", "--json"]
+    common = [str(folder), "--prompt-ids", ids, "--max-new-tokens", str(new), "--no-eos", "--json",
+              "--warmup", str(WARMUP)]
     if name == "c":
         return [str(NATIVE / "c" / "build" / "mha_check"), "generate", *common, "--threads", str(threads)]
     if name == "node":
@@ -42,6 +47,8 @@ def external(name: str, folder: Path, new: int, threads: int) -> list[str]:
 def run_once(name: str, folder: Path, new: int, threads: int, gens: dict[str, Generator]) -> tuple[float, list[int]]:
     """(tokens/s, ids) of one generation by runner `name`."""
     if name in gens:
+        for _ in range(WARMUP):
+            gens[name].generate([PROMPT], max_new_tokens=new, eos_id=None)
         g = gens[name].generate([PROMPT], max_new_tokens=new, eos_id=None)
         return g.tokens_per_s, g.ids[0]
     out = subprocess.run(external(name, folder, new, threads), capture_output=True, text=True, timeout=1800)
@@ -72,6 +79,7 @@ def bench(folder: Path, *, new: int, rounds: int, threads: int) -> dict[str, Any
     targets = [{"target": f"Python's tokens/s over {n}'s", "value": ratios[n], "goal": f"<= {goal:g}",
                 "met": ratios[n] <= goal} for n, goal in TARGETS.items()]
     return {"artifact": str(folder), "prompt": PROMPT, "new_tokens": new, "rounds": rounds, "threads": threads,
+            "warmup": WARMUP,
             "tokens_per_s": samples, "median_tokens_per_s": medians, "python_over": ratios, "targets": targets}
 
 

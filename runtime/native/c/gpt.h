@@ -2,7 +2,7 @@
  * its in-place decoder gpt.inplace.onnx with the ONNX Runtime C API and IO binding, token ids in and out.
  *
  *   mha_check generate DIR --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
- *                          [--no-eos] [--threads N] [--json]
+ *                          [--no-eos] [--threads N] [--warmup N] [--json]
  *   mha_check check DIR [--json FILE]       (on a GPT folder: every golden generation of golden/generations.json)
  *
  * The contract (runtime/mha_runtime/gpt/contract.py, also manifest["contract"]): input_ids int64 [B, T],

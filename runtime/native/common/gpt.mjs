@@ -690,10 +690,12 @@ export async function checkGenerations(ort, io, { openSession, alias = false, To
 
 // ---- the command line of `generate` (Node and wasm-in-Node share it) -------------------------------------------
 // generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
-//          [--no-eos] [--form FILE] [--threads N] [--json] [--text]; null when it is not that form.
+//          [--no-eos] [--form FILE] [--threads N] [--warmup N] [--json] [--text]; null when it is not that form.
+// --warmup N: N untimed generations of the same request first (a fresh process's first one includes the runtime's
+// own start: V8 runs onnxruntime-web's wasm on its baseline compiler until the optimizing tier has compiled it).
 export function parseGenerateArgs(argv) {
   const o = { dir: null, promptIds: null, prompt: null, maxNewTokens: 32, temperature: 0, topK: null, seed: null,
-    eos: true, form: null, threads: null, json: false, text: false };
+    eos: true, form: null, threads: null, warmup: 0, json: false, text: false };
   const number = (flag, text) => {
     const v = /^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$/.test(text) ? Number(text) : NaN;
     if (!Number.isFinite(v)) throw new ContractError(`${flag}: expected a number, got '${text.slice(0, 30)}'`);
@@ -718,6 +720,7 @@ export function parseGenerateArgs(argv) {
     else if (a === '--seed') o.seed = seedValue(value());
     else if (a === '--form') o.form = value();
     else if (a === '--threads') o.threads = integer(a, value());
+    else if (a === '--warmup') o.warmup = integer(a, value());
     else if (a === '--no-eos') o.eos = false;
     else if (a === '--eos') o.eos = true;
     else if (a === '--json') o.json = true;
@@ -730,6 +733,7 @@ export function parseGenerateArgs(argv) {
     throw new ContractError('give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)');
   }
   if (o.threads !== null && o.threads < 1) throw new ContractError(`--threads: expected an integer >= 1, got ${o.threads}`);
+  if (o.warmup < 0 || o.warmup > 100) throw new ContractError(`--warmup: expected an integer from 0 to 100, got ${o.warmup}`);
   return o;
 }
 
@@ -754,8 +758,9 @@ export async function runGenerate(decoder, manifest, tokenizer, o, { onToken = n
     prompt = tokenizer.encode(o.prompt);
   }
   const eosId = o.eos ? manifest.eos_id : null;
-  const out = await generate(decoder, prompt, { maxNewTokens: o.maxNewTokens, temperature: o.temperature, topK: o.topK,
-    seed: o.seed, eosId, onToken });
+  const request = { maxNewTokens: o.maxNewTokens, temperature: o.temperature, topK: o.topK, seed: o.seed, eosId };
+  for (let w = 0; w < (o.warmup || 0); w++) await generate(decoder, prompt, request);
+  const out = await generate(decoder, prompt, { ...request, onToken });
   delete out.first_logits;
   return { prompt_ids: prompt, ...out, text: tokenizer ? tokenizer.decode(out.ids) : null };
 }

@@ -8,7 +8,7 @@
 // mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin    one input as raw little-endian float32
 // On a GPT folder (made by `mha export --gpt`, see gpt.js):
 // mha-node generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T --top-k K --seed S]
-//                   [--no-eos] [--form FILE] [--threads N] [--json | --text]
+//                   [--no-eos] [--form FILE] [--threads N] [--warmup N] [--json | --text]
 //                                                      the new ids as one line of comma-separated integers (greedy
 //                                                      by default), --text the new text as it is made, --json one
 //                                                      object with the ids and time_to_first_token_s, tokens_per_s
@@ -120,7 +120,7 @@ async function main(argv) {
   }
   console.error('usage: mha-node check ARTIFACT_DIR [--json FILE] | mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin'
     + ' | mha-node generate GPT_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T]'
-    + ' [--top-k K] [--seed S] [--no-eos] [--form FILE] [--threads N] [--json | --text]');
+    + ' [--top-k K] [--seed S] [--no-eos] [--form FILE] [--threads N] [--warmup N] [--json | --text]');
   return 2;
 }
 

@@ -9,7 +9,7 @@
 // On a GPT folder (manifest kind "gpt", made by `mha export --gpt`) the check runs every golden generation
 // (golden/generations.json) on gpt.onnx and gpt.inplace.onnx through runtime/native/common/gpt.mjs, and
 // node check.mjs generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T --top-k K
-//   --seed S] [--no-eos] [--form FILE] [--json | --text]
+//   --seed S] [--no-eos] [--form FILE] [--warmup N] [--json | --text]
 // prints the new ids as one line of comma-separated integers (or the text as it is made, or one JSON object with
 // time_to_first_token_s and tokens_per_s), as `mha-node generate` does.
 import crypto from 'node:crypto';
@@ -160,7 +160,7 @@ async function main(argv) {
     const o = gpt.parseGenerateArgs(argv.slice(1));
     if (!o || o.threads !== null) {
       console.error(`${USAGE}\n       node check.mjs generate GPT_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] `
-        + '[--temperature T] [--top-k K] [--seed S] [--no-eos] [--form FILE] [--json | --text]');
+        + '[--temperature T] [--top-k K] [--seed S] [--no-eos] [--form FILE] [--warmup N] [--json | --text]');
       return 2;
     }
     return generateGpt(o);
