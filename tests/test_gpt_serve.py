@@ -115,7 +115,7 @@ def test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs(b
         return GenerateRequest([rng.randrange(vocab) for _ in range(n)], new, **kw)
 
     reqs = [request(5, 14), request(9, 7, temperature=0.9, top_k=40, seed=7), request(1, 11),
-            request(20, 9, temperature=1.3, seed=3), request(3, 12, temperature=0.7, seed=11), request(2, 30)]
+            request(20, 9, temperature=1.3, seed=3), request(3, 12, temperature=0.7, seed=11), request(24, 20)]
     eos = solo(ref, reqs[2], None)[0][4]  # the 5th greedy token of request 2: it leaves by eos there
     clients = [Client(r) for r in reqs]
     engine = BatchEngine(Generator(folder).decoder(), max_batch=3, eos_id=eos, tokenizer=None)
@@ -123,6 +123,8 @@ def test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs(b
     clients[0].hooks[2] = lambda: engine.submit(clients[1].job)
     clients[1].hooks[1] = lambda: (engine.submit(clients[2].job), engine.submit(clients[3].job),
                                    engine.submit(clients[5].job))  # 3 waits for a slot, 5 for another
+    for n in range(1, 10):  # how many ran beside request 3 at each of its tokens (the prefill lane joins
+        clients[3].hooks[n] = lambda: busy.append(engine.busy())  # them at step boundaries it does not choose)
     clients[3].hooks[2] = lambda: (busy.append(engine.busy()), engine.submit(clients[4].job))
     clients[5].hooks[3] = lambda: setattr(clients[5].job, "cancelled", True)  # its client leaves
     try:
@@ -137,8 +139,42 @@ def test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs(b
         assert (a["ids"], a["stop"]) == solo(ref, r, eos), r
     assert answers[2]["stop"] == "eos" and len(answers[2]["ids"]) == 4
     assert engine.status()["cancelled"] == 1 and not clients[5].done.is_set()  # no done for a client that left
-    assert busy == [3]  # request 3 ran beside two others
+    assert max(busy) == 3  # request 3 ran beside two others
     assert engine.steps < sum(len(a["ids"]) for a in answers)  # generations shared steps
+
+
+def _prefill_order(folder: Path) -> tuple[list[str], dict[str, Client]]:
+    """One slot, held by a running generation; a long prompt, then a short one, queued behind it: the order their
+    first tokens came in, and the two clients."""
+    running = Client(GenerateRequest([5, 6, 7], 6))
+    waiting = {"long": Client(GenerateRequest(list(range(100, 130)), 4)), "short": Client(GenerateRequest([9], 4))}
+    order: list[str] = []
+    for name, client in waiting.items():
+        client.hooks[1] = lambda name=name: order.append(name)
+    engine = BatchEngine(Generator(folder).decoder(), max_batch=1, eos_id=None, tokenizer=None)
+    running.hooks[1] = lambda: [engine.submit(c.job) for c in waiting.values()]  # sent while it holds the slot
+    try:
+        engine.submit(running.job)
+        for client in [running, *waiting.values()]:
+            client.answer()
+    finally:
+        engine.close()
+    return order, waiting
+
+
+def test_the_shortest_waiting_prompt_is_prefilled_first_and_the_oldest_after_its_age_limit(
+        book_gpt: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The short prompt is prefilled first; with the age limit at 0 the oldest (the long one) is. Every answer
+    equals its solo run."""
+    import mha_runtime.serve.gpt_engine as engine_module
+
+    ref = Generator(book_gpt[1])
+    for age_limit, order in ((60.0, ["short", "long"]), (0.0, ["long", "short"])):
+        monkeypatch.setattr(engine_module, "AGE_LIMIT_S", age_limit)
+        got, clients = _prefill_order(book_gpt[1])
+        assert got == order
+        for client in clients.values():
+            assert client.answer()["ids"] == solo(ref, client.request, None)[0]
 
 
 # ---- real servers ---------------------------------------------------------------------------------------------

@@ -42,7 +42,6 @@ class GenerateDeployment:
         self.engine = BatchEngine(decoder, max_batch=max_batch, eos_id=gen.manifest.eos_id, tokenizer=gen.tokenizer)
         encode = gen.tokenizer.encode if gen.tokenizer is not None else None
         self.service = GenerateService(config=gen.config, info=info, engine=self.engine, encode=encode)
-        decoder.prefill_row(0, [0])  # warm-up: the first request is not slow (the engine owns row 0 only later)
 
     async def __call__(self, request: Request) -> Response:
         reply = await self.service.handle(request.method, request.url.path, request.headers, request.stream())

@@ -1,11 +1,18 @@
 """Iteration-level batching of generations over the in-place cache (torch-free): one slot per generation.
 
-One thread owns the decoder. Before every step it admits queued requests into free slots (each prompt prefilled
-alone at batch 1 into its slot's rows of the cache, so it starts exactly as it would alone), then runs one step
-for the slots 0..n-1 (n: one past the highest busy slot; a free slot inside that range is fed token 0 at
-position 0 of its own rows, which nothing reads). A finished or cancelled generation leaves at once and its slot
-is reused by the next request. Rows never mix (attention is per row), and each generation samples from its own
-PCG64 stream, so every answer equals the same request generated alone: the proof is tests/test_gpt_serve.py.
+Two threads share the decoder's session (ONNX Runtime runs concurrent calls on one session):
+- The prefill lane takes waiting requests one at a time, whenever a slot is free for one (the shortest prompt
+  first, the oldest once it has waited AGE_LIMIT_S), and prefills the prompt alone at batch 1 into its own
+  one-row cache, so the prompt starts exactly as it would alone. It samples and
+  sends the first token at once, copies the prompt's keys and values out, and hands the generation over.
+- The step thread owns the batch cache. Before every step it pastes each handed-over prefix into a free slot's
+  rows, then runs one step for the slots 0..n-1 (n: one past the highest busy slot; a free slot inside that range
+  is fed token 0 at position 0 of its own rows, which nothing reads). A finished or cancelled generation leaves
+  at once and its slot is reused.
+So a new request waits for the prefills ahead of it, not for the running batch's steps, and the batch keeps
+stepping while a prompt is prefilled. Rows never mix (attention is per row), and each generation samples from
+its own PCG64 stream, so every answer equals the same request generated alone: the proof is
+tests/test_gpt_serve.py.
 """
 from __future__ import annotations
 
@@ -36,8 +43,6 @@ from mha_runtime.serve.gpt_wire import (
 )
 
 log = logging.getLogger(__name__)
-# Prompt tokens prefilled between two decode steps (at least one prompt, however long).
-PREFILL_BUDGET = 128
 # What the engine tells a generation, in order: ("token", {"id", "text"?}) per new token, then exactly one of
 # ("done", the answer object) or ("error", {"error": line}).
 Event = tuple[str, dict[str, Any]]
@@ -73,21 +78,40 @@ class Job:
         return body
 
 
+# How often a request waiting for a free slot looks whether its client has left.
+CANCEL_POLL_S = 0.05
+# The prefill lane takes the shortest waiting prompt first, the oldest once it has waited this long.
+AGE_LIMIT_S = 1.0
+# One prompt's cache as the prefill lane hands it over: per layer (keys, values), each (H, T, D).
+Prefix = list[tuple[np.ndarray, np.ndarray]]
+
+
 class BatchEngine:
-    """`submit` from any thread; the generations run on the engine's own thread, at most `max_batch` at once."""
+    """`submit` from any thread; prefills run on the engine's prefill lane, steps on its step thread, at most
+    `max_batch` generations at once."""
 
     def __init__(self, decoder: InPlaceDecoder, *, max_batch: int, eos_id: int | None,
                  tokenizer: GPTTokenizer | None) -> None:
         self.decoder, self.config = decoder, decoder.config
         self.max_batch, self.eos_id, self.tokenizer = max_batch, eos_id, tokenizer
         decoder.allocate(max_batch)
+        self.lane = InPlaceDecoder(decoder.session, decoder.config, decoder.where)  # the prefill lane's own row
+        self.lane.allocate(1)
         self.slots: list[Job | None] = [None] * max_batch
         self.queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self.pending: Job | None = None  # taken from the queue, waiting for the next step's prefill budget
+        self.ready: queue.SimpleQueue[tuple[Job, Prefix] | None] = queue.SimpleQueue()
+        self.room = threading.Condition()  # guards slots and promised; notified when a slot frees
+        self.promised = 0  # slots held for generations in the prefill lane or handed over, not yet pasted
+        self.waiting: list[Job] = []  # taken from the queue by the prefill lane, in no order
+        self.prefilling = 0  # generations being prefilled (0 or 1)
         self.steps = 0  # decode steps run (tests read it: generations must share steps)
         self.cancelled = 0  # generations whose client left before the end, their slot freed early
         self.closed = False
+        self.lane.prefill_row(0, [0])  # warm-up of both bindings: the first request is not slow
+        decoder.step_rows([0], [0])
+        self.lane_thread = threading.Thread(target=self._lane_loop, name="gpt-prefill", daemon=True)
         self.thread = threading.Thread(target=self._loop, name="gpt-engine", daemon=True)
+        self.lane_thread.start()
         self.thread.start()
 
     def submit(self, job: Job) -> None:
@@ -96,6 +120,10 @@ class BatchEngine:
     def close(self) -> None:
         self.closed = True
         self.queue.put(None)
+        with self.room:
+            self.room.notify_all()
+        self.lane_thread.join(timeout=30)
+        self.ready.put(None)
         self.thread.join(timeout=30)
 
     def busy(self) -> int:
@@ -103,13 +131,94 @@ class BatchEngine:
 
     def status(self) -> dict[str, int]:
         """What GET /v1/health reports: generations running and waiting, decode steps, generations cancelled."""
-        return {"running": self.busy(), "queued": self.queue.qsize() + (self.pending is not None), "steps": self.steps,
-                "cancelled": self.cancelled}
+        queued = self.queue.qsize() + len(self.waiting) + self.prefilling + self.ready.qsize()
+        return {"running": self.busy(), "queued": queued,
+                "steps": self.steps, "cancelled": self.cancelled}
+
+    # ---- the prefill lane ---------------------------------------------------------------------------------------
+
+    def _lane_loop(self) -> None:
+        while not self.closed:
+            if not self.waiting:
+                first = self.queue.get()
+                if first is None:  # close()
+                    return
+                self.waiting.append(first)
+            with self.room:  # wait for a slot that no running or handed-over generation holds
+                while not self.closed and self.busy() + self.promised >= self.max_batch:
+                    self._gather()
+                    if not self.waiting:
+                        break
+                    self.room.wait(timeout=CANCEL_POLL_S)
+                if self.closed:
+                    return
+                self._gather()
+                if not self.waiting or self.busy() + self.promised >= self.max_batch:
+                    continue
+                job = self._next_job()
+                self.promised += 1
+                self.prefilling = 1
+            try:
+                prefix = self._prefill(job)
+            except Exception as exc:  # an ONNX Runtime failure: fail this generation, keep serving
+                log.exception("prefill failed")
+                job.emit(("error", {"error": f"internal error: {type(exc).__name__}: {first_line(exc)}"}))
+                prefix = None
+            with self.room:
+                self.prefilling = 0
+                if prefix is None:
+                    self.promised -= 1
+                    self.room.notify_all()
+                    continue
+            self.ready.put((job, prefix))
+
+    def _gather(self) -> None:
+        """Move newly queued requests into `waiting` and drop the ones whose client has left (under `room`)."""
+        while True:
+            try:
+                job = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:  # None: close(), which has set `closed`
+                self.waiting.append(job)
+        for job in [j for j in self.waiting if j.cancelled]:
+            self.waiting.remove(job)
+            self.cancelled += 1
+
+    def _next_job(self) -> Job:
+        """The shortest waiting prompt (a burst's short prompts are not kept behind its long ones), unless the
+        oldest request has waited AGE_LIMIT_S: then that one, so no prompt waits for ever."""
+        oldest = min(self.waiting, key=lambda j: j.arrived)
+        if time.perf_counter() - oldest.arrived >= AGE_LIMIT_S:
+            job = oldest
+        else:
+            job = min(self.waiting, key=lambda j: (len(j.request.prompt_ids), j.arrived))
+        self.waiting.remove(job)
+        return job
+
+    def _prefill(self, job: Job) -> Prefix | None:
+        """The prompt alone into the lane's row; the first token sent. -> its keys and values, or None when the
+        generation already ended (its first token was eos, or max_new_tokens is 1)."""
+        r = job.request
+        job.sampler = Sampler(1, temperature=r.temperature, top_k=r.top_k, seed=r.seed,
+                              vocab_size=self.config.vocab_size)
+        job.text = TextStream(self.tokenizer) if self.tokenizer is not None else None
+        logits = self.lane.prefill_row(0, r.prompt_ids)[None]  # (1, V)
+        job.past = len(r.prompt_ids)
+        self._take(job, logits)
+        if job.stop:
+            self._tell_done(job)
+            return None
+        t = job.past
+        return [(k[0, :, :t].copy(), v[0, :, :t].copy()) for k, v in zip(self.lane.keys, self.lane.values,
+                                                                          strict=True)]  # (H, T, D) each
+
+    # ---- the step thread ----------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
         while not self.closed:
             try:
-                self._admit(block=self.busy() == 0)
+                self._join(block=self.busy() == 0)
                 self._free_cancelled()
                 if self.busy():
                     self._step()
@@ -117,48 +226,32 @@ class BatchEngine:
                 log.exception("generation step failed")
                 self._fail_all(f"internal error: {type(exc).__name__}: {first_line(exc)}")
 
-    def _admit(self, block: bool) -> None:
-        """Prefill queued jobs into free slots (waiting for one when nothing runs): at least one, then more while
-        this step's prompt tokens stay within PREFILL_BUDGET. Admitting a whole burst before one step would start
-        (and so end) its generations on the same step, and every later burst would queue behind a whole burst of
-        prefills again; spread over steps, each new request finds few prefills ahead of it."""
-        budget = PREFILL_BUDGET
-        while None in self.slots:
-            if self.pending is None:
-                try:
-                    self.pending = self.queue.get(block=block)
-                except queue.Empty:
-                    return
-            job, block = self.pending, False
-            if job is None:  # close()
-                return
-            if job.cancelled:
-                self.pending = None
-                self.cancelled += 1
-                continue
-            tokens = len(job.request.prompt_ids)
-            if budget < PREFILL_BUDGET and tokens > budget:  # waits for the next step, first in line
-                return
-            self.pending, budget = None, budget - tokens
-            slot = self.slots.index(None)  # the lowest: keeps the stepped range short
-            self.slots[slot] = job
+    def _join(self, block: bool) -> None:
+        """Paste every handed-over prefix into the lowest free slot (waiting for one when nothing runs)."""
+        while True:
             try:
-                self._prefill(slot, job)
-            except Exception as exc:
-                log.exception("prefill failed")
-                self._finish(slot, error=f"internal error: {type(exc).__name__}: {first_line(exc)}")
+                item = self.ready.get(block=block)
+            except queue.Empty:
+                return
+            block = False
+            if item is None:  # close()
+                return
+            job, prefix = item
+            with self.room:
+                self.promised -= 1
+                if job.cancelled:
+                    self.cancelled += 1
+                    self.room.notify_all()
+                    continue
+                slot = self.slots.index(None)  # the lowest: keeps the stepped range short
+                t = job.past
+                for layer, (k, v) in enumerate(prefix):
+                    self.decoder.keys[layer][slot, :, :t] = k
+                    self.decoder.values[layer][slot, :, :t] = v
+                self.slots[slot] = job
 
-    def _prefill(self, slot: int, job: Job) -> None:
-        r = job.request
-        job.sampler = Sampler(1, temperature=r.temperature, top_k=r.top_k, seed=r.seed,
-                              vocab_size=self.config.vocab_size)
-        job.text = TextStream(self.tokenizer) if self.tokenizer is not None else None
-        logits = self.decoder.prefill_row(slot, r.prompt_ids)[None]  # (1, V)
-        job.past = len(r.prompt_ids)
-        self._take(slot, job, logits)
-
-    def _take(self, slot: int, job: Job, logits: np.ndarray) -> None:
-        """Sample the job's next token from its (1, V) logits, tell the client, and free the slot if it stopped."""
+    def _take(self, job: Job, logits: np.ndarray) -> None:
+        """Sample the job's next token from its (1, V) logits and tell the client; job.stop says if it ended."""
         assert job.sampler is not None
         token = job.sampler.next_ids(logits)[0]
         r = job.request
@@ -172,27 +265,30 @@ class BatchEngine:
             if job.text is not None:
                 data[TEXT] = job.text.push(token)
             job.emit(("token", data))
-        if job.stop:
-            self._finish(slot)
+
+    def _tell_done(self, job: Job) -> None:
+        if not job.cancelled:
+            job.emit(("done", job.answer(time.perf_counter(), self.tokenizer)))
 
     def _finish(self, slot: int, error: str | None = None) -> None:
-        job = self.slots[slot]
-        self.slots[slot] = None
+        with self.room:
+            job = self.slots[slot]
+            self.slots[slot] = None
+            self.room.notify_all()
         if job is None:
             return
         if error is not None:
             job.emit(("error", {"error": error}))
-        elif not job.cancelled:
-            job.emit(("done", job.answer(time.perf_counter(), self.tokenizer)))
+        else:
+            self._tell_done(job)
 
     def _free_cancelled(self) -> None:
-        if self.pending is not None and self.pending.cancelled:
-            self.pending = None
-            self.cancelled += 1
-        for slot, job in enumerate(self.slots):
-            if job is not None and job.cancelled:
-                self.slots[slot] = None
-                self.cancelled += 1
+        with self.room:
+            for slot, job in enumerate(self.slots):
+                if job is not None and job.cancelled:
+                    self.slots[slot] = None
+                    self.cancelled += 1
+                    self.room.notify_all()
 
     def _step(self) -> None:
         """One token for every busy slot, in one call over slots 0..n-1."""
@@ -205,7 +301,9 @@ class BatchEngine:
             job = self.slots[slot]
             if job is not None:
                 job.past += 1
-                self._take(slot, job, logits[slot:slot + 1])
+                self._take(job, logits[slot:slot + 1])
+                if job.stop:
+                    self._finish(slot)
 
     def _fail_all(self, line: str) -> None:
         for slot, job in enumerate(self.slots):
