@@ -46,9 +46,13 @@ class ContextDeployment:
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.0)
     async def run_batch(self, xs: list[np.ndarray]) -> list[Answer]:
         """Requests of any lengths, padded into one ONNX Runtime call per length group (batching.py says why
-        padding is exact, and when it is worth it). The calls run on a thread so that this replica's event loop
-        keeps accepting requests for the next batch."""
-        answers = await asyncio.to_thread(run_grouped, self.runner.run, xs, self.cost)
+        padding is exact, and when it is worth it). A batch of several runs on a thread so that this replica's
+        event loop keeps accepting requests for the next batch; a lone request runs on the loop itself (the
+        thread hop cost more than its own run at T=16: docs/serving.md, "Server overhead")."""
+        if len(xs) == 1:
+            answers = run_grouped(self.runner.run, xs, self.cost)
+        else:
+            answers = await asyncio.to_thread(run_grouped, self.runner.run, xs, self.cost)
         return [Answer(out, size, tokens) for out, size, tokens in answers]
 
     async def __call__(self, request: Request) -> Response:
