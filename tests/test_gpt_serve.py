@@ -80,15 +80,18 @@ def test_a_text_prompt_needs_a_tokenizer_and_nan_is_refused() -> None:
 class Client:
     """One generation's events, collected on the engine's thread; `then` runs after the n-th token."""
 
-    def __init__(self, request: GenerateRequest) -> None:
+    def __init__(self, request: GenerateRequest, probe: Any = None) -> None:
         self.request, self.events = request, list[Event]()
         self.done = threading.Event()
         self.hooks: dict[int, Any] = {}
+        self.probe = probe  # called at every token after the first (those come from the batch's steps)
         self.job = Job(request, self.emit)
 
     def emit(self, event: Event) -> None:
         self.events.append(event)
         tokens = sum(1 for e, _ in self.events if e == "token")
+        if event[0] == "token" and tokens > 1 and self.probe is not None:
+            self.probe()
         if event[0] == "token" and tokens in self.hooks:
             self.hooks.pop(tokens)()
         if event[0] != "token":
@@ -105,7 +108,8 @@ class Client:
 def test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs(book_gpt: tuple[Any, Path]) -> None:
     """Three slots, six generations: each joins when an earlier one reaches some token, or waits for a free slot;
     they leave by max_new_tokens, by eos and by cancel at different steps. Every answer, greedy or seeded, equals
-    the same request alone, and the steps were shared."""
+    the same request alone, and the steps were shared. (The prefill lane joins a generation at a step boundary
+    that the load on the machine decides, so the test asserts sharing, not which generations met.)"""
     folder = book_gpt[1]
     ref = Generator(folder)
     rng = random.Random(5)
@@ -117,15 +121,13 @@ def test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs(b
     reqs = [request(5, 14), request(9, 7, temperature=0.9, top_k=40, seed=7), request(1, 11),
             request(20, 9, temperature=1.3, seed=3), request(3, 12, temperature=0.7, seed=11), request(24, 20)]
     eos = solo(ref, reqs[2], None)[0][4]  # the 5th greedy token of request 2: it leaves by eos there
-    clients = [Client(r) for r in reqs]
+    busy: list[int] = []  # slots busy at each stepped token of any generation
+    clients = [Client(r, probe=lambda: busy.append(engine.busy())) for r in reqs]
     engine = BatchEngine(Generator(folder).decoder(), max_batch=3, eos_id=eos, tokenizer=None)
-    busy: list[int] = []
     clients[0].hooks[2] = lambda: engine.submit(clients[1].job)
     clients[1].hooks[1] = lambda: (engine.submit(clients[2].job), engine.submit(clients[3].job),
                                    engine.submit(clients[5].job))  # 3 waits for a slot, 5 for another
-    for n in range(1, 10):  # how many ran beside request 3 at each of its tokens (the prefill lane joins
-        clients[3].hooks[n] = lambda: busy.append(engine.busy())  # them at step boundaries it does not choose)
-    clients[3].hooks[2] = lambda: (busy.append(engine.busy()), engine.submit(clients[4].job))
+    clients[3].hooks[2] = lambda: engine.submit(clients[4].job)
     clients[5].hooks[3] = lambda: setattr(clients[5].job, "cancelled", True)  # its client leaves
     try:
         engine.submit(clients[0].job)
@@ -139,8 +141,11 @@ def test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs(b
         assert (a["ids"], a["stop"]) == solo(ref, r, eos), r
     assert answers[2]["stop"] == "eos" and len(answers[2]["ids"]) == 4
     assert engine.status()["cancelled"] == 1 and not clients[5].done.is_set()  # no done for a client that left
-    assert max(busy) == 3  # request 3 ran beside two others
-    assert engine.steps < sum(len(a["ids"]) for a in answers)  # generations shared steps
+    assert max(busy) >= 2  # some steps ran two generations or more at once
+    # Alone, each generation takes one step per token after its first (eos too); the cancelled one took at
+    # least 2 (it was cancelled at its 3rd token). Fewer steps than that: steps were shared.
+    alone = sum(len(a["ids"]) - 1 + (a["stop"] == "eos") for a in answers) + 2
+    assert engine.steps < alone
 
 
 def _prefill_order(folder: Path) -> tuple[list[str], dict[str, Client]]:
