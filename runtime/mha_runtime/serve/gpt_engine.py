@@ -98,11 +98,10 @@ class BatchEngine:
         self.lane = InPlaceDecoder(decoder.session, decoder.config, decoder.where)  # the prefill lane's own row
         self.lane.allocate(1)
         self.slots: list[Job | None] = [None] * max_batch
-        self.queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.ready: queue.SimpleQueue[tuple[Job, Prefix] | None] = queue.SimpleQueue()
-        self.room = threading.Condition()  # guards slots and promised; notified when a slot frees
+        self.room = threading.Condition()  # guards slots, waiting and promised; notified on submit and free
         self.promised = 0  # slots held for generations in the prefill lane or handed over, not yet pasted
-        self.waiting: list[Job] = []  # taken from the queue by the prefill lane, in no order
+        self.waiting: list[Job] = []  # submitted, not yet taken by the prefill lane (in no order)
         self.prefilling = 0  # generations being prefilled (0 or 1)
         self.steps = 0  # decode steps run (tests read it: generations must share steps)
         self.cancelled = 0  # generations whose client left before the end, their slot freed early
@@ -115,12 +114,13 @@ class BatchEngine:
         self.thread.start()
 
     def submit(self, job: Job) -> None:
-        self.queue.put(job)
+        with self.room:
+            self.waiting.append(job)
+            self.room.notify_all()
 
     def close(self) -> None:
-        self.closed = True
-        self.queue.put(None)
         with self.room:
+            self.closed = True
             self.room.notify_all()
         self.lane_thread.join(timeout=30)
         self.ready.put(None)
@@ -131,30 +131,22 @@ class BatchEngine:
 
     def status(self) -> dict[str, int]:
         """What GET /v1/health reports: generations running and waiting, decode steps, generations cancelled."""
-        queued = self.queue.qsize() + len(self.waiting) + self.prefilling + self.ready.qsize()
+        queued = len(self.waiting) + self.prefilling + self.ready.qsize()
         return {"running": self.busy(), "queued": queued,
                 "steps": self.steps, "cancelled": self.cancelled}
 
     # ---- the prefill lane ---------------------------------------------------------------------------------------
 
     def _lane_loop(self) -> None:
-        while not self.closed:
-            if not self.waiting:
-                first = self.queue.get()
-                if first is None:  # close()
-                    return
-                self.waiting.append(first)
-            with self.room:  # wait for a slot that no running or handed-over generation holds
-                while not self.closed and self.busy() + self.promised >= self.max_batch:
-                    self._gather()
-                    if not self.waiting:
+        while True:
+            with self.room:  # a waiting request, and a slot that no running or handed-over generation holds
+                while True:
+                    if self.closed:
+                        return
+                    self._drop_cancelled()
+                    if self.waiting and self.busy() + self.promised < self.max_batch:
                         break
-                    self.room.wait(timeout=CANCEL_POLL_S)
-                if self.closed:
-                    return
-                self._gather()
-                if not self.waiting or self.busy() + self.promised >= self.max_batch:
-                    continue
+                    self.room.wait(timeout=CANCEL_POLL_S if self.waiting else None)
                 job = self._next_job()
                 self.promised += 1
                 self.prefilling = 1
@@ -172,15 +164,8 @@ class BatchEngine:
                     continue
             self.ready.put((job, prefix))
 
-    def _gather(self) -> None:
-        """Move newly queued requests into `waiting` and drop the ones whose client has left (under `room`)."""
-        while True:
-            try:
-                job = self.queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:  # None: close(), which has set `closed`
-                self.waiting.append(job)
+    def _drop_cancelled(self) -> None:
+        """Drop the waiting requests whose client has left (under `room`)."""
         for job in [j for j in self.waiting if j.cancelled]:
             self.waiting.remove(job)
             self.cancelled += 1
