@@ -65,7 +65,9 @@ def test_gpt_bench_writes_every_figure(mini: Path, tmp_path: Path) -> None:
     batch, first = report["batch"], report["first_token"]
     assert len(batch["prompt_lengths"]) == 8 and batch["form"] == decode["fastest_fp32"]
     _positive(batch["tokens_per_s"], batch["batch1_tokens_per_s"], batch["ratio_to_batch1"])
-    _positive(first["seconds"], first["floor_s"], first["ratio_to_floor"])
+    _positive(first["seconds"], first["floor_s"], first["ratio_to_floor"], first["paired_ratio_median"])
+    assert first["peak_flop_per_s"] >= max(report["matmul_peak"]["flop_per_s"], *first["peak_samples"])
+    assert first["best_seconds"] == min(first["samples"]) and len(first["samples"]) == len(first["peak_samples"])
     assert first["prefill_flops"] == prefill_flops(GPT_PRESETS["gpt-mini"], first["prompt_tokens"])
     assert "2*N*T" in first["formula"]
     profile = report["profile"]

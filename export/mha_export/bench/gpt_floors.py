@@ -67,23 +67,34 @@ def copy_bandwidth(*, threads: int, mib: int = COPY_MIB, repeats: int = COPY_REP
                       f"best of {repeats}"}
 
 
-def matmul_peak(*, threads: int, n: int = MATMUL_N, repeats: int = MATMUL_REPEATS) -> dict[str, Any]:
-    """FLOP/s of ONNX Runtime's float32 MatMul (n x n by n x n) at `threads`, best of `repeats`: the library and
-    thread pool the decoders run on."""
-    from onnx import TensorProto, helper
+class MatMulMeter:
+    """ONNX Runtime's float32 MatMul (n x n by n x n) at `threads`, one session kept so that it can be sampled
+    again later in the run (beside the figures set against it): the library and thread pool the decoders run on."""
 
-    spec = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [n, n]) for name in ("a", "b", "c")]
-    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul", spec[:2], spec[2:])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    session = ort.InferenceSession(model.SerializeToString(), options(threads), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    feeds = {"a": rng.standard_normal((n, n), np.float32), "b": rng.standard_normal((n, n), np.float32)}
-    session.run(None, feeds)
-    samples = []
-    for _ in range(repeats):
+    def __init__(self, *, threads: int, n: int = MATMUL_N) -> None:
+        from onnx import TensorProto, helper
+
+        spec = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [n, n]) for name in ("a", "b", "c")]
+        graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul", spec[:2], spec[2:])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        self.session = ort.InferenceSession(model.SerializeToString(), options(threads),
+                                            providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        self.feeds = {"a": rng.standard_normal((n, n), np.float32), "b": rng.standard_normal((n, n), np.float32)}
+        self.n, self.threads = n, threads
+        self.session.run(None, self.feeds)
+
+    def sample(self) -> float:
+        """FLOP/s of one timed MatMul."""
         start = time.perf_counter()
-        session.run(None, feeds)
-        samples.append(2 * n ** 3 / (time.perf_counter() - start))
+        self.session.run(None, self.feeds)
+        return 2 * self.n ** 3 / (time.perf_counter() - start)
+
+
+def matmul_peak(*, threads: int, n: int = MATMUL_N, repeats: int = MATMUL_REPEATS) -> dict[str, Any]:
+    """FLOP/s of ONNX Runtime's float32 MatMul (n x n by n x n) at `threads`, best of `repeats`."""
+    meter = MatMulMeter(threads=threads, n=n)
+    samples = [meter.sample() for _ in range(repeats)]
     return {"flop_per_s": max(samples), "samples": samples, "n": n, "threads": threads,
             "method": f"onnxruntime float32 MatMul {n}x{n}x{n}, best of {repeats}"}
 

@@ -4,8 +4,11 @@ Per block: SkipLayerNormalization (residual + bias + LayerNorm in one op) -> Mat
 GroupQueryAttention over past/present buffers of context_length rows (bound to one OrtValue, so the kernel
 writes only the new rows; each row has its own past_tokens, so batched rows need no padding) -> MatMul ->
 SkipLayerNormalization -> MatMul -> FastGelu (bias + tanh GELU) -> MatMul. Positions are past_tokens + 0..T-1
-per row. Only each row's last token reaches the head: decoding needs nothing else, and a 128-token prefill
-skips 127 of the 128 rows of the largest MatMul.
+per row. Only each row's last token reaches the head: decoding needs nothing else. The last block keeps every
+token up to its attention (GroupQueryAttention writes every prompt position's keys and values into the cache),
+then gathers the last token: its out projection, feed-forward and the head are position-wise, so the other rows
+could only be thrown away. A 128-token prefill skips 127 of 128 rows of the head and of the last block's out
+projection and feed-forward (docs/gpt.md, "Time to first token").
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ def inplace_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool,
     past64 = g.one("Unsqueeze", [g.one("Cast", [PAST_TOKENS], to=onnx.TensorProto.INT64), g.i64("axis_1", [1])])
     positions = g.one("Add", [past64, offsets])  # (B, T)
     x = add_embeddings(g, w, INPUT_IDS, positions)  # (B, T, E)
+    last_index = g.one("Sub", [t, g.i64("one_1d", [1])])  # (1,) the last token's position within this call
     skip = None  # the previous block's last MatMul output and its bias, folded into the next SkipLayerNorm
     for i, layer in enumerate(layers):
         if skip is None:
@@ -62,14 +66,15 @@ def inplace_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool,
         attention = g.one("GroupQueryAttention", [qkv, "", "", past_key(i), past_value(i), seqlens, total_max],
                           out=[f"h{i}.attention", present_key(i), present_value(i)], domain=MS,
                           num_heads=cfg.n_heads, kv_num_heads=cfg.n_heads)  # (B, T, E); scale 1/sqrt(D), causal
+        if i == cfg.n_layers - 1:  # the rest of the block is position-wise: only the last token goes on
+            attention = g.one("Gather", [attention, last_index], axis=1)  # (B, 1, E)
+            x = g.one("Gather", [x, last_index], axis=1)  # (B, 1, E) the residual, skip and bias added in
         m, _, _, x = g.op("SkipLayerNormalization", [x, g.one("MatMul", [attention, layer.out[0]]), *layer.ln2,
                                                      layer.out[1]], outputs=4, domain=MS, epsilon=LAYER_NORM_EPS)
         f = g.one("FastGelu", [g.one("MatMul", [m, layer.fc[0]]), layer.fc[1]], domain=MS)  # (B, T, 4E)
         skip = (g.one("MatMul", [f, layer.proj[0]]), layer.proj[1])
     assert skip is not None
-    last = g.one("Gather", [x, g.one("Sub", [t, g.i64("one_1d", [1])])], axis=1)  # (B, 1, E) before the last skip
-    last_skip = g.one("Gather", [skip[0], g.one("Sub", [t, "one_1d"])], axis=1)
-    final = g.op("SkipLayerNormalization", [last, last_skip, g.init("final.scale", w["final_norm.scale"]),
+    final = g.op("SkipLayerNormalization", [x, skip[0], g.init("final.scale", w["final_norm.scale"]),
                                             g.init("final.shift", w["final_norm.shift"]), skip[1]],
                  outputs=1, domain=MS, epsilon=LAYER_NORM_EPS)[0]  # (B, 1, E)
     flat = g.one("Squeeze", [final, "axis_1"])  # (B, E)
