@@ -108,10 +108,13 @@ def load_gpt(cfg: GPTConfig, weights: Path | None) -> tuple[GPTModel, dict[str, 
 
 
 def _save(build: Callable[[], Built], path: Path) -> None:
-    """Build, stream to the file (the weights are never copied into a ModelProto), then check the saved file."""
-    build().save(path)
+    """Build, check the graph (not re-reading the weights: check.py), then stream it to the file (the weights are
+    never copied into a ModelProto)."""
+    built = build()
+    built.check()
+    built.save(path)
+    del built
     gc.collect()
-    onnx.checker.check_model(str(path))
 
 
 def _build(file: str, path: Path, state: dict[str, torch.Tensor], config: GPTConfig, *, tied: bool) -> None:

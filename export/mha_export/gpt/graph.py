@@ -130,6 +130,13 @@ class Built:
 
         save_streamed(self.model, self.arrays, path)
 
+    def check(self) -> None:
+        """onnx.checker on the graph, the initializers as stubs of their names, types and shapes (check.py)."""
+        from mha_export.gpt.check import check_without_weights
+
+        check_without_weights(self.model, ((n, list(np.shape(a)), oh.np_dtype_to_tensor_dtype(np.asarray(a).dtype))
+                                           for n, a in self.arrays))
+
 
 def make_model(g: Graph, name: str, signature: dict[str, tuple[str, list[object]]], n_inputs: int,
                metadata: dict[str, str], *, contrib: bool) -> Built:

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import onnx
 import torch
+from onnx import numpy_helper
 
+from mha_export.gpt.check import check_model_light
 from mha_export.gpt.inplace import inplace_model
+from mha_export.gpt.stream_save import save_streamed
 from mha_runtime.gpt.config import GPTConfig
 
 BITS = 8
@@ -32,8 +35,9 @@ def build_int8(state: dict[str, torch.Tensor], cfg: GPTConfig, path: Path, *, ti
 
 
 def quantize_to(source: onnx.ModelProto, path: Path) -> None:
-    """Quantize `source` in place (its fp32 MatMul weights are replaced) and save it to `path`. The caller
-    keeps no other copy of the weights, so the peak is about the fp32 model once."""
+    """Quantize `source` in place (its fp32 MatMul weights are replaced) and save it to `path`, streamed (the
+    bytes equal onnx.save's, whose serialized copy of the whole model was the export's peak: docs/gpt.md). The
+    caller keeps no other copy of the weights, so the peak is about the fp32 model once."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     logger = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
@@ -45,6 +49,9 @@ def quantize_to(source: onnx.ModelProto, path: Path) -> None:
         quantizer.process()
     finally:
         logger.setLevel(level)
-    onnx.save(quantizer.model.model, str(path))
+    model = quantizer.model.model
     del quantizer
-    onnx.checker.check_model(str(path))  # the saved file, not a second serialized copy in memory
+    check_model_light(model)  # the graph, not a second copy of the weights (check.py)
+    arrays = [(t.name, numpy_helper.to_array(t)) for t in model.graph.initializer]
+    model.graph.ClearField("initializer")
+    save_streamed(model, arrays, path)
