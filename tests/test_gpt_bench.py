@@ -64,7 +64,8 @@ def test_gpt_bench_writes_every_figure(mini: Path, tmp_path: Path) -> None:
     assert len(ratios["fastest_fp32_to_runner"]) == 4  # the other fp32 form, genai, transformers, the torch loop
     batch, first = report["batch"], report["first_token"]
     assert len(batch["prompt_lengths"]) == 8 and batch["form"] == decode["fastest_fp32"]
-    _positive(batch["tokens_per_s"], batch["batch1_tokens_per_s"], batch["ratio_to_batch1"])
+    _positive(batch["tokens_per_s"], batch["batch1_tokens_per_s"], batch["ratio_to_batch1"],
+              batch["paired_ratio_median"])
     _positive(first["seconds"], first["floor_s"], first["ratio_to_floor"], first["paired_ratio_median"])
     assert first["peak_flop_per_s"] >= max(report["matmul_peak"]["flop_per_s"], *first["peak_samples"])
     assert first["best_seconds"] == min(first["samples"]) and len(first["samples"]) == len(first["peak_samples"])

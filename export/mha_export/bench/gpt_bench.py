@@ -58,6 +58,9 @@ from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.manifest import load_gpt_manifest
 
 SETTLE_S = 0.3  # between timed calls: the previous runner's spinning threads go idle
+# Rounds of each taking-turns part: a batch-1 generation's speed moved +-10% between neighbouring rounds on a quiet
+# machine (docs/gpt.md), so the medians take 5 (3 until 2026-12-02).
+ROUNDS = 5
 PROMPT_TOKENS, NEW_TOKENS, WARM_TOKENS = 32, 128, 4
 BATCH, BATCH_LENGTHS = 8, (8, 128)  # batch 8, prompt lengths spread evenly over 8..128
 TTFT_TOKENS, TTFT_REPEATS = 128, 11
@@ -167,9 +170,10 @@ def bench_batch(g: Generator, cfg: GPTConfig, *, rounds: int, new_tokens: int) -
              "batch1": lambda new=new_tokens: g.generate(one, max_new_tokens=new).tokens_per_s}
     samples = take_turns(calls, rounds, warm={n: (lambda c=c: c(WARM_TOKENS)) for n, c in calls.items()})
     b8, b1 = statistics.median(samples["batch8"]), statistics.median(samples["batch1"])
+    paired = statistics.median(a / b for a, b in zip(samples["batch8"], samples["batch1"], strict=True))
     return {"form": g.form, "batch": BATCH, "prompt_lengths": lengths, "new_tokens": new_tokens,
             "tokens_per_s": b8, "samples": samples["batch8"], "batch1_tokens_per_s": b1,
-            "batch1_samples": samples["batch1"], "ratio_to_batch1": b8 / b1,
+            "batch1_samples": samples["batch1"], "ratio_to_batch1": b8 / b1, "paired_ratio_median": paired,
             "measure": "new tokens after each row's first over the seconds after the prefill of all rows"}
 
 
@@ -219,7 +223,7 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
-def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = 3, new_tokens: int = NEW_TOKENS,
+def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = ROUNDS, new_tokens: int = NEW_TOKENS,
                   export_preset: str | None = None, copy_mib: int = COPY_MIB,
                   matmul_n: int = MATMUL_N) -> dict[str, Any]:
     """Every part of the bench on `folder`; the export's memory when `export_preset` is given."""
@@ -295,7 +299,7 @@ def format_report(result: dict[str, Any]) -> str:
              f"int8 / fp32       {d['ratios']['int8_to_fastest_fp32']:.2f}",
              f"batch {b['batch']} ({b['prompt_lengths'][0]}..{b['prompt_lengths'][-1]}-token prompts)  "
              f"{b['tokens_per_s']:.1f} tokens/s vs batch 1 {b['batch1_tokens_per_s']:.1f}: "
-             f"{b['ratio_to_batch1']:.2f}x",
+             f"{b['ratio_to_batch1']:.2f}x (each round's pair, median {b['paired_ratio_median']:.2f}x)",
              f"first token, {f['prompt_tokens']}-token prompt  {1e3 * f['seconds']:.0f} ms (median; best "
              f"{1e3 * f['best_seconds']:.0f}) vs floor {1e3 * f['floor_s']:.0f} ms ({f['prefill_flops'] / 1e9:.1f} "
              f"GFLOP at the run's best peak, {f['peak_flop_per_s'] / 1e9:.1f} GFLOP/s): {f['ratio_to_floor']:.2f}x "
@@ -317,7 +321,7 @@ def format_report(result: dict[str, Any]) -> str:
 @click.option("--artifact", type=click.Path(path_type=Path), default=Path("artifacts/gpt-124m"), show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("artifacts/bench"), show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=ROUNDS, show_default=True)
 @click.option("--new-tokens", type=click.IntRange(min=2), default=NEW_TOKENS, show_default=True)
 @click.option("--export-memory", is_flag=True,
               help="Also export the artifact's preset (its folder name) in a child process: peak RSS, seconds.")
