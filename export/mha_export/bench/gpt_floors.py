@@ -81,7 +81,7 @@ class MatMulMeter:
                                             providers=["CPUExecutionProvider"])
         rng = np.random.default_rng(0)
         self.feeds = {"a": rng.standard_normal((n, n), np.float32), "b": rng.standard_normal((n, n), np.float32)}
-        self.n, self.threads = n, threads
+        self.n = n
         self.session.run(None, self.feeds)
 
     def sample(self) -> float:
