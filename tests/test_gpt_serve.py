@@ -182,6 +182,47 @@ def test_the_shortest_waiting_prompt_is_prefilled_first_and_the_oldest_after_its
             assert client.answer()["ids"] == solo(ref, client.request, None)[0]
 
 
+def test_a_burst_is_prefilled_by_two_lanes_at_once_and_each_answer_equals_its_solo_run(
+        book_gpt: tuple[Any, Path]) -> None:
+    """Four requests arrive together. The lane that sends the first first token holds it until another first token
+    has come, which only a second lane prefilling at the same time can send (with one lane the wait would time
+    out). Every answer, greedy or seeded, equals the same request alone."""
+    ref = Generator(book_gpt[1])
+    rng = random.Random(11)
+    reqs = [GenerateRequest([rng.randrange(ref.config.vocab_size) for _ in range(n)], 6, **kw)
+            for n, kw in ((40, {}), (3, {"temperature": 0.8, "seed": 2}), (17, {}), (1, {"top_k": 5, "seed": 9}))]
+    clients = [Client(r) for r in reqs]
+    another = threading.Event()
+    lock = threading.Lock()
+    held: list[bool] = []  # the first first token's wait: True when another lane's first token released it
+    lanes: set[str] = set()
+
+    def first_token() -> None:
+        with lock:
+            lanes.add(threading.current_thread().name)
+            first = not held and not another.is_set()
+            if first:
+                held.append(False)
+        if first:
+            held[0] = another.wait(timeout=20)
+        else:
+            another.set()
+
+    for client in clients:
+        client.hooks[1] = first_token
+    engine = BatchEngine(Generator(book_gpt[1]).decoder(), max_batch=4, eos_id=None, tokenizer=None)
+    try:
+        with engine.room:  # all four wait before either lane looks
+            for client in clients:
+                engine.submit(client.job)
+        answers = [c.answer() for c in clients]
+    finally:
+        engine.close()
+    assert held == [True] and len(lanes) == 2  # the held lane was released by the other lane's first token
+    for r, a in zip(reqs, answers, strict=True):
+        assert (a["ids"], a["stop"]) == solo(ref, r, None), r
+
+
 # ---- real servers ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

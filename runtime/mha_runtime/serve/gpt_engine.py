@@ -1,10 +1,14 @@
 """Iteration-level batching of generations over the in-place cache (torch-free): one slot per generation.
 
-Two threads share the decoder's session (ONNX Runtime runs concurrent calls on one session):
-- The prefill lane takes waiting requests one at a time, whenever a slot is free for one (the shortest prompt
+The step thread and PREFILL_LANES prefill lanes share the decoder's session (ONNX Runtime runs concurrent calls
+on one session):
+- Each prefill lane takes waiting requests one at a time, whenever a slot is free for one (the shortest prompt
   first, the oldest once it has waited AGE_LIMIT_S), and prefills the prompt alone at batch 1 into its own
   one-row cache, so the prompt starts exactly as it would alone. It samples and
   sends the first token at once, copies the prompt's keys and values out, and hands the generation over.
+- With two lanes a burst of new requests is not prefilled one after another: on two cores the operating system
+  shares them between the two prefills and the step (docs/serving.md, "Generation bench": letting the step thread
+  wait while both lanes prefill measured no better).
 - The step thread owns the batch cache. Before every step it pastes each handed-over prefix into a free slot's
   rows, then runs one step for the slots 0..n-1 (n: one past the highest busy slot; a free slot inside that range
   is fed token 0 at position 0 of its own rows, which nothing reads). A finished or cancelled generation leaves
@@ -82,6 +86,8 @@ class Job:
 CANCEL_POLL_S = 0.05
 # The prefill lane takes the shortest waiting prompt first, the oldest once it has waited this long.
 AGE_LIMIT_S = 1.0
+# Prefill lanes: the second one serves bursts (several requests waiting at once).
+PREFILL_LANES = 2
 # One prompt's cache as the prefill lane hands it over: per layer (keys, values), each (H, T, D).
 Prefix = list[tuple[np.ndarray, np.ndarray]]
 
@@ -91,26 +97,30 @@ class BatchEngine:
     `max_batch` generations at once."""
 
     def __init__(self, decoder: InPlaceDecoder, *, max_batch: int, eos_id: int | None,
-                 tokenizer: GPTTokenizer | None) -> None:
+                 tokenizer: GPTTokenizer | None, lanes: int = PREFILL_LANES) -> None:
         self.decoder, self.config = decoder, decoder.config
         self.max_batch, self.eos_id, self.tokenizer = max_batch, eos_id, tokenizer
         decoder.allocate(max_batch)
-        self.lane = InPlaceDecoder(decoder.session, decoder.config, decoder.where)  # the prefill lane's own row
-        self.lane.allocate(1)
+        self.lanes = [InPlaceDecoder(decoder.session, decoder.config, decoder.where) for _ in range(lanes)]
+        for lane in self.lanes:  # each lane's own one-row cache
+            lane.allocate(1)
         self.slots: list[Job | None] = [None] * max_batch
         self.ready: queue.SimpleQueue[tuple[Job, Prefix] | None] = queue.SimpleQueue()
         self.room = threading.Condition()  # guards slots, waiting and promised; notified on submit and free
         self.promised = 0  # slots held for generations in the prefill lane or handed over, not yet pasted
         self.waiting: list[Job] = []  # submitted, not yet taken by the prefill lane (in no order)
-        self.prefilling = 0  # generations being prefilled (0 or 1)
+        self.prefilling = 0  # generations being prefilled (one per busy lane)
         self.steps = 0  # decode steps run (tests read it: generations must share steps)
         self.cancelled = 0  # generations whose client left before the end, their slot freed early
         self.closed = False
-        self.lane.prefill_row(0, [0])  # warm-up of both bindings: the first request is not slow
+        for lane in self.lanes:  # warm-up of every binding: the first requests are not slow
+            lane.prefill_row(0, [0])
         decoder.step_rows([0], [0])
-        self.lane_thread = threading.Thread(target=self._lane_loop, name="gpt-prefill", daemon=True)
+        self.lane_threads = [threading.Thread(target=self._lane_loop, args=(lane,), name=f"gpt-prefill-{i}",
+                                              daemon=True) for i, lane in enumerate(self.lanes)]
         self.thread = threading.Thread(target=self._loop, name="gpt-engine", daemon=True)
-        self.lane_thread.start()
+        for thread in self.lane_threads:
+            thread.start()
         self.thread.start()
 
     def submit(self, job: Job) -> None:
@@ -122,7 +132,8 @@ class BatchEngine:
         with self.room:
             self.closed = True
             self.room.notify_all()
-        self.lane_thread.join(timeout=30)
+        for thread in self.lane_threads:
+            thread.join(timeout=30)
         self.ready.put(None)
         self.thread.join(timeout=30)
 
@@ -137,7 +148,7 @@ class BatchEngine:
 
     # ---- the prefill lane ---------------------------------------------------------------------------------------
 
-    def _lane_loop(self) -> None:
+    def _lane_loop(self, lane: InPlaceDecoder) -> None:
         while True:
             with self.room:  # a waiting request, and a slot that no running or handed-over generation holds
                 while True:
@@ -149,20 +160,20 @@ class BatchEngine:
                     self.room.wait(timeout=CANCEL_POLL_S if self.waiting else None)
                 job = self._next_job()
                 self.promised += 1
-                self.prefilling = 1
+                self.prefilling += 1
             try:
-                prefix = self._prefill(job)
+                prefix = self._prefill(job, lane)
             except Exception as exc:  # an ONNX Runtime failure: fail this generation, keep serving
                 log.exception("prefill failed")
                 job.emit(("error", {"error": f"internal error: {type(exc).__name__}: {first_line(exc)}"}))
                 prefix = None
             with self.room:
-                self.prefilling = 0
+                self.prefilling -= 1
                 if prefix is None:
                     self.promised -= 1
-                    self.room.notify_all()
-                    continue
-            self.ready.put((job, prefix))
+                self.room.notify_all()
+            if prefix is not None:
+                self.ready.put((job, prefix))
 
     def _drop_cancelled(self) -> None:
         """Drop the waiting requests whose client has left (under `room`)."""
@@ -181,21 +192,21 @@ class BatchEngine:
         self.waiting.remove(job)
         return job
 
-    def _prefill(self, job: Job) -> Prefix | None:
+    def _prefill(self, job: Job, lane: InPlaceDecoder) -> Prefix | None:
         """The prompt alone into the lane's row; the first token sent. -> its keys and values, or None when the
         generation already ended (its first token was eos, or max_new_tokens is 1)."""
         r = job.request
         job.sampler = Sampler(1, temperature=r.temperature, top_k=r.top_k, seed=r.seed,
                               vocab_size=self.config.vocab_size)
         job.text = TextStream(self.tokenizer) if self.tokenizer is not None else None
-        logits = self.lane.prefill_row(0, r.prompt_ids)[None]  # (1, V)
+        logits = lane.prefill_row(0, r.prompt_ids)[None]  # (1, V)
         job.past = len(r.prompt_ids)
         self._take(job, logits)
         if job.stop:
             self._tell_done(job)
             return None
         t = job.past
-        return [(k[0, :, :t].copy(), v[0, :, :t].copy()) for k, v in zip(self.lane.keys, self.lane.values,
+        return [(k[0, :, :t].copy(), v[0, :, :t].copy()) for k, v in zip(lane.keys, lane.values,
                                                                           strict=True)]  # (H, T, D) each
 
     # ---- the step thread ----------------------------------------------------------------------------------------
