@@ -84,16 +84,16 @@ class Job:
 
 # How often a request waiting for a free slot looks whether its client has left.
 CANCEL_POLL_S = 0.05
-# The prefill lane takes the shortest waiting prompt first, the oldest once it has waited this long.
+# A prefill lane takes the shortest waiting prompt first, the oldest once it has waited this long.
 AGE_LIMIT_S = 1.0
 # Prefill lanes: the second one serves bursts (several requests waiting at once).
 PREFILL_LANES = 2
-# One prompt's cache as the prefill lane hands it over: per layer (keys, values), each (H, T, D).
+# One prompt's cache as a prefill lane hands it over: per layer (keys, values), each (H, T, D).
 Prefix = list[tuple[np.ndarray, np.ndarray]]
 
 
 class BatchEngine:
-    """`submit` from any thread; prefills run on the engine's prefill lane, steps on its step thread, at most
+    """`submit` from any thread; prefills run on the engine's prefill lanes, steps on its step thread, at most
     `max_batch` generations at once."""
 
     def __init__(self, decoder: InPlaceDecoder, *, max_batch: int, eos_id: int | None,
@@ -107,8 +107,8 @@ class BatchEngine:
         self.slots: list[Job | None] = [None] * max_batch
         self.ready: queue.SimpleQueue[tuple[Job, Prefix] | None] = queue.SimpleQueue()
         self.room = threading.Condition()  # guards slots, waiting and promised; notified on submit and free
-        self.promised = 0  # slots held for generations in the prefill lane or handed over, not yet pasted
-        self.waiting: list[Job] = []  # submitted, not yet taken by the prefill lane (in no order)
+        self.promised = 0  # slots held for generations in a prefill lane or handed over, not yet pasted
+        self.waiting: list[Job] = []  # submitted, not yet taken by a prefill lane (in no order)
         self.prefilling = 0  # generations being prefilled (one per busy lane)
         self.steps = 0  # decode steps run (tests read it: generations must share steps)
         self.cancelled = 0  # generations whose client left before the end, their slot freed early
@@ -146,7 +146,7 @@ class BatchEngine:
         return {"running": self.busy(), "queued": queued,
                 "steps": self.steps, "cancelled": self.cancelled}
 
-    # ---- the prefill lane ---------------------------------------------------------------------------------------
+    # ---- the prefill lanes --------------------------------------------------------------------------------------
 
     def _lane_loop(self, lane: InPlaceDecoder) -> None:
         while True:
