@@ -40,15 +40,28 @@ class ContextDeployment:
         self.run_batch.set_max_batch_size(max_batch)
         self.run_batch.set_batch_wait_timeout_s(batch_wait_s)
         self.cost = work(self.runner.config)
+        # With no batch wait, a request alone in the replica skips the batcher's queue (below).
+        self.bypass = batch_wait_s == 0.0
+        self.in_flight = 0  # HTTP requests inside this replica's __call__
         self.service = ContextService(config=self.runner.config, info=info, max_batch=max_batch,
-                                      infer=self.run_batch)
+                                      infer=self.infer)
+
+    async def infer(self, x: np.ndarray) -> Answer:
+        """One checked input (B, T, d_in) -> its Answer. A request alone in the replica runs at once, on the loop,
+        without `@serve.batch`'s queue and task hand-off (0.4-0.9 ms: docs/serving.md, "The lone request on the
+        loop"); a batcher would run it alone anyway, with nothing here to join it. While it runs the loop takes no
+        new request; requests that arrive meanwhile are two or more in the replica and batch as before."""
+        if self.bypass and self.in_flight == 1:
+            out, size, tokens = run_grouped(self.runner.run, [x], self.cost)[0]
+            return Answer(out, size, tokens)
+        return await self.run_batch(x)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.0)
     async def run_batch(self, xs: list[np.ndarray]) -> list[Answer]:
         """Requests of any lengths, padded into one ONNX Runtime call per length group (batching.py says why
         padding is exact, and when it is worth it). A batch of several runs on a thread so that this replica's
         event loop keeps accepting requests for the next batch; a lone request runs on the loop itself (the
-        thread hop cost more than its own run at T=16: docs/serving.md, "Server overhead")."""
+        thread hop cost more than its own run at T=16: docs/serving.md, "The lone request on the loop")."""
         if len(xs) == 1:
             answers = run_grouped(self.runner.run, xs, self.cost)
         else:
@@ -56,5 +69,9 @@ class ContextDeployment:
         return [Answer(out, size, tokens) for out, size, tokens in answers]
 
     async def __call__(self, request: Request) -> Response:
-        reply = await self.service.handle(request.method, request.url.path, request.headers, request.stream())
+        self.in_flight += 1
+        try:
+            reply = await self.service.handle(request.method, request.url.path, request.headers, request.stream())
+        finally:
+            self.in_flight -= 1
         return Response(reply.body, status_code=reply.status, media_type=reply.content_type, headers=reply.headers)
