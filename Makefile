@@ -75,6 +75,7 @@ serve-bench: $(STAMP) $(VOCAB_STAMP)
 	$(PY) -m mha_export.bench.serve_bench --artifact artifacts/gpt2-small --out artifacts/bench
 	@test -f artifacts/gpt-124m/gpt.pte -a -f artifacts/gpt-124m/golden/generations.json || $(GPT_124M_EXPORT)
 	$(PY) -m mha_export.bench.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench
+	$(PY) -m mha_export.bench.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench --ingress haproxy
 
 test: lint vocab native-test web-test
 	$(PY) -m pytest

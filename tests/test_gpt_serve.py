@@ -223,6 +223,45 @@ def test_a_burst_is_prefilled_by_two_lanes_at_once_and_each_answer_equals_its_so
         assert (a["ids"], a["stop"]) == solo(ref, r, None), r
 
 
+def _steps_while_prefilling(folder: Path, hold_s: float) -> tuple[int, list[dict[str, Any]], list[Client]]:
+    """A generation runs; a second request's prefill is held for `hold_s` at its first token (the lane still
+    counts it as prefilling). -> the steps the running one took meanwhile, both answers, both clients."""
+    running = Client(GenerateRequest([5, 6, 7], 40))
+    joining = Client(GenerateRequest(list(range(20, 32)), 5, temperature=0.8, seed=4))
+    stepped: list[int] = []
+
+    def hold() -> None:
+        before = engine.steps
+        time.sleep(hold_s)
+        stepped.append(engine.steps - before)
+
+    joining.hooks[1] = hold
+    engine = BatchEngine(Generator(folder).decoder(), max_batch=2, eos_id=None, tokenizer=None)
+    running.hooks[3] = lambda: engine.submit(joining.job)
+    try:
+        engine.submit(running.job)
+        answers = [running.answer(), joining.answer()]
+    finally:
+        engine.close()
+    return stepped[0], answers, [running, joining]
+
+
+def test_a_prefill_goes_first_and_the_running_batch_waits_for_it_at_most_its_limit(
+        book_gpt: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a prompt is prefilled the running generation takes no new step (a held prefill of 0.3 s, under the
+    limit; a step already under way when the lane took the prompt may end meanwhile); with the limit at 0.05 s it
+    steps anyway during a 0.6 s hold. Every answer equals its solo run."""
+    import mha_runtime.serve.gpt_engine as engine_module
+
+    ref = Generator(book_gpt[1])
+    for limit, hold_s in ((10.0, 0.3), (0.05, 0.6)):
+        monkeypatch.setattr(engine_module, "PREFILL_FIRST_MAX_S", limit)
+        stepped, answers, clients = _steps_while_prefilling(book_gpt[1], hold_s)
+        assert (stepped <= 1) if limit > hold_s else (stepped >= 3), (limit, stepped)
+        for client, answer in zip(clients, answers, strict=True):
+            assert (answer["ids"], answer["stop"]) == solo(ref, client.request, None), client.request
+
+
 # ---- real servers ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

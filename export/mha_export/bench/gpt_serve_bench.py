@@ -7,7 +7,8 @@ times a solo prefill with the Generator (the same decoder file and thread count 
 server idle meanwhile). Every answer is checked against that Generator after its load (`gen_loadtest`).
 Targets, judged here and never in tests: new tokens/s at c8 over c1 >= 3x (batching pays), time to first token
 p50 at c8 over the solo prefill's median <= 2x (a new request is not kept waiting behind the others), and no
-error or wrong answer.
+error or wrong answer. `make serve-bench` runs it through each ingress, Serve's proxy and HAProxy, one after the
+other, and judges each.
 """
 from __future__ import annotations
 
@@ -178,7 +179,7 @@ def summary_rows(result: dict[str, Any]) -> list[list[Any]]:
               help="Passed to mha serve.")
 def main(artifact: Path, out: Path, max_batch: int, threads: int, scale: float, rounds: int,
          new_tokens: int, ingress: str) -> None:
-    """Run the GPT serve bench and write gpt_serve.json."""
+    """Run the GPT serve bench and write gpt_serve.json (gpt_serve_haproxy.json behind HAProxy)."""
     try:
         result = run_gpt_serve_bench(artifact, log_dir=out / "gpt-serve-logs", max_batch=max_batch, threads=threads,
                                      scale=scale, rounds=rounds, new_tokens=new_tokens, ingress=ingress)

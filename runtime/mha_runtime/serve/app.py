@@ -48,12 +48,15 @@ class ContextDeployment:
 
     async def infer(self, x: np.ndarray) -> Answer:
         """One checked input (B, T, d_in) -> its Answer. A request alone in the replica runs at once, on the loop,
-        without `@serve.batch`'s queue and task hand-off (0.4-0.9 ms: docs/serving.md, "The lone request on the
-        loop"); a batcher would run it alone anyway, with nothing here to join it. While it runs the loop takes no
-        new request; requests that arrive meanwhile are two or more in the replica and batch as before."""
+        without `@serve.batch`'s queue and task hand-off (0.4-0.9 ms: docs/serving.md, "The lone request skips the
+        batcher"); a batcher would run it alone anyway. It first lets the loop turn once: requests already read
+        come in, and then it batches with them. Without that turn, requests that queue in the sockets while one
+        runs are taken one by one, each alone again, and behind HAProxy nothing was ever batched."""
         if self.bypass and self.in_flight == 1:
-            out, size, tokens = run_grouped(self.runner.run, [x], self.cost)[0]
-            return Answer(out, size, tokens)
+            await asyncio.sleep(0)  # one turn of the loop: requests already read get in first
+            if self.in_flight == 1:
+                out, size, tokens = run_grouped(self.runner.run, [x], self.cost)[0]
+                return Answer(out, size, tokens)
         return await self.run_batch(x)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.0)
