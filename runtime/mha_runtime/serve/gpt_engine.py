@@ -14,10 +14,10 @@ on one session):
   rows, then runs one step for the slots 0..n-1 (n: one past the highest busy slot; a free slot inside that range
   is fed token 0 at position 0 of its own rows, which nothing reads). A finished or cancelled generation leaves
   at once and its slot is reused.
-So a new request waits for the prefills ahead of it, not for the running batch's steps, and the batch pauses
-for at most PREFILL_FIRST_MAX_S while prompts are prefilled. Rows never mix (attention is per row), and each
-generation samples from its own PCG64 stream, so every answer equals the same request generated alone: the proof
-is tests/test_gpt_serve.py.
+So a new request waits for the prefills ahead of it, not for the running batch's steps, and while prompts are
+prefilled the batch waits at most PREFILL_FIRST_MAX_S before each step. Rows never mix (attention is per row),
+and each generation samples from its own PCG64 stream, so every answer equals the same request generated alone:
+the proof is tests/test_gpt_serve.py.
 """
 from __future__ import annotations
 
@@ -167,19 +167,20 @@ class BatchEngine:
                 job = self._next_job()
                 self.promised += 1
                 self.prefilling += 1
+            prefix = None
             try:
                 prefix = self._prefill(job, lane)
             except Exception as exc:  # an ONNX Runtime failure: fail this generation, keep serving
                 log.exception("prefill failed")
                 job.emit(("error", {"error": f"internal error: {type(exc).__name__}: {first_line(exc)}"}))
-                prefix = None
-            with self.room:  # handed over before the step thread, waiting on `room`, wakes to join it
-                self.prefilling -= 1
-                if prefix is None:
-                    self.promised -= 1
-                else:
-                    self.ready.put((job, prefix))
-                self.room.notify_all()
+            finally:  # even when telling the client failed: a count left up would hold every later step back
+                with self.room:  # handed over before the step thread, waiting on `room`, wakes to join it
+                    self.prefilling -= 1
+                    if prefix is None:
+                        self.promised -= 1
+                    else:
+                        self.ready.put((job, prefix))
+                    self.room.notify_all()
 
     def _drop_cancelled(self) -> None:
         """Drop the waiting requests whose client has left (under `room`)."""
