@@ -8,8 +8,8 @@ on one session):
   sends the first token at once, copies the prompt's keys and values out, and hands the generation over.
 - With two lanes a burst of new requests is not prefilled one after another.
 - A prompt goes first: while a lane prefills, the step thread waits (at most PREFILL_FIRST_MAX_S) before its
-  next step, as a prefill-first scheduler does. On two cores a prefill beside a running step took 1.2-1.4x its
-  solo time; alone it takes its solo time, and the steps lost no tokens/s (docs/serving.md, "Prefill first").
+  next step, as a prefill-first scheduler does: a prefill beside a running step is slower than alone on two
+  cores, and the steps lost no tokens/s by waiting (docs/serving.md, "Prefill first").
 - The step thread owns the batch cache. Before every step it pastes each handed-over prefix into a free slot's
   rows, then runs one step for the slots 0..n-1 (n: one past the highest busy slot; a free slot inside that range
   is fed token 0 at position 0 of its own rows, which nothing reads). A finished or cancelled generation leaves
