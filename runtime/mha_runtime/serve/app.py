@@ -64,7 +64,8 @@ class ContextDeployment:
         """Requests of any lengths, padded into one ONNX Runtime call per length group (batching.py says why
         padding is exact, and when it is worth it). A batch of several runs on a thread so that this replica's
         event loop keeps accepting requests for the next batch; a lone request runs on the loop itself (the
-        thread hop cost more than its own run at T=16: docs/serving.md, "Quiet runs, and the lone request on the loop")."""
+        thread hop cost more than its own run at T=16: docs/serving.md, "Quiet runs, and the lone request on the
+        loop")."""
         if len(xs) == 1:
             answers = run_grouped(self.runner.run, xs, self.cost)
         else:
