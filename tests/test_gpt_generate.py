@@ -11,7 +11,7 @@ import torch
 from mha_runtime.artifact.errors import ContractError
 from mha_runtime.gpt.contract import CONCAT_FORM, INPLACE_FORM
 from mha_runtime.gpt.generate import Generator
-from mha_runtime.gpt.sampling import probabilities
+from mha_runtime.gpt.sampling import Sampler, probabilities
 
 PROMPTS = [[464, 3290, 318], [15496, 11, 314, 716, 257, 2746, 286, 262, 1492, 13], [7, 8, 9, 10, 11, 12, 13, 14, 15,
                                                                                      16, 17, 18, 19, 20, 21]]
@@ -65,7 +65,9 @@ class _FixedLogits(torch.nn.Module):
         return self.logits[:, None, :].expand(idx.shape[0], idx.shape[1], -1)
 
 
-@pytest.mark.parametrize(("temperature", "top_k"), [(1.0, None), (0.7, 50), (1.5, 3), (0.3, 1000)])
+# The last two: the ends of the accepted range (sampling.TEMPERATURE_MIN and _MAX).
+@pytest.mark.parametrize(("temperature", "top_k"), [(1.0, None), (0.7, 50), (1.5, 3), (0.3, 1000), (1e-4, None),
+                                                    (1e4, 5)])
 def test_probabilities_equal_the_books_sampling_rule(monkeypatch: pytest.MonkeyPatch, temperature: float,
                                                      top_k: int | None) -> None:
     """ch05.generate's own probabilities, caught where it hands them to torch.multinomial."""
@@ -88,6 +90,20 @@ def test_probabilities_equal_the_books_sampling_rule(monkeypatch: pytest.MonkeyP
     np.testing.assert_allclose(ours, caught[0].numpy(), atol=1e-6, rtol=0)
     if top_k is not None:
         assert int((ours > 0).sum()) == top_k
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 5e-324, 1e39])
+def test_a_temperature_outside_the_range_where_the_books_rule_fails_is_refused(temperature: float) -> None:
+    """Past float32's reach the book's rule itself breaks (NaN probabilities, which torch.multinomial refuses): such
+    a temperature is refused in one line, not sampled into a silent eos."""
+    from llms_from_scratch import ch05
+
+    logits = torch.tensor(np.random.default_rng(4).normal(0, 3, (1, 50257)), dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="probability tensor contains either"):
+        ch05.generate(_FixedLogits(logits), torch.tensor([[1, 2]]), max_new_tokens=1, context_size=8,
+                      temperature=temperature, top_k=5)
+    with pytest.raises(ContractError, match=r"^temperature: expected 0 \(greedy\) or a number in 0.0001..10000, got"):
+        Sampler(1, temperature=temperature, top_k=5, seed=1, vocab_size=50257)
 
 
 def test_a_seed_gives_the_same_tokens_and_rows_equal_their_solo_runs(book_gpt: tuple[torch.nn.Module, Path]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tokenizers import Tokenizer
 
 from mha_export.gpt.export import export_gpt
 from mha_runtime.artifact.errors import RequestError
@@ -48,7 +49,11 @@ def solo(gen: Generator, r: GenerateRequest, eos_id: int | None) -> tuple[list[i
     ({"prompt_ids": [1] * 250, "max_new_tokens": 7}, "ask for at most 6"),
     ({"prompt_ids": [1], "max_new_tokens": 0}, "'max_new_tokens': expected an integer >= 1"),
     ({"prompt_ids": [1], "max_new_tokens": True}, "'max_new_tokens': expected an integer >= 1"),
-    ({"prompt_ids": [1], "temperature": -1}, "'temperature': expected a finite number >= 0"),
+    ({"prompt_ids": [1], "temperature": -1}, "'temperature': expected 0 (greedy) or a number in 0.0001..10000"),
+    ({"prompt_ids": [1], "temperature": 1e-39}, "'temperature': expected 0 (greedy) or a number in"),
+    ({"prompt_ids": [1], "temperature": 1e39, "top_k": 5}, "'temperature': expected 0 (greedy) or a number in"),
+    ({"prompt_ids": [1] * 256}, "256 tokens fill context_length 256, leaving no room for a new token; send at most"),
+    ({"prompt_ids": [1], "top_k": 10 ** 100}, "got 1000000000000000000000000000000000000000..."),
     ({"prompt_ids": [1], "top_k": 0}, "'top_k': expected an integer >= 1"),
     ({"prompt_ids": [1], "top_k": 50258}, "'top_k': expected an integer in 1..50257"),
     ({"prompt_ids": [1], "seed": -3}, "'seed': expected an integer >= 0"),
@@ -61,6 +66,22 @@ def test_bad_generate_requests_are_one_line_each(doc: Any, says: str) -> None:
     with pytest.raises(RequestError) as info:
         parse_generate(json.dumps(doc).encode(), lambda text: [1], config)
     assert says in str(info.value) and "\n" not in str(info.value) and info.value.status == 400
+
+
+def test_bodies_python_cannot_take_are_400s_not_internal_errors() -> None:
+    """An integer of over 4300 digits (json.loads raises a plain ValueError) and a lone surrogate, which JSON may
+    spell but the tokenizer refuses (a TypeError), were 500s."""
+    config = gpt_preset("gpt-mini")
+    tokenizer = Tokenizer.from_str(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0},
+                                                                              "merges": []}}))
+    long_number = b'{"prompt_ids": [1], "max_new_tokens": 1' + b"0" * 5000 + b"}"
+    for body, says in [(long_number, "body: expected JSON integers of at most 4300 digits"),
+                       (b'{"prompt": "\\ud800abc"}', "'prompt': expected valid Unicode text, got a lone surrogate")]:
+        with pytest.raises(RequestError) as info:
+            parse_generate(body, lambda text: tokenizer.encode(text).ids, config)
+        assert says in str(info.value) and len(str(info.value)) < 200 and info.value.status == 400
+    with pytest.raises(TypeError):  # what the server met before the check
+        tokenizer.encode(json.loads(b'"\\ud800abc"'))
 
 
 def test_a_text_prompt_needs_a_tokenizer_and_nan_is_refused() -> None:

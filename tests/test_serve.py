@@ -68,6 +68,7 @@ def test_requests_and_answers_round_trip_in_both_formats() -> None:
     (b'{"x": [[["1", "2", "3"]]]}', "application/json", "expected numbers"),
     (b'{"x": [[[true, false, true]]]}', "application/json", "expected numbers"),
     (b"[" * 100_000, "application/json", "expected JSON"),
+    (b'{"x": [[[1' + b"0" * 5000 + b"]]]}", "application/json", "expected JSON integers of at most 4300 digits"),
     (b"garbage", NPY, "no \\x93NUMPY magic"),
     (npy_body(np.zeros((1, 2, 3), np.float32))[:-4], NPY, "the body holds"),
     (npy_body(np.zeros((1, 2, 3), np.float32)).replace(b"(1, 2, 3)", b"(9, 9, 9)"), NPY, "the body holds"),
@@ -536,3 +537,23 @@ def test_serve_bench_judges_and_plots_a_result(tmp_path: Path) -> None:
     json_path, png_path = sb.write_outputs(result, tmp_path)
     assert json.loads(json_path.read_text())["runs"] == runs and png_path.stat().st_size > 10_000
     assert len(sb.summary_rows(result)) == len(runs) + 1
+
+
+def test_a_client_that_leaves_mid_upload_is_a_request_error_not_an_internal_one() -> None:
+    """Starlette raises ClientDisconnect when the body stops with http.disconnect; the services' catch-all would
+    log it as an internal error with a traceback."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from mha_runtime.serve.request_body import request_body
+    from mha_runtime.serve.service import read_limited
+
+    messages = [{"type": "http.request", "body": b'{"x": [[', "more_body": True}, {"type": "http.disconnect"}]
+
+    async def receive() -> dict[str, object]:
+        return messages.pop(0)
+
+    request = Request({"type": "http", "method": "POST", "path": "/v1/context", "headers": []}, receive)
+    with pytest.raises(RequestError, match=r"^body: the client disconnected before sending all of it$"):
+        asyncio.run(read_limited({}, request_body(request), 1000, "test"))

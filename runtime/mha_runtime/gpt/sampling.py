@@ -11,11 +11,23 @@ import numpy as np
 
 from mha_runtime.artifact.errors import ContractError
 
+# Temperatures besides 0 (greedy): the logits are divided by the temperature in float32, so a tiny one overflows
+# them (inf - inf is NaN: every probability NaN) and one past float32's range is inf (-inf / inf is NaN under
+# top-k). The book's torch rule fails the same way (torch.multinomial refuses NaN). The bounds leave logits up to
+# 1e34 finite and are the same in every runtime (runtime/native/common/gpt.mjs, runtime/native/c/gpt.c).
+TEMPERATURE_MIN, TEMPERATURE_MAX = 1e-4, 1e4
+TEMPERATURE_RULE = "0 (greedy) or a number in 0.0001..10000"
+
+
+def temperature_ok(temperature: object) -> bool:
+    """0, or a number within TEMPERATURE_MIN..TEMPERATURE_MAX (NaN, infinities and bools are not)."""
+    return not isinstance(temperature, bool) and isinstance(temperature, (int, float)) \
+        and (temperature == 0 or TEMPERATURE_MIN <= temperature <= TEMPERATURE_MAX)
+
 
 def check_sampling(temperature: float, top_k: int | None, vocab_size: int) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not np.isfinite(temperature) \
-            or temperature < 0:
-        raise ContractError(f"temperature: expected a finite number >= 0, got {temperature!r}")
+    if not temperature_ok(temperature):
+        raise ContractError(f"temperature: expected {TEMPERATURE_RULE}, got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= vocab_size):
         raise ContractError(f"top_k: expected an integer in 1..{vocab_size}, got {top_k!r}")
 

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from mha_runtime.infer.runner import OnnxRunner
 from mha_runtime.serve.batching import run_grouped, work
+from mha_runtime.serve.request_body import request_body
 from mha_runtime.serve.service import Answer, ContextService
 
 
@@ -75,7 +76,7 @@ class ContextDeployment:
     async def __call__(self, request: Request) -> Response:
         self.in_flight += 1
         try:
-            reply = await self.service.handle(request.method, request.url.path, request.headers, request.stream())
+            reply = await self.service.handle(request.method, request.url.path, request.headers, request_body(request))
         finally:
             self.in_flight -= 1
         return Response(reply.body, status_code=reply.status, media_type=reply.content_type, headers=reply.headers)

@@ -17,6 +17,7 @@ from mha_runtime.gpt.decoder import InPlaceDecoder
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.serve.gpt_engine import BatchEngine
 from mha_runtime.serve.gpt_service import GenerateService, StreamReply
+from mha_runtime.serve.request_body import request_body
 
 
 def generator_from_files(files: dict[str, bytes], *, form: str, provider: str, threads: int | None) -> Generator:
@@ -44,7 +45,7 @@ class GenerateDeployment:
         self.service = GenerateService(config=gen.config, info=info, engine=self.engine, encode=encode)
 
     async def __call__(self, request: Request) -> Response:
-        reply = await self.service.handle(request.method, request.url.path, request.headers, request.stream())
+        reply = await self.service.handle(request.method, request.url.path, request.headers, request_body(request))
         if isinstance(reply, StreamReply):
             return StreamingResponse(reply.chunks, media_type=reply.content_type,
                                      headers={"cache-control": "no-cache"})

@@ -20,6 +20,8 @@ from typing import Any
 
 from mha_runtime.artifact.errors import RequestError, first_line
 from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.sampling import TEMPERATURE_RULE, temperature_ok
+from mha_runtime.serve.wire import load_json
 
 GENERATE = "/v1/generate"
 SSE = "text/event-stream"
@@ -62,74 +64,84 @@ def limit_reason(config: GPTConfig) -> str:
             f"plus {HEADER_BYTES}")
 
 
+def shown(value: Any) -> str:
+    """A client's value as JSON, cut to 40 characters: an error line never echoes a huge number or string whole."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
 def _integer(doc: dict[str, Any], key: str, default: int | None, low: int) -> int | None:
     value = doc.get(key, default)
     if value is None and default is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise RequestError(f"{key!r}: expected an integer >= {low}{' or null' if default is None else ''}, "
-                           f"got {json.dumps(value)[:40]}")
+                           f"got {shown(value)}")
     return value
 
 
 def parse_generate(body: bytes, encode: Any, config: GPTConfig) -> GenerateRequest:
     """A request body -> GenerateRequest, or RequestError (400) naming the first thing wrong. `encode` turns text
     into ids (None: the folder has no tokenizer). Ids, lengths and sampling settings are all checked here."""
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise RequestError(f"body: expected JSON ({first_line(exc)})") from None
+    doc = load_json(body, "body")
     expected = 'body: expected a JSON object {"prompt": TEXT} or {"prompt_ids": [ids]}'
     if not isinstance(doc, dict):
         raise RequestError(expected)
     unknown = sorted(set(doc) - set(REQUEST_KEYS))
     if unknown:
-        shown = ", ".join(repr(k if len(k) <= 40 else k[:40] + "...") for k in unknown[:5])
-        raise RequestError(f"body: unknown key{'s' if len(unknown) > 1 else ''} {shown}; "
+        listed = ", ".join(repr(k if len(k) <= 40 else k[:40] + "...") for k in unknown[:5])
+        raise RequestError(f"body: unknown key{'s' if len(unknown) > 1 else ''} {listed}; "
                            f"expected only {', '.join(REQUEST_KEYS)}")
     if ("prompt" in doc) == ("prompt_ids" in doc):
         raise RequestError(f"{expected} (exactly one of the two)")
     if "prompt" in doc:
         if not isinstance(doc["prompt"], str) or not doc["prompt"]:
-            raise RequestError(f"'prompt': expected a non-empty string, got {json.dumps(doc['prompt'])[:40]}")
+            raise RequestError(f"'prompt': expected a non-empty string, got {shown(doc['prompt'])}")
         if encode is None:
             raise RequestError("'prompt': this model has no tokenizer (exported without --tokenizer); "
                                "send 'prompt_ids'")
+        try:
+            doc["prompt"].encode("utf-8")
+        except UnicodeEncodeError:  # JSON may spell a lone surrogate (\ud800), which is no text to tokenize
+            raise RequestError("'prompt': expected valid Unicode text, got a lone surrogate (a \\ud800-\\udfff "
+                               "escape without its pair)") from None
         ids = list(encode(doc["prompt"]))
         if not ids:
             raise RequestError("'prompt': the text encodes to no tokens")
     else:
         ids = doc["prompt_ids"]
         if not isinstance(ids, list) or not ids:
-            raise RequestError(f"'prompt_ids': expected a non-empty list of token ids, got {json.dumps(ids)[:40]}")
+            raise RequestError(f"'prompt_ids': expected a non-empty list of token ids, got {shown(ids)}")
         bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int)), None)
         if bad is not None:
-            raise RequestError(f"'prompt_ids': expected integer token ids, got {json.dumps(bad)[:40]}")
+            raise RequestError(f"'prompt_ids': expected integer token ids, got {shown(bad)}")
         out = next((t for t in ids if not 0 <= t < config.vocab_size), None)
         if out is not None:
-            raise RequestError(f"'prompt_ids': token id {out} is outside the vocabulary "
+            raise RequestError(f"'prompt_ids': token id {shown(out)} is outside the vocabulary "
                                f"(0..{config.vocab_size - 1})")
     context = config.context_length
     if len(ids) > context:
         raise RequestError(f"prompt: {len(ids)} tokens, longer than context_length {context}")
+    if len(ids) == context:
+        raise RequestError(f"prompt: {len(ids)} tokens fill context_length {context}, leaving no room for a new "
+                           f"token; send at most {context - 1}")
     max_new = _integer(doc, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS, 1)
     assert max_new is not None
     if len(ids) + max_new > context:
-        raise RequestError(f"'max_new_tokens': {max_new} after a prompt of {len(ids)} tokens runs past "
+        raise RequestError(f"'max_new_tokens': {shown(max_new)} after a prompt of {len(ids)} tokens runs past "
                            f"context_length {context}; ask for at most {context - len(ids)}")
     temperature = doc.get("temperature", 0.0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 \
-            or temperature == float("inf"):
-        raise RequestError(f"'temperature': expected a finite number >= 0, got {json.dumps(temperature)[:40]}")
+    if not temperature_ok(temperature):
+        raise RequestError(f"'temperature': expected {TEMPERATURE_RULE}, got {shown(temperature)}")
     top_k = _integer(doc, "top_k", None, 1)
     if top_k is not None and top_k > config.vocab_size:
-        raise RequestError(f"'top_k': expected an integer in 1..{config.vocab_size}, got {top_k}")
+        raise RequestError(f"'top_k': expected an integer in 1..{config.vocab_size}, got {shown(top_k)}")
     seed = _integer(doc, "seed", None, 0)
     if seed is not None and seed >= 1 << 63:
-        raise RequestError(f"'seed': expected an integer below 2**63, got {seed}")
+        raise RequestError(f"'seed': expected an integer below 2**63, got {shown(seed)}")
     stream = doc.get("stream", False)
     if not isinstance(stream, bool):
-        raise RequestError(f"'stream': expected true or false, got {json.dumps(stream)[:40]}")
+        raise RequestError(f"'stream': expected true or false, got {shown(stream)}")
     return GenerateRequest(ids, max_new, float(temperature), top_k, seed, stream)
 
 

@@ -57,7 +57,8 @@ def error_reply(status: int, message: str) -> Reply:
 def route_refusal(method: str, path: str, routes: Mapping[str, str]) -> Reply | None:
     """404 for a path not in `routes` (path -> method), 405 for the wrong method; None when it is routed."""
     if path not in routes:
-        return error_reply(404, f"no route {path}; routes: {', '.join(f'{m} {p}' for p, m in routes.items())}")
+        shown = path if len(path) <= 80 else path[:80] + "..."  # a client's path, never echoed whole
+        return error_reply(404, f"no route {shown}; routes: {', '.join(f'{m} {p}' for p, m in routes.items())}")
     if method != routes[path]:
         return error_reply(405, f"{method} {path}: expected {routes[path]}")
     return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,17 @@ def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";")[0].strip().lower()
 
 
+def load_json(body: bytes, where: str) -> Any:
+    """A JSON document, or RequestError saying what is wrong with it (never Python's own advice)."""
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise RequestError(f"{where}: expected JSON ({first_line(exc)})") from None
+    except ValueError:  # json.loads refuses integers of over sys.get_int_max_str_digits() digits
+        raise RequestError(f"{where}: expected JSON integers of at most {sys.get_int_max_str_digits()} "
+                           f"digits") from None
+
+
 def decode_request(body: bytes, content_type: str | None) -> tuple[np.ndarray, str]:
     """A request body -> (array, answer format 'npy' or 'json'); RequestError (400) saying what is malformed.
 
@@ -60,10 +72,7 @@ def decode_request(body: bytes, content_type: str | None) -> tuple[np.ndarray, s
     """
     if request_format(content_type) == "npy":
         return read_npy(body, "body"), "npy"
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise RequestError(f"body: expected JSON ({first_line(exc)})") from None
+    doc = load_json(body, "body")
     expected = f'body: expected a JSON object {{"{INPUT_NAME}": [[[...]]]}}'
     if not isinstance(doc, dict):
         raise RequestError(expected)
@@ -139,10 +148,7 @@ def decode_answer(body: bytes, content_type: str | None) -> np.ndarray:
     """An answer body -> float32 array; RequestError when it is neither a .npy file nor {"context": [...]}."""
     if media_type(content_type) == NPY:
         return read_npy(body, "answer")
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError(f"answer: expected JSON ({first_line(exc)})") from None
+    doc = load_json(body, "answer")
     if not isinstance(doc, dict) or OUTPUT_NAME not in doc:
         raise RequestError(f'answer: expected a JSON object {{"{OUTPUT_NAME}": [[[...]]]}}')
     return json_array(doc[OUTPUT_NAME], f"answer {OUTPUT_NAME!r}").astype(np.float32)

@@ -737,8 +737,8 @@ int mha_gpt_generate(const OrtApi *api, OrtEnv *e, OrtMemoryInfo *mem, int argc,
                 say(why, sizeof why, "--max-new-tokens: expected an integer >= 1, got '%.40s'", v);
             i++;
         } else if (strcmp(a, "--temperature") == 0) {
-            if (!arg_number(v, &temperature) || !(temperature >= 0) || !isfinite(temperature))
-                say(why, sizeof why, "--temperature: expected a finite number >= 0, got '%.40s'", v);
+            if (!arg_number(v, &temperature) || !mha_gpt_temperature_ok(temperature))
+                say(why, sizeof why, "--temperature: expected " MHA_GPT_TEMPERATURE_RULE ", got '%.40s'", v);
             i++;
         } else if (strcmp(a, "--top-k") == 0) {
             if (!arg_int(v, 1, MHA_GPT_MAX_VOCAB, &top_k))
@@ -919,8 +919,12 @@ static int golden_get(const JsonValue *k, size_t index, const MhaGptConfig *c, G
         return 1;
     }
     const JsonValue *t = json_get(k, "temperature"), *top = json_get(k, "top_k"), *seed = json_get(k, "seed");
-    if (!t || t->type != JSON_NUMBER || !(t->number >= 0)) {
-        say(why, n, "expected 'temperature' a number >= 0, got %s", json_type_name(t));
+    if (!t || t->type != JSON_NUMBER) {
+        say(why, n, "expected 'temperature' a number, got %s", json_type_name(t));
+        return 1;
+    }
+    if (!mha_gpt_temperature_ok(t->number)) {
+        say(why, n, "expected 'temperature' " MHA_GPT_TEMPERATURE_RULE ", got %g", t->number);
         return 1;
     }
     g->temperature = t->number;

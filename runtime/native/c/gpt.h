@@ -55,6 +55,15 @@ void mha_pcg64_seed(MhaPcg64 *rng, uint64_t seed);
 uint64_t mha_pcg64_next(MhaPcg64 *rng);
 double mha_pcg64_random(MhaPcg64 *rng);
 
+/* Temperatures besides 0 (runtime/mha_runtime/gpt/sampling.py): float32 division overflows below the range and is
+ * inf above it, either way NaN probabilities. */
+#define MHA_GPT_TEMPERATURE_MIN 1e-4
+#define MHA_GPT_TEMPERATURE_MAX 1e4
+#define MHA_GPT_TEMPERATURE_RULE "0 (greedy) or a number in 0.0001..10000"
+static inline int mha_gpt_temperature_ok(double t) {
+    return t == 0.0 || (t >= MHA_GPT_TEMPERATURE_MIN && t <= MHA_GPT_TEMPERATURE_MAX);
+}
+
 /* The next id from logits[0:V] (finite): argmax (the first maximum) at temperature 0, else the sampling rule with
  * u from rng; scratch holds 2 * V floats and V doubles' worth of bytes (mha_gpt_scratch_bytes). */
 size_t mha_gpt_scratch_bytes(long long vocab);

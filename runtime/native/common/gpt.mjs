@@ -136,9 +136,13 @@ export class PCG64 {
 }
 
 // ---- the sampling rule (runtime/mha_runtime/gpt/sampling.py) --------------------------------------------------
+// Temperatures besides 0: float32 division overflows below the range and is inf above it (NaN probabilities).
+export const TEMPERATURE_MIN = 1e-4, TEMPERATURE_MAX = 1e4;
+export const TEMPERATURE_RULE = '0 (greedy) or a number in 0.0001..10000';
+
 export function checkSampling(temperature, topK, vocabSize) {
-  if (typeof temperature !== 'number' || !Number.isFinite(temperature) || temperature < 0) {
-    throw new ContractError(`temperature: expected a finite number >= 0, got ${JSON.stringify(temperature)}`);
+  if (typeof temperature !== 'number' || !(temperature === 0 || (temperature >= TEMPERATURE_MIN && temperature <= TEMPERATURE_MAX))) {
+    throw new ContractError(`temperature: expected ${TEMPERATURE_RULE}, got ${JSON.stringify(temperature)}`);
   }
   if (topK !== null && topK !== undefined && (!Number.isInteger(topK) || topK < 1 || topK > vocabSize)) {
     throw new ContractError(`top_k: expected an integer in 1..${vocabSize}, got ${JSON.stringify(topK)}`);
