@@ -4,7 +4,7 @@ it, the load test writes requests and reads answers with it.
 Request, one JSON object (unknown keys are refused):
     {"prompt": TEXT} or {"prompt_ids": [ids]}   exactly one of the two; TEXT needs the folder's tokenizer
     "max_new_tokens": int >= 1 (default 32)     prompt + max_new_tokens must fit in context_length
-    "temperature": number >= 0 (default 0: greedy), "top_k": int or null, "seed": int >= 0 or null, "stream": bool
+    "temperature": 0 (default: greedy) or 1e-4..1e4, "top_k": int or null, "seed": int >= 0 or null, "stream": bool
 
 Answer without "stream": one JSON object with ANSWER_KEYS (`text` only when the folder has a tokenizer).
 With "stream": Server-Sent Events, `event: token` with {"id": ..., "text": ...} per new token (text: the piece
