@@ -93,6 +93,11 @@ def test_mixed_generate_load_every_answer_right(server: ServerProcess, book_gpt:
         p50, p90 = summary[figure]["p50"], summary[figure]["p90"]
         assert p50 is not None and 0 < p50 <= p90, (figure, summary[figure])
     assert re.search(r"ttft ms     p50 [0-9.]+ p90 [0-9.]+ \(client", stdout)
+    rows = summary["first_token_ms"]  # [prompt tokens, client ms (streamed only), server ms] per answer
+    assert sorted(row[0] for row in rows) == sorted(len(made(i).prompt_ids) for i in range(48))
+    assert sum(row[1] is not None for row in rows) == summary["streamed"]
+    # The client's span (send -> first token event) holds the replica's (arrival -> first token).
+    assert all(row[2] > 0 and (row[1] is None or row[1] >= row[2]) for row in rows)
 
 
 def test_other_weights_are_wrong_answers(server: ServerProcess, other_gpt: Path, tmp_path: Path) -> None:
@@ -168,20 +173,31 @@ def test_bad_options_are_one_line_before_any_request(server: ServerProcess,
 
 
 def test_gpt_serve_bench_judges_its_targets() -> None:
-    """tokens/s c8 / c1 over all rounds' tokens and seconds; TTFT p50 at c8 (median of rounds) / solo prefill."""
+    """tokens/s c8 / c1 over all rounds' tokens and seconds; each request's TTFT over the solo prefill of its own
+    prompt length, p50 per round, median of the c8 rounds; the whole mix's p50 over the median solo as information."""
     from mha_export.bench.gpt_serve_bench import judge
 
-    def run(load: str, tokens: int, seconds: float, ttft: float, wrong: int = 0) -> dict[str, object]:
+    def run(load: str, tokens: int, seconds: float, ttft: float, rows: list[list[float | None]],
+            wrong: int = 0) -> dict[str, object]:
         return {"load": load, "new_tokens": tokens, "seconds": seconds, "ttft_ms": {"p50": ttft},
-                "server_ttft_ms": {"p50": ttft / 2}, "errors": wrong, "not_sent": 0, "wrong": wrong}
+                "server_ttft_ms": {"p50": ttft / 2}, "errors": wrong, "not_sent": 0, "wrong": wrong,
+                "first_token_ms": rows}  # [prompt tokens, client ms (streamed only), server ms]
 
-    result = {"solo_prefill_ms": {"p50": 10.0},
-              "runs": [run("c1", 100, 10.0, 12.0), run("c1", 100, 10.0, 14.0), run("c8", 400, 10.0, 18.0),
-                       run("c8", 200, 10.0, 30.0, wrong=1), run("c8", 300, 10.0, 19.0)]}
+    result = {"solo_prefill_ms": {"p50": 25.0, "p50_by_prompt_tokens": {"8": 10.0, "128": 40.0}},
+              "runs": [run("c1", 100, 10.0, 12.0, [[8, 11.0, 10.0]]), run("c1", 100, 10.0, 14.0, [[128, 48.0, 40.0]]),
+                       run("c8", 400, 10.0, 18.0, [[8, 15.0, 12.0], [128, 60.0, 50.0], [128, 70.0, 60.0]]),
+                       run("c8", 200, 10.0, 30.0, [[8, 30.0, 20.0], [8, 18.0, 10.0], [128, 100.0, 90.0]], wrong=1),
+                       run("c8", 300, 10.0, 19.0, [[128, 76.0, 60.0], [8, None, 5.0]])]}
     targets = {t["target"].split(" (")[0]: t for t in judge(result)}
     assert targets["new tokens/s, c8 over c1"]["value"] == pytest.approx(3.0)
     assert targets["new tokens/s, c8 over c1"]["met"] is True
-    ttft = targets["time to first token p50 at c8 over the solo prefill"]
-    assert ttft["value"] == pytest.approx(1.9) and ttft["met"] is True
+    ttft = targets["time to first token at c8 over the solo prefill of the same prompt length"]
+    assert ttft["value"] == pytest.approx(1.9) and ttft["met"] is True  # rounds 1.5, 2.5, 1.9
+    mix = targets["time to first token p50 at c8 over the median solo prefill of all lengths"]
+    assert mix["value"] == pytest.approx(19.0 / 25.0) and mix["met"] is None
+    server = targets["server-reported time to first token at c8 over the solo prefill of the same prompt length"]
+    assert server["value"] == pytest.approx(1.25)  # rounds 1.25, 2.0, 1.0 (the unstreamed row counts here)
+    assert targets["time to first token at c1 over the solo prefill of the same prompt length"]["value"] == \
+        pytest.approx(1.15)  # rounds 1.1, 1.2
     assert targets["wrong answers over the bench"]["met"] is False
     assert targets["errors"]["value"] == 1 and targets["errors"]["met"] is False

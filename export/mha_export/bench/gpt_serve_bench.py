@@ -6,9 +6,12 @@ concurrency 1 and concurrency 8, prompts of 8..128 random ids, 64 new tokens, gr
 times a solo prefill with the Generator (the same decoder file and thread count as the server's replica, the
 server idle meanwhile). Every answer is checked against that Generator after its load (`gen_loadtest`).
 Targets, judged here and never in tests: new tokens/s at c8 over c1 >= 3x (batching pays), time to first token
-p50 at c8 over the solo prefill's median <= 2x (a new request is not kept waiting behind the others), and no
-error or wrong answer. `make serve-bench` runs it through each ingress, Serve's proxy and HAProxy, one after the
-other, and judges each.
+at c8 within 2x a solo prefill (a new request is not kept waiting behind the others), and no error or wrong
+answer. The time to first token is judged request by request: each request's over the solo prefill of its own
+prompt length, p50 over the requests of each round, median over the rounds. (The p50 of the whole mix over the
+median solo prefill, the earlier figure, is reported too: it moves with how many long prompts a round drew, by up
+to the 64-token prefill's 1.8x of the median's even when no request waits; docs/serving.md.)
+`make serve-bench` runs it through each ingress, Serve's proxy and HAProxy, one after the other, and judges each.
 """
 from __future__ import annotations
 
@@ -41,10 +44,10 @@ SOLO_REPEATS = 3  # solo prefills of each prompt length, per measurement
 TARGET_SPEEDUP, TARGET_TTFT_RATIO = 3.0, 2.0
 
 
-def solo_prefill_ms(gen: Generator, *, repeats: int, seed: int) -> list[float]:
+def solo_prefill_ms(gen: Generator, *, repeats: int, seed: int) -> dict[int, list[float]]:
     """Prefill alone, as the server's engine runs it for a new request: one prompt into row 0 of a cache made
     (and bound, by one untimed call) before the clock starts; `repeats` prompts of each length of
-    PROMPT_TOKENS, random ids as the loads send."""
+    PROMPT_TOKENS, random ids as the loads send. -> {prompt length: its samples in ms}"""
     decoder = gen.decoder()
     if not isinstance(decoder, InPlaceDecoder):
         raise MHAError(f"{gen.folder / gen.form}: the solo prefill times the in-place form the server runs; "
@@ -52,13 +55,13 @@ def solo_prefill_ms(gen: Generator, *, repeats: int, seed: int) -> list[float]:
     decoder.allocate(1)
     decoder.prefill_row(0, [0])
     rng = np.random.default_rng(seed)
-    samples = []
+    samples: dict[int, list[float]] = {length: [] for length in PROMPT_TOKENS}
     for _ in range(repeats):
         for length in PROMPT_TOKENS:
             ids = [int(t) for t in rng.integers(0, gen.config.vocab_size, length)]
             start = time.perf_counter()
             decoder.prefill_row(0, ids)
-            samples.append(1e3 * (time.perf_counter() - start))
+            samples[length].append(1e3 * (time.perf_counter() - start))
     return samples
 
 
@@ -78,7 +81,11 @@ def run_gpt_serve_bench(artifact: Path, *, log_dir: Path, max_batch: int, thread
     home = Path(tempfile.mkdtemp(prefix="mha-gbench-", dir="/tmp"))  # Ray's files; short for its socket paths
     gen = Generator(artifact, threads=threads)
     runs: list[dict[str, Any]] = []
-    solo: list[float] = []
+    solo: dict[int, list[float]] = {length: [] for length in PROMPT_TOKENS}
+
+    def time_solo() -> None:
+        for length, samples in solo_prefill_ms(gen, repeats=SOLO_REPEATS, seed=sum(map(len, solo.values()))).items():
+            solo[length] += samples
     started = time.time()
     args = ["--max-batch", str(max_batch), "--threads", str(threads), "--ingress", ingress]
 
@@ -97,16 +104,18 @@ def run_gpt_serve_bench(artifact: Path, *, log_dir: Path, max_batch: int, thread
         with GPTBenchServer(artifact, log_dir, *args, home=home) as server:
             for round_ in range(rounds):
                 for name in (LOADS if round_ % 2 == 0 else list(LOADS)[::-1]):
-                    solo += solo_prefill_ms(gen, repeats=SOLO_REPEATS, seed=len(solo))
+                    time_solo()
                     load(server.url, name, round_)
-                solo += solo_prefill_ms(gen, repeats=SOLO_REPEATS, seed=len(solo))
+                time_solo()
     finally:
         shutil.rmtree(home, ignore_errors=True)
+    every = [ms for samples in solo.values() for ms in samples]
     result = {"artifact": str(artifact), "form": gen.form, "server_args": args, "machine": machine(),
               "seconds": time.time() - started, "rounds": rounds, "prompt_tokens": list(PROMPT_TOKENS),
               "new_tokens": new_tokens, "runs": runs,
-              "solo_prefill_ms": {"p50": statistics.median(solo), "p90": float(np.percentile(solo, 90)),
-                                  "samples": len(solo)}}
+              "solo_prefill_ms": {"p50": statistics.median(every), "p90": float(np.percentile(every, 90)),
+                                  "samples": len(every),
+                                  "p50_by_prompt_tokens": {str(n): statistics.median(v) for n, v in solo.items()}}}
     result["targets"] = judge(result)
     return result
 
@@ -123,26 +132,41 @@ def median_of(result: dict[str, Any], load: str, figure: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def own_prompt_ratio(result: dict[str, Any], load: str, column: int) -> float:
+    """Each answered request's time to first token over the solo prefill of its prompt length (column 1: the
+    client's, streamed requests; 2: the replica's), p50 per round, median over the rounds."""
+    solo = result["solo_prefill_ms"]["p50_by_prompt_tokens"]
+    per_round = []
+    for r in (r for r in result["runs"] if r["load"] == load):
+        ratios = [row[column] / solo[str(row[0])] for row in r["first_token_ms"] if row[column] is not None]
+        if ratios:
+            per_round.append(statistics.median(ratios))
+    return statistics.median(per_round) if per_round else float("nan")
+
+
 def judge(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The targets from one run's figures."""
     speedup = tokens_per_s(result, "c8") / tokens_per_s(result, "c1")
     solo = result["solo_prefill_ms"]["p50"]
-    ttft_ratio = median_of(result, "c8", "ttft_ms") / solo
+    ttft_ratio = own_prompt_ratio(result, "c8", 1)
     bad = sum(r["errors"] + r["not_sent"] for r in result["runs"])
     wrong = sum(r["wrong"] for r in result["runs"])
     return [
         {"target": "new tokens/s, c8 over c1", "value": speedup, "unit": "x", "goal": f">= {TARGET_SPEEDUP:g}",
          "met": speedup >= TARGET_SPEEDUP},
-        {"target": "time to first token p50 at c8 over the solo prefill (median)", "value": ttft_ratio,
-         "unit": "x", "goal": f"<= {TARGET_TTFT_RATIO:g}", "met": ttft_ratio <= TARGET_TTFT_RATIO},
+        {"target": "time to first token at c8 over the solo prefill of the same prompt length (p50 of requests)",
+         "value": ttft_ratio, "unit": "x", "goal": f"<= {TARGET_TTFT_RATIO:g}", "met": ttft_ratio <= TARGET_TTFT_RATIO},
         {"target": "errors (lost, wrong, unexpected, not sent) over the bench", "value": bad, "unit": "",
          "goal": "0", "met": bad == 0},
         {"target": "wrong answers over the bench", "value": wrong, "unit": "", "goal": "0", "met": wrong == 0},
-        {"target": "time to first token p50 at c1 over the solo prefill (information)",
-         "value": median_of(result, "c1", "ttft_ms") / solo, "unit": "x", "goal": "-", "met": None},
-        {"target": "server-reported time to first token p50 at c8 over the solo prefill (information: the "
-                   "replica's own clock, from the request's arrival there)",
-         "value": median_of(result, "c8", "server_ttft_ms") / solo, "unit": "x", "goal": "-", "met": None},
+        {"target": "time to first token at c1 over the solo prefill of the same prompt length (information)",
+         "value": own_prompt_ratio(result, "c1", 1), "unit": "x", "goal": "-", "met": None},
+        {"target": "time to first token p50 at c8 over the median solo prefill of all lengths (information: the "
+                   "earlier figure, which moves with the rounds' draw of prompt lengths)",
+         "value": median_of(result, "c8", "ttft_ms") / solo, "unit": "x", "goal": "-", "met": None},
+        {"target": "server-reported time to first token at c8 over the solo prefill of the same prompt length "
+                   "(information: the replica's own clock, from the request's arrival there)",
+         "value": own_prompt_ratio(result, "c8", 2), "unit": "x", "goal": "-", "met": None},
     ]
 
 

@@ -356,12 +356,20 @@ def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, p
     except MHAError as exc:  # the local folder refused a request the server took
         raise ServeError(f"{artifact}: the local generation failed ({exc})") from None
     summary = summarize_generations(outcomes, seconds, count=requests)
+    # Each answered request's prompt length with its times to first token (client: streamed only; server): a bench
+    # compares each with a solo prefill of the same length.
+    summary["first_token_ms"] = [[len(made(o.index).prompt_ids), _ms_or_none(o.ttft_s), _ms_or_none(o.server_ttft_s)]
+                                 for o in outcomes if o.problem is None]
     sampled = sum(1 for i in range(requests) if made(i).temperature > 0)
     summary.update(url=url, artifact=str(artifact), form=local.form, served=info.get("model"), same_model=same,
                    concurrency=concurrency, prompt_tokens=list(prompt_tokens), max_new_tokens=list(max_new_tokens),
                    stream_share=stream_share, sample_share=sample_share, sampled=sampled, seed=seed,
                    max_seconds=max_seconds)
     return summary
+
+
+def _ms_or_none(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
 
 
 def _ms(figures: dict[str, float | None], keys: Sequence[str]) -> str:
