@@ -29,11 +29,12 @@ from mha_runtime.infer.providers import CHOICES
 @click.option("--provider", type=click.Choice(CHOICES), default="cpu", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Intra-op threads per replica.")
-@click.option("--ingress", type=click.Choice(["proxy", "haproxy"]), default="proxy", show_default=True,
-              help="Ray Serve's HTTP proxy, or HAProxy in front of the replicas (faster; its stats and metrics "
-                   "pages listen on every interface).")
+@click.option("--ingress", type=click.Choice(["proxy", "haproxy"]), default=None,
+              help="Ray Serve's HTTP proxy, or HAProxy in front of the replicas (its stats and metrics pages listen "
+                   "on every interface, as Ray's own ports do).  [default: haproxy for a GPT folder without "
+                   "--address, else proxy]")
 def serve_cmd(artifact_dir: Path, model: str | None, replicas: int, max_batch: int, batch_wait_ms: float, host: str,
-              port: int, address: str | None, provider: str, threads: int, ingress: str) -> None:
+              port: int, address: str | None, provider: str, threads: int, ingress: str | None) -> None:
     """Serve an artifact over HTTP with Ray Serve until SIGTERM, which drains it: POST /v1/context, or for a GPT
     folder POST /v1/generate."""
     from mha_runtime.serve.launcher import ServeOptions, serve

@@ -20,7 +20,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -60,7 +60,15 @@ class ServeOptions:
     address: str | None = None
     provider: str = "cpu"
     threads: int | None = 1
-    ingress: str = "proxy"  # "proxy": Ray Serve's HTTP proxy; "haproxy": HAProxy in front (serve/haproxy.py)
+    ingress: str | None = None  # "proxy": Ray Serve's HTTP proxy; "haproxy": HAProxy in front (serve/haproxy.py)
+
+    @property
+    def chosen_ingress(self) -> str:
+        """`ingress`, or by default HAProxy for a GPT folder on a local Ray instance (its streamed tokens skip the
+        Python proxy: docs/serving.md, "Which ingress"), else the proxy."""
+        if self.ingress is not None:
+            return self.ingress
+        return "haproxy" if self.gpt and self.address is None else "proxy"
 
     @property
     def url(self) -> str:
@@ -129,6 +137,7 @@ def serve(options: ServeOptions) -> None:
     """Serve until SIGTERM or SIGINT, then drain the requests in flight and return."""
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
+    options = replace(options, ingress=options.chosen_ingress)
     if options.ingress == "haproxy":
         from mha_runtime.serve.haproxy import haproxy_env
 
