@@ -62,3 +62,8 @@ def first_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message, or its type name when it has none."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
+
+
+def cut(text: str, limit: int = 40) -> str:
+    """`text` as an error line quotes a client's value: at most `limit` characters, then "..."."""
+    return text if len(text) <= limit else text[:limit] + "..."

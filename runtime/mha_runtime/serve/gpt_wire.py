@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mha_runtime.artifact.errors import RequestError, first_line
+from mha_runtime.artifact.errors import RequestError, cut, first_line
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.sampling import TEMPERATURE_RULE, temperature_ok
 from mha_runtime.serve.wire import load_json
@@ -66,8 +66,7 @@ def limit_reason(config: GPTConfig) -> str:
 
 def shown(value: Any) -> str:
     """A client's value as JSON, cut to 40 characters: an error line never echoes a huge number or string whole."""
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:40] + "..."
+    return cut(json.dumps(value))
 
 
 def _integer(doc: dict[str, Any], key: str, default: int | None, low: int) -> int | None:
@@ -89,7 +88,7 @@ def parse_generate(body: bytes, encode: Any, config: GPTConfig) -> GenerateReque
         raise RequestError(expected)
     unknown = sorted(set(doc) - set(REQUEST_KEYS))
     if unknown:
-        listed = ", ".join(repr(k if len(k) <= 40 else k[:40] + "...") for k in unknown[:5])
+        listed = ", ".join(repr(cut(k)) for k in unknown[:5])
         raise RequestError(f"body: unknown key{'s' if len(unknown) > 1 else ''} {listed}; "
                            f"expected only {', '.join(REQUEST_KEYS)}")
     if ("prompt" in doc) == ("prompt_ids" in doc):

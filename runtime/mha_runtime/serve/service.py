@@ -21,7 +21,7 @@ import numpy as np
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, check_input
-from mha_runtime.artifact.errors import ContractError, RequestError, first_line
+from mha_runtime.artifact.errors import ContractError, RequestError, cut, first_line
 from mha_runtime.serve.wire import JSON, body_limit, decode_request, encode_answer, limit_reason, request_format
 
 CONTEXT, HEALTH, CONTRACT = "/v1/context", "/v1/health", "/v1/contract"
@@ -57,8 +57,7 @@ def error_reply(status: int, message: str) -> Reply:
 def route_refusal(method: str, path: str, routes: Mapping[str, str]) -> Reply | None:
     """404 for a path not in `routes` (path -> method), 405 for the wrong method; None when it is routed."""
     if path not in routes:
-        shown = path if len(path) <= 80 else path[:80] + "..."  # a client's path, never echoed whole
-        return error_reply(404, f"no route {shown}; routes: {', '.join(f'{m} {p}' for p, m in routes.items())}")
+        return error_reply(404, f"no route {cut(path, 80)}; routes: {', '.join(f'{m} {p}' for p, m in routes.items())}")
     if method != routes[path]:
         return error_reply(405, f"{method} {path}: expected {routes[path]}")
     return None

@@ -13,7 +13,7 @@ import numpy as np
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
-from mha_runtime.artifact.errors import RequestError, first_line
+from mha_runtime.artifact.errors import RequestError, cut, first_line
 
 NPY = "application/x-npy"
 JSON = "application/json"
@@ -79,7 +79,7 @@ def decode_request(body: bytes, content_type: str | None) -> tuple[np.ndarray, s
     # Unknown keys are refused, not ignored: a client's misspelt or extra field is a mistake it should hear about.
     unknown = sorted(set(doc) - {INPUT_NAME})
     if unknown:
-        shown = ", ".join(repr(key if len(key) <= 40 else key[:40] + "...") for key in unknown[:5])
+        shown = ", ".join(repr(cut(key)) for key in unknown[:5])
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise RequestError(f"{expected}, got unknown key{'s' if len(unknown) > 1 else ''} {shown}{more}")
     if INPUT_NAME not in doc:
