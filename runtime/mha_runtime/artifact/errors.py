@@ -64,6 +64,20 @@ def first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def cause_line(exc: BaseException) -> str:
+    """One line for an exception raised elsewhere. A Ray task or actor error names the remote method on its first
+    line (then pid, ip, actor id) and carries the remote exception as `cause`; of the cause's lines the first
+    that HAProxy marks [ALERT] says what failed (its first lines are notices)."""
+    cause = getattr(exc, "cause", None)
+    if not isinstance(cause, BaseException):
+        return first_line(exc)
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    alert = next((line for line in lines if "[ALERT]" in line), None)
+    where = first_line(exc).split(" (pid=")[0]
+    what = alert or (lines[0] if lines else "")
+    return f"{where}: {type(cause).__name__}: {what}".rstrip(": ")
+
+
 def cut(text: str, limit: int = 40) -> str:
     """`text` as an error line quotes a client's value: at most `limit` characters, then "..."."""
     return text if len(text) <= limit else text[:limit] + "..."

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from mha_runtime.artifact.errors import ServeError, first_line
+from mha_runtime.artifact.errors import ServeError, cause_line, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
 from mha_runtime.artifact.registry import spec_for
 from mha_runtime.gpt.manifest import is_gpt_folder
@@ -182,7 +182,7 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)  # returns once the replicas are healthy
     except Exception as exc:
         _shutdown(local)
-        raise ServeError(f"cannot start the Serve application: {first_line(exc)}") from None
+        raise ServeError(f"cannot start the Serve application: {cause_line(exc)}") from None
     route = "/v1/generate" if options.gpt else "/v1/context"
     wait = "" if options.gpt else f", batch wait {options.batch_wait_ms:g} ms"
     print(f"serving {info['name']} ({info['model']}) at {options.url}{route}: {options.replicas} replica(s), "
