@@ -19,7 +19,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from mha_export.gpt.export import export_gpt
-from mha_runtime.artifact.errors import RequestError
+from mha_runtime.artifact.errors import RequestError, ServeError
 from mha_runtime.gpt.config import gpt_preset
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.serve.gpt_engine import BatchEngine, Event, Job
@@ -442,7 +442,9 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server: ServerProcess, m
 
 def test_sigterm_drains_the_generations_in_flight(mini: Path, ray_home: Path, tmp_path: Path) -> None:
     """One slot, four streams of 200 tokens: SIGTERM lands while the first runs and three wait; all four end with
-    their `done` event, equal to their solo runs, then the server exits 0 and leaves no Ray process."""
+    their `done` event, equal to their solo runs, then the server exits 0 and leaves no Ray process, and no file of
+    the HAProxy it runs behind by default."""
+    haproxy_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*"))
     gen = Generator(mini)
     reqs = [GenerateRequest([11 + i, 5], 200, stream=True) for i in range(4)]
     results: dict[int, tuple[int, str, str]] = {}
@@ -455,6 +457,7 @@ def test_sigterm_drains_the_generations_in_flight(mini: Path, ray_home: Path, tm
             results[i] = (0, "", repr(exc))
 
     with process:
+        running_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*")) - haproxy_folders
         threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
         for thread in threads:
             thread.start()
@@ -474,3 +477,24 @@ def test_sigterm_drains_the_generations_in_flight(mini: Path, ray_home: Path, tm
     for i, r in enumerate(reqs):
         assert served_answer(*results[i])["ids"] == solo(gen, r, gen.manifest.eos_id)[0]
     assert "draining the requests in flight" in process.stderr()
+    assert "behind HAProxy" in process.stdout() and len(running_folders) == 1
+    assert set(Path(tempfile.gettempdir()).glob("mha-haproxy-*")) == haproxy_folders
+
+
+def test_haproxy_that_cannot_start_is_one_line_naming_its_alert(mini: Path, ray_home: Path, tmp_path: Path) -> None:
+    """HAProxy's stats port (set by the user) is taken: the server exits 1 with one line that carries HAProxy's
+    own [ALERT], not only the name of the Ray actor method that failed, and leaves no process or folder."""
+    haproxy_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*"))
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        process = ServerProcess(mini, tmp_path / "log", home=ray_home)
+        process.env["RAY_SERVE_HAPROXY_STATS_PORT"] = str(taken.getsockname()[1])
+        with pytest.raises(ServeError):
+            process.start()
+        port = taken.getsockname()[1]
+    line = process.stderr().strip().splitlines()[-1]
+    assert process.returncode == 1 and process.leftovers == []
+    assert line.startswith("Error: cannot start the Serve application: ray::HAProxyManager.ready(): "), line
+    assert "[ALERT]" in line and "cannot bind socket" in line and line.endswith(f":{port}]"), line
+    assert set(Path(tempfile.gettempdir()).glob("mha-haproxy-*")) == haproxy_folders

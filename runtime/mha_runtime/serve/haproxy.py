@@ -10,7 +10,6 @@ binds them so), as Ray's own ports do on either ingress; it is the default for a
 from __future__ import annotations
 
 import socket
-import tempfile
 from pathlib import Path
 
 
@@ -20,10 +19,9 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def haproxy_env(base: Path | None = None) -> dict[str, str]:
-    """The environment (set before `import ray`) for HAProxy with its files under `base` (default: a new
-    private folder, mode 700, under the temp dir; the admin socket path gains Ray's 56-character node id)."""
-    base = Path(tempfile.mkdtemp(prefix="mha-haproxy-")) if base is None else Path(base)
+def haproxy_env(base: Path) -> dict[str, str]:
+    """The environment (set before `import ray`) for HAProxy with its files under `base` (the admin socket path
+    gains Ray's 56-character node id, and must stay under 107 characters)."""
     return {"RAY_SERVE_ENABLE_HA_PROXY": "1",
             "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()), "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
             "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),

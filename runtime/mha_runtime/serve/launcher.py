@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -138,16 +140,34 @@ def serve(options: ServeOptions) -> None:
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
     options = replace(options, ingress=options.chosen_ingress)
-    if options.ingress == "haproxy":
-        from mha_runtime.serve.haproxy import haproxy_env
+    with _ingress_env(options.ingress):
+        _start(options)
 
-        for key, value in haproxy_env().items():
+
+@contextmanager
+def _ingress_env(ingress: str) -> Iterator[None]:
+    """Ray's environment for the ingress, set before `import ray`. HAProxy's config, sockets and logs go in a
+    private folder (mode 700) that is removed when the server exits."""
+    if ingress != "haproxy":
+        os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
+        yield
+        return
+    from mha_runtime.serve.haproxy import haproxy_env
+
+    base = Path(tempfile.mkdtemp(prefix="mha-haproxy-"))
+    try:
+        for key, value in haproxy_env(base).items():
             os.environ.setdefault(key, value)
         # Ray holds a direct-ingress replica for at least 30 s on shutdown so that HAProxy sees it leave; the whole
         # application goes at once here, and the requests in flight are drained before that (DRAIN_TIMEOUT_S).
         os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
-    else:
-        os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
+        yield
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _start(options: ServeOptions) -> None:
+    """Check the model and the port, then serve."""
     import ray.serve  # noqa: F401  (without the serve extra: ModuleNotFoundError, which the CLI names)
 
     files, info = prepare(options)
