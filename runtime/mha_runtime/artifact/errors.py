@@ -1,6 +1,7 @@
 """Every error type of the project, and the one way to turn a foreign exception into one line."""
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -73,7 +74,7 @@ def cause_line(exc: BaseException) -> str:
         return first_line(exc)
     lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
     alert = next((line for line in lines if "[ALERT]" in line), None)
-    where = first_line(exc).split(" (pid=")[0]
+    where = re.sub(r"\x1b\[[0-9;]*m", "", first_line(exc)).split(" (pid=")[0]  # Ray colours the method name
     what = alert or (lines[0] if lines else "")
     return f"{where}: {type(cause).__name__}: {what}".rstrip(": ")
 

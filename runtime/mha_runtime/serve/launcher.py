@@ -139,9 +139,22 @@ def serve(options: ServeOptions) -> None:
     """Serve until SIGTERM or SIGINT, then drain the requests in flight and return."""
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
-    options = replace(options, ingress=options.chosen_ingress)
-    with _ingress_env(options.ingress):
-        _start(options)
+    chosen = options.chosen_ingress
+    try:
+        with _ingress_env(chosen):
+            _start(replace(options, ingress=chosen))
+    except HAProxyStartError as exc:
+        if options.ingress == "haproxy":  # asked for by name: its failure is the answer
+            raise
+        # HAProxy is the default for speed, never a reason not to serve: a new Ray instance, through Serve's proxy.
+        print(f"warning: {exc}; serving through Ray Serve's proxy instead (--ingress haproxy makes this an error)",
+              file=sys.stderr, flush=True)
+        with _ingress_env("proxy"):
+            _start(replace(options, ingress="proxy"))
+
+
+class HAProxyStartError(ServeError):
+    """HAProxy, in front of the replicas, did not start (its [ALERT] is in the message)."""
 
 
 @contextmanager
@@ -202,7 +215,8 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)  # returns once the replicas are healthy
     except Exception as exc:
         _shutdown(local)
-        raise ServeError(f"cannot start the Serve application: {cause_line(exc)}") from None
+        error = HAProxyStartError if "HAProxyManager" in first_line(exc) else ServeError
+        raise error(f"cannot start the Serve application: {cause_line(exc)}") from None
     route = "/v1/generate" if options.gpt else "/v1/context"
     wait = "" if options.gpt else f", batch wait {options.batch_wait_ms:g} ms"
     print(f"serving {info['name']} ({info['model']}) at {options.url}{route}: {options.replicas} replica(s), "
