@@ -506,7 +506,7 @@ def test_haproxy_that_cannot_start_is_one_line_when_asked_for_and_the_default_fa
         with default:
             answer = served_answer(*call(default.port, "POST", "/v1/generate", json.dumps(request.to_json()).encode()))
     line = asked.stderr().strip().splitlines()[-1]
-    assert asked.returncode == 1 and asked.leftovers == []
+    assert asked.returncode == 1 and asked.leftovers == [] and "Traceback" not in asked.stderr()
     assert line.startswith("Error: cannot start the Serve application: ray::HAProxyManager.ready(): "), line
     assert "[ALERT]" in line and "cannot bind socket" in line and line.endswith(f":{port}]"), line
     warnings = [w for w in default.stderr().splitlines() if w.startswith("warning: ")]

@@ -67,16 +67,15 @@ def first_line(exc: BaseException) -> str:
 
 def cause_line(exc: BaseException) -> str:
     """One line for an exception raised elsewhere. A Ray task or actor error names the remote method on its first
-    line (then pid, ip, actor id) and carries the remote exception as `cause`; of the cause's lines the first
-    that HAProxy marks [ALERT] says what failed (its first lines are notices)."""
+    line (then pid, ip, actor id, cut here) and carries the remote exception as `cause`; of the cause's lines the
+    first that HAProxy marks [ALERT] says what failed (its first lines are notices). Ray's colours are removed."""
+    line = first_line(exc).split(" (pid=")[0]
     cause = getattr(exc, "cause", None)
-    if not isinstance(cause, BaseException):
-        return first_line(exc)
-    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
-    alert = next((line for line in lines if "[ALERT]" in line), None)
-    where = re.sub(r"\x1b\[[0-9;]*m", "", first_line(exc)).split(" (pid=")[0]  # Ray colours the method name
-    what = alert or (lines[0] if lines else "")
-    return f"{where}: {type(cause).__name__}: {what}".rstrip(": ")
+    if isinstance(cause, BaseException):
+        lines = [text.strip() for text in str(cause).splitlines() if text.strip()]
+        what = next((text for text in lines if "[ALERT]" in text), lines[0] if lines else "")
+        line = f"{line}: {type(cause).__name__}" + (f": {what}" if what else "")
+    return re.sub(r"\x1b\[[0-9;]*m", "", line)
 
 
 def cut(text: str, limit: int = 40) -> str:

@@ -136,21 +136,27 @@ def own_stdout() -> Iterator[TextIO]:
 
 
 def serve(options: ServeOptions) -> None:
-    """Serve until SIGTERM or SIGINT, then drain the requests in flight and return."""
+    """Serve until SIGTERM or SIGINT, then drain the requests in flight and return. HAProxy, when it is only the
+    default and cannot start, gives way to Ray Serve's proxy after one warning line."""
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
+    files, info = prepare(options)
+    if options.address is None:
+        check_port(options.host, options.port)
+    stop = threading.Event()  # one for both tries: a SIGTERM during the first is not lost
     chosen = options.chosen_ingress
     try:
         with _ingress_env(chosen):
-            _start(replace(options, ingress=chosen))
+            _start(replace(options, ingress=chosen), files, info, stop)
+        return
     except HAProxyStartError as exc:
-        if options.ingress == "haproxy":  # asked for by name: its failure is the answer
+        if options.ingress is not None or stop.is_set():  # asked for by name, or told to stop meanwhile
             raise
-        # HAProxy is the default for speed, never a reason not to serve: a new Ray instance, through Serve's proxy.
-        print(f"warning: {exc}; serving through Ray Serve's proxy instead (--ingress haproxy makes this an error)",
-              file=sys.stderr, flush=True)
-        with _ingress_env("proxy"):
-            _start(replace(options, ingress="proxy"))
+        warning = f"warning: {exc}; serving through Ray Serve's proxy instead (--ingress haproxy makes this an error)"
+    # HAProxy is the default for speed, never a reason not to serve: a new Ray instance, through Serve's proxy.
+    print(warning, file=sys.stderr, flush=True)
+    with _ingress_env("proxy"):
+        _start(replace(options, ingress="proxy"), files, info, stop)
 
 
 class HAProxyStartError(ServeError):
@@ -159,38 +165,44 @@ class HAProxyStartError(ServeError):
 
 @contextmanager
 def _ingress_env(ingress: str) -> Iterator[None]:
-    """Ray's environment for the ingress, set before `import ray`. HAProxy's config, sockets and logs go in a
-    private folder (mode 700) that is removed when the server exits."""
-    if ingress != "haproxy":
-        os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
-        yield
-        return
-    from mha_runtime.serve.haproxy import haproxy_env
-
-    base = Path(tempfile.mkdtemp(prefix="mha-haproxy-"))
+    """Ray's environment for the ingress, set before `import ray` and taken back afterwards: the switch always,
+    HAProxy's ports and paths where the user set none. HAProxy's config, sockets and logs go in a private folder
+    (mode 700) that is removed when the server exits."""
+    switch = os.environ.get("RAY_SERVE_ENABLE_HA_PROXY")
+    os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "1" if ingress == "haproxy" else "0"
+    base = Path(tempfile.mkdtemp(prefix="mha-haproxy-")) if ingress == "haproxy" else None
+    added: list[str] = []
     try:
-        for key, value in haproxy_env(base).items():
-            os.environ.setdefault(key, value)
-        # Ray holds a direct-ingress replica for at least 30 s on shutdown so that HAProxy sees it leave; the whole
-        # application goes at once here, and the requests in flight are drained before that (DRAIN_TIMEOUT_S).
-        os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "2")
+        if base is not None:
+            from mha_runtime.serve.haproxy import haproxy_env
+
+            # Ray holds a direct-ingress replica for at least 30 s on shutdown so that HAProxy sees it leave; the
+            # application goes at once here, and the requests in flight are drained before that (DRAIN_TIMEOUT_S).
+            wanted = {**haproxy_env(base), "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
+            added = [key for key in wanted if key not in os.environ]
+            os.environ.update({key: wanted[key] for key in added})
         yield
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        for key in added:
+            os.environ.pop(key, None)
+        if switch is None:
+            os.environ.pop("RAY_SERVE_ENABLE_HA_PROXY", None)
+        else:
+            os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = switch
+        if base is not None:
+            shutil.rmtree(base, ignore_errors=True)
 
 
-def _start(options: ServeOptions) -> None:
-    """Check the model and the port, then serve."""
+def _start(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any], stop: threading.Event) -> None:
+    """Import Ray Serve (after its environment is set) and serve."""
     import ray.serve  # noqa: F401  (without the serve extra: ModuleNotFoundError, which the CLI names)
 
-    files, info = prepare(options)
-    if options.address is None:
-        check_port(options.host, options.port)
     with own_stdout() as out:
-        _serve(options, files, info, out)
+        _serve(options, files, info, out, stop)
 
 
-def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any], out: TextIO) -> None:
+def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any], out: TextIO,
+           stop: threading.Event) -> None:
     import ray
     from ray import serve
 
@@ -204,7 +216,6 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
     except Exception as exc:  # ConnectionError, TimeoutError, ValueError for a bad address
         raise ServeError(f"cannot start Ray{'' if local else ' at --address ' + options.address}: "
                          f"{first_line(exc)}") from None
-    stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # after ray.init, which installs its own handler
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # "Started Serve", "Application ready" lines
