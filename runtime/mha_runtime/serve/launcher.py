@@ -12,6 +12,7 @@ Order matters, and each step below was checked against Ray 2.60:
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -138,6 +139,8 @@ def own_stdout() -> Iterator[TextIO]:
 def serve(options: ServeOptions) -> None:
     """Serve until SIGTERM or SIGINT, then drain the requests in flight and return. HAProxy, when it is only the
     default and cannot start, gives way to Ray Serve's proxy after one warning line."""
+    if importlib.util.find_spec("ray") is None:  # no serve extra: said (by the CLI) before the model loads
+        raise ModuleNotFoundError("No module named 'ray'", name="ray")
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
     files, info = prepare(options)
@@ -195,7 +198,7 @@ def _ingress_env(ingress: str) -> Iterator[None]:
 
 def _start(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any], stop: threading.Event) -> None:
     """Import Ray Serve (after its environment is set) and serve."""
-    import ray.serve  # noqa: F401  (without the serve extra: ModuleNotFoundError, which the CLI names)
+    import ray.serve  # noqa: F401
 
     with own_stdout() as out:
         _serve(options, files, info, out, stop)
