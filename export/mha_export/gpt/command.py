@@ -57,9 +57,13 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
         result = export_gpt(folder, out, config=config, weights=weights, tokenizer=tokenizer, variants=chosen,
                             progress=True)
         rows = [[f, a.dtype, f"{result.manifest.files[f].size / 1e6:.1f} MB", a.cases, f"{a.max_abs_error:.2e}",
-                 f"{a.greedy_agreement:.2f}", f"{a.export_seconds:.1f} s"]
+                 f"{a.greedy_agreement:.2f}", "-" if a.quality is None else f"{a.quality['mean_kl']:.2e}",
+                 f"{a.export_seconds:.1f} s"]
                 for f, a in result.manifest.artifacts.items()]
-        click.echo(table(["artifact", "dtype", "size", "cases", "max abs err", "greedy agreement", "build"], rows))
+        click.echo(table(["artifact", "dtype", "size", "cases", "max abs err", "greedy agreement", "mean KL",
+                          "build"], rows))
+        for note in result.notes:
+            click.echo(f"note: left out {note}", err=True)
         if result.manifest.tokenizer is None:
             click.echo(f"note: {folder} has no tokenizer (no --tokenizer): it works on token ids", err=True)
         click.echo(f"  {folder}: done in {result.seconds:.1f} s; artifacts in {result.folder}", err=True)

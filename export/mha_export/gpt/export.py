@@ -1,5 +1,9 @@
 """One GPT folder end to end: weights, decoder forms, tokenizer, GenAI config, validation, manifest; staged, then
-moved into place (nothing under out/NAME changes unless everything was written and validated)."""
+moved into place (nothing under out/NAME changes unless everything was written and validated).
+
+The fp32 forms are judged against eager PyTorch's logits; the lossy forms (int8, int4) by their quality bar
+(mha_export.gpt.lossy). With the default variants a lossy form that cannot meet its bar is left out with one line
+(`GPTExportResult.notes`), as a missing extra is; asked for by name, it fails the export."""
 from __future__ import annotations
 
 import datetime as dt
@@ -8,6 +12,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import onnx
@@ -18,10 +23,10 @@ from safetensors.torch import save_file
 from mha_export.gpt.concat import concat_model
 from mha_export.gpt.eager import SEED, GPTModel, seeded_gpt
 from mha_export.gpt.genai import genai_json
-from mha_export.gpt.golden import golden_generations, write_generations
+from mha_export.gpt.golden import form_generations, golden_generations, write_generations
 from mha_export.gpt.graph import Built
 from mha_export.gpt.inplace import inplace_model
-from mha_export.gpt.quantize import int8_source, quantize_to
+from mha_export.gpt.lossy import LossyOutcome, build_lossy, quality_windows
 from mha_export.gpt.tokenizer import TokenizerFiles, read_tokenizer
 from mha_export.gpt.validate import references, validate_form
 from mha_export.gpt.weights import read_gpt_weights
@@ -39,7 +44,6 @@ from mha_runtime.gpt.contract import (
     GENAI_CONFIG,
     GPT_VARIANTS,
     INPLACE_FORM,
-    INT8_FORM,
     PTE_FORM,
     PTE_VARIANT,
     TOKENIZER_CONFIG,
@@ -47,9 +51,11 @@ from mha_runtime.gpt.contract import (
     WEIGHTS_FILE,
     contract_dict,
 )
-from mha_runtime.gpt.decoder import make_session
+from mha_runtime.gpt.decoder import decoder_for, make_session
 from mha_runtime.gpt.manifest import GPTArtifact, GPTManifest
+from mha_runtime.gpt.quality import QUALITY_FILE, Windows
 
+ALL_VARIANTS = "all"
 PROTOBUF_LIMIT = 2 << 30
 # Building and validating holds the eager model, one graph being written and one session: about 4x the fp32
 # parameters at most (measured in docs/gpt.md); refused before any work when memory is short of that.
@@ -57,15 +63,15 @@ MEMORY_FACTOR = 4
 
 
 def parse_gpt_variants(text: str | None) -> tuple[str, ...]:
-    """'all' (default) or comma-separated names of GPT_VARIANTS and 'pte' (gpt.pte, on request only: not in
-    'all'); int8 needs inplace (it quantizes that graph)."""
-    if text is None or text == "all":
-        return tuple(GPT_VARIANTS)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    known = [*GPT_VARIANTS, PTE_VARIANT]
+    """Comma-separated names of GPT_VARIANTS, 'pte' (gpt.pte, on request only: not in 'all') and 'all' (the
+    default: every name of GPT_VARIANTS, a lossy form that misses its bar left out with a note). int8 and int4
+    need inplace (they quantize that graph)."""
+    names = [n.strip() for n in (text or ALL_VARIANTS).split(",") if n.strip()]
+    known = [ALL_VARIANTS, *GPT_VARIANTS, PTE_VARIANT]
     bad = [n for n in names if n not in known]
     if bad or not names:
-        raise ConfigError(f"--variants: expected 'all' or some of {', '.join(known)}, got {text!r}")
+        raise ConfigError(f"--variants: expected 'all' or some of {', '.join(known[1:])} (and 'all,pte'), got "
+                          f"{text!r}")
     return tuple(n for n in known if n in names)
 
 
@@ -91,6 +97,7 @@ class GPTExportResult:
     folder: Path
     manifest: GPTManifest
     seconds: float
+    notes: tuple[str, ...] = ()  # one line per default form left out
 
 
 def load_gpt(cfg: GPTConfig, weights: Path | None) -> tuple[GPTModel, dict[str, torch.Tensor], dict[str, object]]:
@@ -127,56 +134,73 @@ def _build(file: str, path: Path, state: dict[str, torch.Tensor], config: GPTCon
 
 
 def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | None = None,
-               tokenizer: Path | None = None, variants: tuple[str, ...] = tuple(GPT_VARIANTS),
+               tokenizer: Path | None = None, variants: tuple[str, ...] | None = None,
                progress: bool = False) -> GPTExportResult:
+    """Export a GPT folder. `variants` None or with 'all': the default set, where a lossy form that misses its bar
+    is left out (named in `notes`); named variants must all be built and pass."""
     start = time.perf_counter()
     check_folder_name(name)
     check_gpt_budget(config)
-    chosen = {GPT_VARIANTS[v] for v in variants if v != PTE_VARIANT}
-    files = [f for f in FORMS if f in chosen]  # registry order: int8 last (it frees the torch weights)
+    variants = (ALL_VARIANTS,) if variants is None else variants
+    lenient = ALL_VARIANTS in variants
+    chosen = {f for v in variants if v != PTE_VARIANT for f in (GPT_VARIANTS.values() if v == ALL_VARIANTS
+                                                               else [GPT_VARIANTS[v]])}
+    files = [f for f in FORMS if f in chosen]  # registry order: the lossy forms last (they read gpt.inplace.onnx)
     want_pte = PTE_VARIANT in variants
     if not files and not want_pte:
         raise ExportError("--variants: nothing to build")
-    if INT8_FORM in files and INPLACE_FORM not in files:
-        raise ConfigError("--variants: int8 quantizes the in-place graph; add inplace")
+    if any(FORMS[f].lossy for f in files) and INPLACE_FORM not in files:
+        raise ConfigError("--variants: int8 and int4 quantize the in-place graph and are measured against it; "
+                          "add inplace")
     tok: TokenizerFiles | None = None
     if tokenizer is not None:
         tok = read_tokenizer(tokenizer, vocab_size=config.vocab_size, context_length=config.context_length)
     model, state, record = load_gpt(config, weights)
     tied = bool(record["tied"])
     eos = GPT2_EOS_ID if config.vocab_size > GPT2_EOS_ID else None
+    encode = None if tok is None else _encoder(tok.tokenizer_json)
     refs = references(model, config)  # every form is judged against these; the eager model is not needed after
-    golden = golden_generations(model, config, None if tok is None else _encoder(tok.tokenizer_json))
+    golden = golden_generations(model, config, encode)
     pte = None
     if want_pte:  # from the eager model, judged by executorch.runtime; written into the stage below
         from mha_export.gpt.pte import build_pte
 
         pte = build_pte(model, config, refs, golden)
     del model
+    notes: list[str] = []
+    failures: list[str] = []
     with staged_folder(Path(out_root) / name) as stage:
         weights_state = {k: v.contiguous() for k, v in state.items() if not (tied and k == "out_head.weight")}
         save_file(weights_state, str(stage / WEIGHTS_FILE), metadata={"tied": str(tied).lower()})
+        del weights_state
         seconds: dict[str, float] = {}
+        lossy: dict[str, LossyOutcome] = {}
+        windows = quality_windows(config, encode) if any(FORMS[f].lossy for f in files) else None
         for file in steps(files, label=f"building {name}", unit="form", enabled=progress):
             begin = time.perf_counter()
-            if file == INT8_FORM:  # last in registry order: the torch weights are freed once its source is built
-                source = int8_source(state, config, tied=tied)
-                del state, weights_state
-                gc.collect()
-                quantize_to(source, stage / file)
-                del source
+            if FORMS[file].lossy:  # after gpt.inplace.onnx (registry order): measured against it
+                assert windows is not None
+                outcome = _build_lossy(file, stage, state, config, tied=tied, windows=windows)
+                if outcome.ok:
+                    lossy[file] = outcome
+                else:
+                    (stage / file).unlink()
+                    (notes if lenient else failures).append(outcome.miss_line())
             else:
                 _build(file, stage / file, state, config, tied=tied)
             seconds[file] = time.perf_counter() - begin
-        state = weights_state = None  # validation runs on the files alone: free the weights first
+        files = [f for f in files if not FORMS[f].lossy or f in lossy]
+        state = None  # validation runs on the files alone: free the weights first
         gc.collect()
         if tok is not None:
             (stage / TOKENIZER_FILE).write_bytes(tok.tokenizer_json)
             (stage / TOKENIZER_CONFIG).write_bytes(tok.config_json)
         write_generations(stage, *golden, config, FORMS[INPLACE_FORM].tolerance)
+        if windows is not None and lossy:
+            (stage / QUALITY_FILE).write_bytes(windows.to_json())
         if CONCAT_FORM in files and eos is not None:
             (stage / GENAI_CONFIG).write_bytes(genai_json(config, eos))
-        artifacts, failures = {}, []
+        artifacts = {}
         if pte is not None:
             (stage / PTE_FORM).write_bytes(pte.data)
         for file in steps(files, label=f"validating {name}", unit="form", enabled=progress):
@@ -184,13 +208,20 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
             # From the path: ONNX Runtime reads the file itself (from bytes, a second copy of the weights
             # would be held while it parses them).
             session = make_session(str(stage / file), where=str(stage / file))
-            tolerance = form.tolerance_for(refs.logit_rms())
-            report = validate_form(session, form, refs, config, tolerance=tolerance)
+            report = validate_form(session, form, refs, config, tolerance=form.tolerance)
             failures += report.failures
-            artifacts[file] = GPTArtifact(kind=form.kind, dtype=form.dtype, tolerance=tolerance.to_dict(),
+            extra: dict[str, object] = {}
+            if file in lossy:  # its own golden generations, and how it was made and measured
+                own = form_generations(partial(decoder_for, form.kind, session, config, file), golden[0],
+                                       prefix=form.dtype)
+                generations = write_generations(stage, *own, config, form.tolerance, form=file)
+                extra = {"quality": lossy[file].quality.to_dict() | {"bar_mean_kl": form.max_mean_kl},
+                         "quantization": lossy[file].plan.to_dict() | {"tries": lossy[file].tries},
+                         "generations": generations}
+            artifacts[file] = GPTArtifact(kind=form.kind, dtype=form.dtype, tolerance=form.tolerance.to_dict(),
                                           cases=report.cases, max_abs_error=report.max_abs_error,
                                           greedy_agreement=report.greedy_agreement, passed=report.passed,
-                                          export_seconds=round(seconds[file], 3))
+                                          export_seconds=round(seconds[file], 3), **extra)  # type: ignore[arg-type]
             del session
             gc.collect()
         if pte is not None:
@@ -208,7 +239,15 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
                                                 "built_from": tok.source},
             eos_id=eos, artifacts=artifacts, files=file_table(stage))
         (stage / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
-    return GPTExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start)
+    return GPTExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start, tuple(notes))
+
+
+def _build_lossy(file: str, stage: Path, state: dict[str, torch.Tensor], config: GPTConfig, *, tied: bool,
+                 windows: Windows) -> LossyOutcome:
+    """The lossy form `file`, measured against the staged gpt.inplace.onnx."""
+    reference = make_session(str(stage / INPLACE_FORM), where=str(stage / INPLACE_FORM))
+    return build_lossy(FORMS[file], state, config, stage / file, tied=tied,
+                       reference=lambda: decoder_for("inplace", reference, config, INPLACE_FORM), windows=windows)
 
 
 def _executorch_version() -> str:

@@ -13,12 +13,14 @@ from mha_export.gpt.eager import GPTModel
 from mha_export.gpt.validate import eager_at
 from mha_runtime.artifact.tolerance import Tolerance
 from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.decoder import Decoder
 from mha_runtime.gpt.golden import (
     GENERATIONS_FILE,
     GENERATIONS_FORMAT,
     GENERATIONS_KIND,
     SAMPLING_RULE,
     GoldenGeneration,
+    generations_file,
 )
 from mha_runtime.gpt.sampling import Sampler
 
@@ -69,18 +71,47 @@ def golden_generations(model: GPTModel, cfg: GPTConfig, encode: Callable[[str], 
     return cases, logits
 
 
+def form_generations(decoder: Callable[[], Decoder], cases: list[GoldenGeneration], *, prefix: str
+                     ) -> tuple[list[GoldenGeneration], dict[str, np.ndarray]]:
+    """A lossy form's own golden generations: the same prompts and sampling settings, the ids and first-step
+    logits the form itself gives through the runtime's decoder (its logits files named `prefix.` + the case's)."""
+    out, logits = [], {}
+    for case in cases:
+        d = decoder()
+        step = d.prefill([case.prompt_ids])  # (1, V)
+        first = step[0]
+        sampler = Sampler(1, temperature=case.temperature, top_k=case.top_k, seed=case.seed,
+                          vocab_size=first.shape[0])
+        ids: list[int] = []
+        for _ in range(case.max_new_tokens):
+            ids.append(sampler.next_ids(step)[0])
+            if len(ids) < case.max_new_tokens:
+                step = d.step([ids[-1]], [True])
+        name = f"{prefix}.{case.name}"
+        out.append(GoldenGeneration(name=case.name, prompt_ids=case.prompt_ids, prompt_text=case.prompt_text,
+                                    max_new_tokens=case.max_new_tokens, temperature=case.temperature,
+                                    top_k=case.top_k, seed=case.seed, ids=ids,
+                                    first_logits_bin=f"{name}.logits.bin", first_logits_npy=f"{name}.logits.npy"))
+        logits[case.name] = first.astype("<f4")
+    return out, logits
+
+
 def write_generations(stage: Path, cases: list[GoldenGeneration], logits: dict[str, np.ndarray],
-                      cfg: GPTConfig, tolerance: Tolerance) -> None:
-    """golden/generations.json and each case's logits as raw little-endian float32 and as .npy."""
+                      cfg: GPTConfig, tolerance: Tolerance, *, form: str | None = None) -> str:
+    """golden/generations.json (a lossy form's: golden/generations.FORM.json, its reference that form) and each
+    case's logits as raw little-endian float32 and as .npy; returns the generations file's name."""
+    file = GENERATIONS_FILE if form is None else generations_file(form)
     folder = stage / Path(GENERATIONS_FILE).parent
     folder.mkdir(parents=True, exist_ok=True)
     for case in cases:
         (folder / case.first_logits_bin).write_bytes(logits[case.name].tobytes())
         np.save(folder / case.first_logits_npy, logits[case.name], allow_pickle=False)
+    reference = ("eager PyTorch: the book's GPTModel (llms_from_scratch ch04), no cache, float32" if form is None
+                 else f"{form} through ONNX Runtime (CPU) at export: a lossy form reproduces its own generations")
     doc: dict[str, Any] = {
-        "format": GENERATIONS_FORMAT, "kind": GENERATIONS_KIND,
-        "reference": "eager PyTorch: the book's GPTModel (llms_from_scratch ch04), no cache, float32",
+        "format": GENERATIONS_FORMAT, "kind": GENERATIONS_KIND, "reference": reference,
         "vocab_size": cfg.vocab_size, "context_length": cfg.context_length, "eos_applied": False,
         "tolerance": tolerance.to_dict(), "sampling": SAMPLING_RULE,
         "cases": [dict(c.to_dict(), first_logits_shape=[cfg.vocab_size]) for c in cases]}
-    (stage / GENERATIONS_FILE).write_text(json.dumps(doc, indent=1) + "\n")
+    (stage / file).write_text(json.dumps(doc, indent=1) + "\n")
+    return file

@@ -9,6 +9,11 @@
                 "max_new_tokens", "temperature", "top_k", "seed", "ids",
                 "first_logits_bin", "first_logits_npy", "first_logits_shape": [V]}]}
 
+A lossy form (int8, int4) has its own file, named by its manifest entry's "generations"
+(golden/generations.<dtype>.json, logits files golden/<dtype>.<case>.logits.*): the same prompts and settings, the
+ids and first-step logits that form gave at export (its tolerance is the fp32 rows': the same file, the same
+kernels).
+
 `ids` are eager PyTorch's (the book's GPTModel): greedy, or sampled by the rule below from eager logits. A runner
 passes a case when its new ids equal `ids` exactly and its logits of the prompt's last token (the first step)
 are within `tolerance` of the little-endian float32 `first_logits_bin` (`first_logits_npy` holds the same
@@ -41,6 +46,11 @@ SAMPLING_RULE = (
     "temperature 0: argmax (the first maximum). Draw: u = numpy PCG64(SeedSequence(seed)).random() (the next "
     "64-bit output >> 11, times 2**-53), one generator per generation and one draw per token; the token is the "
     "first id whose float64 cumulative probability exceeds u * total")
+
+
+def generations_file(form: str) -> str:
+    """A lossy form's own golden generations: golden/generations.<dtype>.json (gpt.inplace.int8.onnx -> int8)."""
+    return f"golden/generations.{form.split('.')[-2]}.json"
 
 
 @dataclass(frozen=True)
@@ -83,13 +93,14 @@ class GoldenGenerations:
     doc: dict[str, Any]
 
 
-def load_generations(folder: Path, manifest: GPTManifest) -> GoldenGenerations:
-    """The folder's golden generations after the sha256 check of the file (ArtifactError if none or broken)."""
-    where = str(Path(folder) / GENERATIONS_FILE)
-    if GENERATIONS_FILE not in manifest.files:
+def load_generations(folder: Path, manifest: GPTManifest, file: str = GENERATIONS_FILE) -> GoldenGenerations:
+    """The folder's golden generations (a lossy form's: its own `file`) after the sha256 check of the file
+    (ArtifactError if none or broken)."""
+    where = str(Path(folder) / file)
+    if file not in manifest.files:
         raise ArtifactError(f"{where}: the manifest lists no golden generations (re-export with this version)")
     try:
-        doc = json.loads(read_gpt_file(Path(folder), GENERATIONS_FILE, manifest))
+        doc = json.loads(read_gpt_file(Path(folder), file, manifest))
     except (ValueError, RecursionError) as exc:
         raise ArtifactError(f"{where}: expected JSON ({first_line(exc)})") from None
     doc = obj(doc, where)

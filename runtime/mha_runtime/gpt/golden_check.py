@@ -1,8 +1,12 @@
-"""`mha check` on a GPT folder: every golden generation on every fp32 decoder form (torch-free).
+"""`mha check` on a GPT folder: every golden generation on every decoder form, and each lossy form's quality
+(torch-free).
 
 A case passes when the new ids equal the golden ids exactly and the first-step logits are within the golden
 tolerance; a case with a text prompt also needs the folder's tokenizer to encode it to the golden prompt ids.
-The int8 form is not checked here: it is judged by its own tolerance and greedy agreement in the manifest.
+The fp32 forms reproduce eager PyTorch's generations (golden/generations.json); a lossy form (int8, int4) its own,
+recorded at export (its manifest entry's "generations"), and its quality is measured again over the folder's
+quality windows against gpt.inplace.onnx: the case passes when it reproduces the recorded figures
+(Quality.agrees_with) and is within the form's bar.
 gpt.pte (ExecuTorch) is checked when the folder has it, through the export package's registered runner; where
 that is not installed its cases are reported as skipped, with what to install.
 """
@@ -14,11 +18,12 @@ import numpy as np
 
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.artifact.tolerance import Tolerance, compare
-from mha_runtime.gpt.contract import FORMS, PTE_FORM
+from mha_runtime.gpt.contract import FORMS, INPLACE_FORM, PTE_FORM
 from mha_runtime.gpt.executorch import RunnerMissing
 from mha_runtime.gpt.generate import Generator
-from mha_runtime.gpt.golden import GoldenGeneration, first_logits, load_generations
-from mha_runtime.gpt.manifest import load_gpt_manifest
+from mha_runtime.gpt.golden import GoldenGeneration, GoldenGenerations, first_logits, load_generations
+from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
+from mha_runtime.gpt.quality import Quality, load_windows, measure
 from mha_runtime.infer.golden_check import CaseResult
 
 
@@ -45,14 +50,47 @@ def check_case(gen: Generator, case: GoldenGeneration, expected: np.ndarray, tol
     return CaseResult(gen.form, case.name, shape, result.max_abs, result.rel_l2, tolerance, error is None, error)
 
 
+def check_quality(gen: Generator, reference: Generator, manifest: GPTManifest, folder: Path) -> CaseResult:
+    """The lossy form `gen` measured again against the fp32 in-place form, beside its recorded figures."""
+    spec, record = FORMS[gen.form], manifest.artifacts[gen.form]
+    tolerance = Tolerance(atol=0.0, rtol=0.0)
+    try:
+        windows = load_windows(folder, manifest)
+        shape = (len(windows.ids), len(windows.ids[0]))
+        if record.quality is None:
+            raise MHAError(f"{gen.form}: the manifest records no quality figures (re-export with this version)")
+        recorded = Quality.from_dict(record.quality, f"manifest: artifacts.{gen.form}.quality")
+        got = measure(reference.decoder(), gen.decoder(), windows)
+    except Exception as exc:
+        return CaseResult(gen.form, "quality", (0, 0), float("nan"), float("nan"), tolerance, False, first_line(exc))
+    error = None
+    if not spec.meets_bar(got.mean_kl):
+        error = f"mean KL divergence {got.mean_kl:.3g} above the bar {spec.max_mean_kl:g}"
+    elif not got.agrees_with(recorded):
+        error = (f"quality differs from the recorded figures: mean KL {got.mean_kl:.3g} (recorded "
+                 f"{recorded.mean_kl:.3g}), same top token {got.same_top:.3f} (recorded {recorded.same_top:.3f})")
+    return CaseResult(gen.form, "quality", shape, got.mean_kl, float("nan"), tolerance, error is None, error,
+                      detail=got.line())
+
+
+def _golden_for(folder: Path, manifest: GPTManifest, form: str, fp32: GoldenGenerations
+                ) -> tuple[GoldenGenerations, dict[str, np.ndarray]]:
+    record = manifest.artifacts.get(form)
+    golden = fp32 if record is None or record.generations is None else \
+        load_generations(folder, manifest, record.generations)
+    return golden, {c.name: first_logits(folder, manifest, c, manifest.config.vocab_size) for c in golden.cases}
+
+
 def check_generations(folder: Path, *, provider: str = "cpu", threads: int | None = None) -> list[CaseResult]:
-    """Every golden generation on gpt.onnx, gpt.inplace.onnx and gpt.pte (those the folder has)."""
-    manifest = load_gpt_manifest(Path(folder))
-    golden = load_generations(Path(folder), manifest)
-    expected = {c.name: first_logits(Path(folder), manifest, c, manifest.config.vocab_size) for c in golden.cases}
+    """Every golden generation on gpt.onnx, gpt.inplace.onnx, the lossy forms and gpt.pte (those the folder has);
+    each lossy form's quality."""
+    folder = Path(folder)
+    manifest = load_gpt_manifest(folder)
+    fp32 = load_generations(folder, manifest)
     results = []
-    forms = [f for f, spec in FORMS.items() if spec.dtype == "fp32"] + [PTE_FORM]
-    for form in (f for f in forms if f in manifest.artifacts):
+    reference: Generator | None = None
+    for form in (f for f in [*FORMS, PTE_FORM] if f in manifest.artifacts):
+        golden, expected = _golden_for(folder, manifest, form, fp32)
         try:
             if form == PTE_FORM and provider != "cpu":
                 raise RunnerMissing(f"{PTE_FORM} runs on the CPU (XNNPACK): checked with --provider cpu")
@@ -61,5 +99,11 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
             results += [CaseResult(form, c.name, (1, len(c.prompt_ids)), float("nan"), float("nan"),
                                    golden.tolerance, False, first_line(exc), skipped=True) for c in golden.cases]
             continue
+        if form == INPLACE_FORM:
+            reference = gen
         results += [check_case(gen, case, expected[case.name], golden.tolerance) for case in golden.cases]
+        if form in FORMS and FORMS[form].lossy:
+            if reference is None:
+                reference = Generator(folder, form=INPLACE_FORM, provider=provider, threads=threads)
+            results.append(check_quality(gen, reference, manifest, folder))
     return results

@@ -24,7 +24,7 @@ class GPTArtifact:
     """How one decoder file was judged against eager PyTorch."""
 
     kind: str  # concat | inplace
-    dtype: str  # fp32 | int8
+    dtype: str  # fp32 | int8 | int4
     tolerance: dict[str, Any]
     cases: int
     max_abs_error: float
@@ -32,12 +32,16 @@ class GPTArtifact:
     passed: bool
     export_seconds: float
     bounds: dict[str, Any] | None = None  # gpt.pte only: batch, context_length, max_prefill_tokens
+    # A lossy form only: mha_runtime.gpt.quality.Quality's fields and the bar; the quantization plan; the file of
+    # its own golden generations.
+    quality: dict[str, Any] | None = None
+    quantization: dict[str, Any] | None = None
+    generations: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        if self.bounds is None:
-            out.pop("bounds")  # the ONNX forms' entries stay as they were
-        return out
+        # the fp32 forms' entries stay as they were
+        return {k: v for k, v in self.__dict__.items()
+                if v is not None or k not in ("bounds", "quality", "quantization", "generations")}
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GPTArtifact:
@@ -47,7 +51,15 @@ class GPTArtifact:
                    max_abs_error=get(data, "max_abs_error", float, where),
                    greedy_agreement=get(data, "greedy_agreement", float, where),
                    passed=get(data, "passed", bool, where), export_seconds=get(data, "export_seconds", float, where),
-                   bounds=get(data, "bounds", dict, where, optional=True))
+                   bounds=get(data, "bounds", dict, where, optional=True),
+                   quality=get(data, "quality", dict, where, optional=True),
+                   quantization=get(data, "quantization", dict, where, optional=True),
+                   generations=_optional_name(data, "generations", where))
+
+
+def _optional_name(data: dict[str, Any], key: str, where: str) -> str | None:
+    value = get(data, key, str, where, optional=True)
+    return None if value is None else plain_name(value, f"{where}: {key}")
 
 
 @dataclass(frozen=True)

@@ -52,10 +52,12 @@ class CaseResult:
     ok: bool
     error: str | None = None
     skipped: bool = False
+    detail: str | None = None  # what the line shows instead of the tolerance figures (a lossy form's quality)
 
     def line(self) -> str:
         status = "skip" if self.skipped else "ok  " if self.ok else "FAIL"
-        detail = self.error or f"max_abs={self.max_abs:.3g} rel_l2={self.rel_l2:.3g} atol={self.tolerance.atol:g}"
+        detail = self.error or self.detail or \
+            f"max_abs={self.max_abs:.3g} rel_l2={self.rel_l2:.3g} atol={self.tolerance.atol:g}"
         return f"{status} {self.artifact:<16} {self.case:<12} {list(self.shape)!s:<18} {detail}"
 
 

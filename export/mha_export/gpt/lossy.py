@@ -1,0 +1,119 @@
+"""A lossy form that meets its quality bar by construction, or is named as missing it.
+
+The whole-model form (every MatMul at the form's bits) is measured first (mha_runtime.gpt.quality: mean KL
+divergence from the fp32 in-place form over the quality windows). When it misses its bar, the matrices that
+rounding moves most (quantize.weight_error, largest first) are kept at a higher precision (fp32 in the 8-bit form,
+8 bits in the 4-bit form), 1, 2, 4, ... of them up to a quarter of the MatMuls, each plan measured in turn; the
+first that meets the bar is the form, and its plan (the kept matrices) goes into the manifest. A model that no
+such plan brings under the bar has no such form: kept any further, it would no longer be the small, fast form
+it is named for.
+
+The quality windows: for a folder with GPT-2's tokenizer, held-out English text that ships with Python (CPython's
+documentation topics from character 200,000 on; the demo model trains on the first 40,000 by default), cut into
+windows of min(128, context_length) tokens; without a tokenizer, windows of seeded random token ids.
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from onnx import numpy_helper
+
+from mha_export.gpt.quantize import FP32, QuantPlan, lossy_source, matmul_weights, quantize_to, weight_error
+from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.contract import Form
+from mha_runtime.gpt.decoder import Decoder, decoder_for, make_session
+from mha_runtime.gpt.quality import Quality, Windows, measure
+
+QUALITY_SEED = 13
+WINDOWS = 16
+WIDTH = 128
+HELD_OUT_FROM = 200_000  # characters of the pydoc topics text (mha_export.demo.corpus)
+KEEP_SHARE = 4  # at most 1 / KEEP_SHARE of the MatMuls kept at a higher precision
+
+
+def quality_windows(cfg: GPTConfig, encode: Callable[[str], list[int]] | None) -> Windows:
+    """WINDOWS windows of min(WIDTH, context_length) tokens (at least 2): held-out text where a tokenizer is
+    given and the text is long enough, seeded random ids otherwise."""
+    width = max(2, min(WIDTH, cfg.context_length))
+    if encode is not None:
+        from mha_export.demo.corpus import pydoc_topics
+
+        text = pydoc_topics().text[HELD_OUT_FROM:]
+        ids = encode(text[: WINDOWS * width * 8])  # about 4 characters a token: twice what is needed
+        if len(ids) >= WINDOWS * width:
+            windows = [ids[i * width:(i + 1) * width] for i in range(WINDOWS)]
+            return Windows(windows, text=True, source=f"pydoc_data.topics (mha_export.demo.corpus) from character "
+                                                      f"{HELD_OUT_FROM}, {WINDOWS} windows of {width} tokens")
+    rng = np.random.default_rng(QUALITY_SEED)
+    return Windows(rng.integers(0, cfg.vocab_size, (WINDOWS, width)).tolist(), text=False,
+                   source=f"numpy default_rng({QUALITY_SEED}) token ids, {WINDOWS} windows of {width} tokens")
+
+
+@dataclass
+class LossyOutcome:
+    """What building one lossy form came to: the accepted plan and its quality, or the best miss."""
+
+    form: Form
+    plan: QuantPlan
+    quality: Quality
+    tries: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.form.meets_bar(self.quality.mean_kl)
+
+    def miss_line(self) -> str:
+        """One line: the figure, the bar, and what was tried."""
+        return (f"{self.form.file}: mean KL divergence from fp32 {self.quality.mean_kl:.3g} is above its bar "
+                f"{self.form.max_mean_kl:g} with every plan tried (up to {len(self.plan.kept)} of the matrices "
+                "kept at a higher precision)")
+
+
+def _ranking(source_weights: dict[str, np.ndarray], bits: int) -> list[str]:
+    errors = {name: weight_error(w, bits) for name, w in source_weights.items()}
+    return sorted(errors, key=lambda n: -errors[n])
+
+
+def _counts(n: int) -> list[int]:
+    """0, 1, 2, 4, ... up to n // KEEP_SHARE (at least 1), that last included."""
+    cap = max(1, n // KEEP_SHARE)
+    out, k = [0], 1
+    while k < cap:
+        out.append(k)
+        k *= 2
+    return [*out, cap]
+
+
+def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path: Path, *, tied: bool,
+                reference: Callable[[], Decoder], windows: Windows) -> LossyOutcome:
+    """Write the first plan that meets the form's bar to `path` (or, when none does, the last tried: the caller
+    deletes it)."""
+    assert form.bits is not None
+    higher = FP32 if form.bits == 8 else "int8"
+    source = lossy_source(state, cfg, tied=tied)
+    weights = {t.name: numpy_helper.to_array(t) for t in source.graph.initializer
+               if t.name in matmul_weights(source)}
+    ranking = _ranking(weights, form.bits)
+    del weights
+    outcome: LossyOutcome | None = None
+    for count in _counts(len(ranking)):
+        plan = QuantPlan(form.bits, {name: higher for name in ranking[:count]})
+        if source is None:
+            source = lossy_source(state, cfg, tied=tied)
+        quantize_to(source, path, plan)
+        source = None
+        gc.collect()
+        session = make_session(str(path), where=str(path))
+        quality = measure(reference(), decoder_for(form.kind, session, cfg, path), windows)
+        del session
+        tries = (outcome.tries if outcome else []) + [{"kept": count, "mean_kl": quality.mean_kl}]
+        outcome = LossyOutcome(form, plan, quality, tries)
+        if outcome.ok:
+            break
+    assert outcome is not None
+    return outcome

@@ -1,0 +1,153 @@
+"""How far a lossy form moves the next-token distribution from the fp32 model's (torch-free).
+
+The measure llama.cpp judges its quants by (`llama-perplexity --kl-divergence`): over token windows, each window's
+first half is the context and every position of its second half is scored: the KL divergence KL(P_fp32 || P_form)
+of the two next-token distributions (mean, p99, max over positions), the share of positions whose top token is the
+same, and, where the windows are text (the next token is real), the perplexity of each model on it. Both models
+are driven by the runtime's own decoders: prefill the first half, then one step per scored token, all windows at
+once, so what is measured is what `mha generate` runs. Softmax and KL in float64.
+
+`golden/quality.json` (listed in the manifest with its sha256) holds the windows, so `mha check` measures again on
+the same tokens and compares with the figures each lossy form's manifest entry records:
+
+    {"format": 1, "kind": "gpt-quality-windows", "source": "...", "text": bool, "windows": [[ids], ...]}
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mha_runtime.artifact.errors import ArtifactError, first_line
+from mha_runtime.artifact.fields import get, obj
+from mha_runtime.gpt.decoder import Decoder
+from mha_runtime.gpt.manifest import GPTManifest, read_gpt_file
+
+QUALITY_FILE = "golden/quality.json"
+QUALITY_KIND = "gpt-quality-windows"
+QUALITY_FORMAT = 1
+# A re-measured mean KL divergence agrees with the recorded one within this share (plus KL_FLOOR): the same
+# tokens through the same kernels give the same figure on one host; another CPU's int8 kernels (VNNI, AVX-512)
+# sum in another order, which moves logits by float rounding only (docs/gpt.md, "Quality of the lossy forms").
+KL_AGREEMENT = 0.1
+KL_FLOOR = 1e-6
+TOP_AGREEMENT = 0.02  # the same-top-token share, re-measured, within 2 points
+
+
+@dataclass(frozen=True)
+class Quality:
+    """One lossy form against fp32 over the quality windows."""
+
+    positions: int
+    mean_kl: float
+    p99_kl: float
+    max_kl: float
+    same_top: float  # share of positions whose top token equals fp32's
+    perplexity: float | None  # the form's, where the windows are text
+    reference_perplexity: float | None  # fp32's, on the same positions
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Quality:
+        data = obj(data, where)
+        return cls(positions=get(data, "positions", int, where), mean_kl=get(data, "mean_kl", float, where),
+                   p99_kl=get(data, "p99_kl", float, where), max_kl=get(data, "max_kl", float, where),
+                   same_top=get(data, "same_top", float, where),
+                   perplexity=get(data, "perplexity", float, where, optional=True),
+                   reference_perplexity=get(data, "reference_perplexity", float, where, optional=True))
+
+    def line(self) -> str:
+        ppl = "" if self.perplexity is None else f", perplexity {self.perplexity:.4g} (fp32 " \
+                                                 f"{self.reference_perplexity:.4g})"
+        return (f"mean KL {self.mean_kl:.3g} (p99 {self.p99_kl:.3g}, max {self.max_kl:.3g}), same top token "
+                f"{100 * self.same_top:.1f}% of {self.positions} positions{ppl}")
+
+    def agrees_with(self, recorded: Quality) -> bool:
+        """Whether this re-measurement reproduces the recorded figures (KL_AGREEMENT, TOP_AGREEMENT)."""
+        return (abs(self.mean_kl - recorded.mean_kl) <= KL_AGREEMENT * recorded.mean_kl + KL_FLOOR
+                and abs(self.same_top - recorded.same_top) <= TOP_AGREEMENT)
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The token windows a form is measured on; `text`: real text, so the next token is known (perplexity)."""
+
+    ids: list[list[int]]
+    text: bool
+    source: str
+
+    def to_json(self) -> bytes:
+        return (json.dumps({"format": QUALITY_FORMAT, "kind": QUALITY_KIND, "source": self.source, "text": self.text,
+                            "windows": self.ids}) + "\n").encode()
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """(N, V) -> (N, V) float64 log-probabilities."""
+    x = logits.astype(np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def kl_divergence(reference: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """(N, V) logits each -> (N,) KL(softmax(reference) || softmax(other)) in nats."""
+    lp, lq = log_softmax(reference), log_softmax(other)
+    return np.sum(np.exp(lp) * (lp - lq), axis=-1)
+
+
+def summarize(kl: np.ndarray, same: np.ndarray, nll: np.ndarray | None, reference_nll: np.ndarray | None) -> Quality:
+    """Per-position KL (N,), top-token equality (N,) and, for text, negative log-likelihoods (N,) -> Quality."""
+    def ppl(x: np.ndarray | None) -> float | None:
+        return None if x is None else float(math.exp(float(np.mean(x))))
+
+    return Quality(positions=int(kl.size), mean_kl=float(np.mean(kl)), p99_kl=float(np.quantile(kl, 0.99)),
+                   max_kl=float(np.max(kl)), same_top=float(np.mean(same)), perplexity=ppl(nll),
+                   reference_perplexity=ppl(reference_nll))
+
+
+def measure(reference: Decoder, form: Decoder, windows: Windows) -> Quality:
+    """Score the second half of every window (all of equal length W >= 2) on both decoders."""
+    width = len(windows.ids[0])
+    half = max(1, width // 2)
+    kls, sames, nlls, ref_nlls = [], [], [], []
+    ref, got = reference.prefill([w[:half] for w in windows.ids]), form.prefill([w[:half] for w in windows.ids])
+    rows = len(windows.ids)
+    for t in range(half, width):  # ref/got: (B, V) predicting token t of each window
+        kls.append(kl_divergence(ref, got))
+        sames.append(np.argmax(ref, axis=-1) == np.argmax(got, axis=-1))
+        targets = np.array([w[t] for w in windows.ids])
+        nlls.append(-log_softmax(got)[np.arange(rows), targets])
+        ref_nlls.append(-log_softmax(ref)[np.arange(rows), targets])
+        if t + 1 < width:
+            tokens = [w[t] for w in windows.ids]
+            ref, got = reference.step(tokens, [True] * rows), form.step(tokens, [True] * rows)
+    text = windows.text
+    return summarize(np.concatenate(kls), np.concatenate(sames), np.concatenate(nlls) if text else None,
+                     np.concatenate(ref_nlls) if text else None)
+
+
+def load_windows(folder: Path, manifest: GPTManifest) -> Windows:
+    """The folder's quality windows after the sha256 check (ArtifactError if none or broken)."""
+    where = str(Path(folder) / QUALITY_FILE)
+    if QUALITY_FILE not in manifest.files:
+        raise ArtifactError(f"{where}: the manifest lists no quality windows (re-export with this version)")
+    try:
+        doc = obj(json.loads(read_gpt_file(Path(folder), QUALITY_FILE, manifest)), where)
+    except (ValueError, RecursionError) as exc:
+        raise ArtifactError(f"{where}: expected JSON ({first_line(exc)})") from None
+    if doc.get("kind") != QUALITY_KIND or doc.get("format") != QUALITY_FORMAT:
+        raise ArtifactError(f"{where}: expected kind {QUALITY_KIND!r} format {QUALITY_FORMAT}")
+    ids = get(doc, "windows", list, where)
+    vocab, context = manifest.config.vocab_size, manifest.config.context_length
+    width = len(ids[0]) if ids and isinstance(ids[0], list) else 0
+    good = width >= 2 and width <= context and all(
+        isinstance(w, list) and len(w) == width
+        and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in w) for w in ids)
+    if not good:
+        raise ArtifactError(f"{where}: expected windows of one length 2..{context} of token ids below {vocab}")
+    return Windows(ids=ids, text=get(doc, "text", bool, where), source=get(doc, "source", str, where))
