@@ -174,6 +174,24 @@ int mha_gpt_manifest_load(const char *dir, MhaGptManifest *m, char *err, size_t 
         say(err, n, "%s: expected contract.inplace.file \"%s\"", path, MHA_GPT_INPLACE);
         goto done;
     }
+    m->nforms = 1;
+    snprintf(m->forms[0], sizeof m->forms[0], "%s", MHA_GPT_INPLACE);
+    snprintf(m->generations[0], sizeof m->generations[0], "%s", MHA_GPT_GENERATIONS);
+    static const char *const lossy[] = {"gpt.inplace.int8.onnx", "gpt.inplace.int4.onnx"};
+    for (size_t i = 0; i < sizeof lossy / sizeof *lossy; i++) {
+        const JsonValue *entry = json_get(artifacts, lossy[i]);
+        if (!entry) continue;
+        const JsonValue *gen = json_get(entry, "generations");
+        if (!gen || gen->type != JSON_STRING || gen->str_len == 0 || gen->str_len >= sizeof m->generations[0] ||
+            strlen(gen->str) != gen->str_len || !mha_plain_name(gen->str)) {
+            say(err, n, "%s: artifacts.%s: expected 'generations' the file name of its own golden generations",
+                path, lossy[i]);
+            goto done;
+        }
+        snprintf(m->forms[m->nforms], sizeof m->forms[0], "%s", lossy[i]);
+        snprintf(m->generations[m->nforms], sizeof m->generations[0], "%s", gen->str);
+        m->nforms++;
+    }
     if (mha_manifest_files(json_get(root, "files"), path, &m->files, err, n)) goto done;
     rc = MHA_OK;
 done:
@@ -639,13 +657,14 @@ static int generate_ids(GptRun *r, const int64_t *prompt, long long T, const Req
     return 0;
 }
 
-/* DIR/gpt.inplace.onnx, verified against the manifest, opened and bound. */
-static int open_verified(GptRun *r, const MhaGptManifest *m, const char *dir, long long threads, char *why, size_t n) {
+/* DIR/FORM (gpt.inplace.onnx or a lossy form of it), verified against the manifest, opened and bound. */
+static int open_verified(GptRun *r, const MhaGptManifest *m, const char *dir, const char *form, long long threads,
+                         char *why, size_t n) {
     unsigned char *bytes;
     size_t len;
     char path[4400];
-    if (mha_read_verified(&m->files, dir, MHA_GPT_INPLACE, &bytes, &len, why, n)) return 1;
-    say(path, sizeof path, "%s/%s", dir, MHA_GPT_INPLACE);
+    if (mha_read_verified(&m->files, dir, form, &bytes, &len, why, n)) return 1;
+    say(path, sizeof path, "%s/%s", dir, form);
     int bad = run_open(r, bytes, len, path, &m->config, threads, why, n);
     free(bytes);
     return bad;
@@ -800,7 +819,7 @@ int mha_gpt_generate(const OrtApi *api, OrtEnv *e, OrtMemoryInfo *mem, int argc,
     int rc = 1;
     /* the model's size and sha256 are checked before a session is made from it; --warmup N generations of the
      * same request run untimed first, and the last one is reported */
-    int failed_run = !why[0] ? open_verified(&r, &m, dir, threads, why, sizeof why) : 1;
+    int failed_run = !why[0] ? open_verified(&r, &m, dir, MHA_GPT_INPLACE, threads, why, sizeof why) : 1;
     for (long long w = 0; w <= warmup && !failed_run; w++)
         failed_run = generate_ids(&r, prompt, (long long)T, &q, scratch, NULL, &out, why, sizeof why);
     if (!why[0] && !failed_run) {
@@ -939,8 +958,8 @@ static int golden_get(const JsonValue *k, size_t index, const MhaGptConfig *c, G
 }
 
 /* One golden generation: 1 passed, 0 failed (its line printed and reported either way). */
-static int check_golden(GptRun *r, const MhaGptManifest *m, const char *dir, const Golden *g, double atol, double rtol,
-                        int has_rel_l2, double rel_l2, void *scratch, MhaReport *report) {
+static int check_golden(GptRun *r, const MhaGptManifest *m, const char *dir, const char *form, const Golden *g,
+                        double atol, double rtol, int has_rel_l2, double rel_l2, void *scratch, MhaReport *report) {
     char why[2048] = "";
     long long V = m->config.vocab_size;
     float *first = malloc((size_t)V * sizeof(float)), *want = NULL;
@@ -973,9 +992,9 @@ static int check_golden(GptRun *r, const MhaGptManifest *m, const char *dir, con
     }
     int compared = !why[0] || strncmp(why, "ids differ", 10) == 0 || strncmp(why, "first-step", 10) == 0;
     if (!why[0])
-        print_c(stdout, "ok   %-20s %-16s max_abs=%.3g rel_l2=%.3g\n", MHA_GPT_INPLACE, g->name, cmp.max_abs, cmp.rel_l2);
+        print_c(stdout, "ok   %-20s %-16s max_abs=%.3g rel_l2=%.3g\n", form, g->name, cmp.max_abs, cmp.rel_l2);
     else
-        print_c(stdout, "FAIL %-20s %-16s %s\n", MHA_GPT_INPLACE, g->name, why);
+        print_c(stdout, "FAIL %-20s %-16s %s\n", form, g->name, why);
     if (compared) {
         MhaCompare shown = cmp;
         shown.ok = !why[0];
@@ -998,93 +1017,119 @@ static int stop(const char *dir, const char *json_path, const char *why) {
 
 static int tolerance_number(const JsonValue *v) { return v && v->type == JSON_NUMBER && v->number >= 0; }
 
-int mha_gpt_check(const OrtApi *api, OrtEnv *e, OrtMemoryInfo *mem, const char *dir, const char *json_path) {
-    ort = api;
-    env = e;
-    cpu = mem;
-    MhaGptManifest m;
-    char err[2048], path[4400];
-    if (mha_gpt_manifest_load(dir, &m, err, sizeof err)) return stop(dir, json_path, err);
-    say(path, sizeof path, "%s/%s", dir, MHA_GPT_GENERATIONS);
+/* One form's golden generations (m->generations[f]): cases run and counted into the report; 1 with err set when the
+ * file itself is refused (the check stops: a tampered golden file checks nothing). */
+static int check_form(const MhaGptManifest *m, const char *dir, size_t f, void *scratch, MhaReport *report,
+                      int *passed, int *failures, char *err, size_t errn) {
+    const char *form = m->forms[f], *file = m->generations[f];
+    char path[4400];
+    say(path, sizeof path, "%s/%s", dir, file);
     unsigned char *bytes;
     size_t len;
     JsonValue *root = NULL;
     /* verified against the manifest's size and sha256 before a byte of it is parsed */
-    if (!mha_manifest_find(&m.files, MHA_GPT_GENERATIONS)) {
-        say(err, sizeof err, "%s: the manifest lists no golden generations (re-export with this version)", path);
-        goto refused;
+    if (!mha_manifest_find(&m->files, file)) {
+        say(err, errn, "%s: the manifest lists no golden generations (re-export with this version)", path);
+        return 1;
     }
-    if (mha_read_verified(&m.files, dir, MHA_GPT_GENERATIONS, &bytes, &len, err, sizeof err)) goto refused;
+    if (mha_read_verified(&m->files, dir, file, &bytes, &len, err, errn)) return 1;
     if (len > MAX_GENERATIONS_FILE) {
         free(bytes);
-        say(err, sizeof err, "%s: expected at most %zu bytes, got %zu", path, MAX_GENERATIONS_FILE, len);
-        goto refused;
+        say(err, errn, "%s: expected at most %zu bytes, got %zu", path, MAX_GENERATIONS_FILE, len);
+        return 1;
     }
     char why[512];
     root = json_parse((const char *)bytes, len, why, sizeof why);
     free(bytes);
     if (!root) {
-        say(err, sizeof err, "%s: expected JSON, got a parse error (%s)", path, why);
-        goto refused;
+        say(err, errn, "%s: expected JSON, got a parse error (%s)", path, why);
+        return 1;
     }
+    int refused = 1;
     const JsonValue *kind = json_get(root, "kind"), *format = json_get(root, "format"), *cases = json_get(root, "cases");
     const JsonValue *tol = json_get(root, "tolerance"), *vocab = json_get(root, "vocab_size");
     const JsonValue *context = json_get(root, "context_length");
     const JsonValue *atol = json_get(tol, "atol"), *rtol = json_get(tol, "rtol"), *rel_l2 = json_get(tol, "rel_l2");
     if (!kind || kind->type != JSON_STRING || strcmp(kind->str, "gpt-generations") != 0 || !format ||
         format->type != JSON_NUMBER || !format->is_integer || format->integer != 1) {
-        say(err, sizeof err, "%s: expected kind \"gpt-generations\" format 1", path);
-        goto refused;
+        say(err, errn, "%s: expected kind \"gpt-generations\" format 1", path);
+        goto done;
     }
-    if ((vocab && (vocab->type != JSON_NUMBER || !vocab->is_integer || vocab->integer != m.config.vocab_size)) ||
-        (context && (context->type != JSON_NUMBER || !context->is_integer || context->integer != m.config.context_length))) {
-        say(err, sizeof err, "%s: expected vocab_size %lld and context_length %lld (the manifest's); the golden "
-                 "generations do not belong to this folder", path, m.config.vocab_size, m.config.context_length);
-        goto refused;
+    if ((vocab && (vocab->type != JSON_NUMBER || !vocab->is_integer || vocab->integer != m->config.vocab_size)) ||
+        (context && (context->type != JSON_NUMBER || !context->is_integer ||
+                     context->integer != m->config.context_length))) {
+        say(err, errn, "%s: expected vocab_size %lld and context_length %lld (the manifest's); the golden "
+                 "generations do not belong to this folder", path, m->config.vocab_size, m->config.context_length);
+        goto done;
     }
     int has_rel_l2 = rel_l2 && rel_l2->type != JSON_NULL;
     if (!tol || tol->type != JSON_OBJECT || !tolerance_number(atol) || !tolerance_number(rtol) ||
         (has_rel_l2 && !tolerance_number(rel_l2))) {
-        say(err, sizeof err, "%s: expected tolerance {atol, rtol >= 0, rel_l2 null or >= 0}", path);
-        goto refused;
+        say(err, errn, "%s: expected tolerance {atol, rtol >= 0, rel_l2 null or >= 0}", path);
+        goto done;
     }
     size_t ncases = 0;
     for (const JsonValue *k = cases && cases->type == JSON_ARRAY ? cases->child : NULL; k; k = k->next) ncases++;
     if (!cases || cases->type != JSON_ARRAY || ncases == 0 || ncases > MAX_CASES) {
-        say(err, sizeof err, "%s: expected 1 to %d cases, got %s", path, MAX_CASES,
+        say(err, errn, "%s: expected 1 to %d cases, got %s", path, MAX_CASES,
                  cases && cases->type == JSON_ARRAY ? "another count" : json_type_name(cases));
-        goto refused;
+        goto done;
     }
+    refused = 0;
     GptRun r;
-    void *scratch = malloc(mha_gpt_scratch_bytes(m.config.vocab_size));
-    if (!scratch) { say(err, sizeof err, "out of memory"); goto refused; }
-    MhaReport report;
-    mha_report_init(&report, "c", dir);
-    mha_report_version(&report, "onnxruntime", OrtGetApiBase()->GetVersionString());
-    mha_report_artifact(&report, 0, MHA_GPT_INPLACE, ARTIFACT_RUNTIME);
-    int passed = 0, failures = 0;
+    mha_report_artifact(report, f, form, ARTIFACT_RUNTIME);
     char model_error[2048] = "";
-    if (open_verified(&r, &m, dir, 0, model_error, sizeof model_error)) {
-        mha_report_artifact_error(&report, model_error);  /* every case fails with the reason */
+    if (open_verified(&r, m, dir, form, 0, model_error, sizeof model_error)) {
+        mha_report_artifact_error(report, model_error);  /* every case fails with the reason */
         memset(&r, 0, sizeof r);
     }
     size_t index = 0;
     for (const JsonValue *k = cases->child; k; k = k->next, index++) {
         Golden g;
         char line[2048];
-        if (golden_get(k, index, &m.config, &g, line, sizeof line)) {
-            print_c(stdout, "FAIL %-20s %-16s %s\n", MHA_GPT_INPLACE, g.name, line);
-            mha_report_case(&report, g.name, NULL, line);
-            failures++;
+        if (golden_get(k, index, &m->config, &g, line, sizeof line)) {
+            print_c(stdout, "FAIL %-20s %-16s %s\n", form, g.name, line);
+            mha_report_case(report, g.name, NULL, line);
+            (*failures)++;
         } else if (model_error[0]) {
-            print_c(stdout, "FAIL %-20s %-16s %s\n", MHA_GPT_INPLACE, g.name, model_error);
-            mha_report_case(&report, g.name, NULL, model_error);
-            failures++;
+            print_c(stdout, "FAIL %-20s %-16s %s\n", form, g.name, model_error);
+            mha_report_case(report, g.name, NULL, model_error);
+            (*failures)++;
         } else {
-            check_golden(&r, &m, dir, &g, atol->number, rtol->number, has_rel_l2, has_rel_l2 ? rel_l2->number : 0,
-                         scratch, &report) ? passed++ : failures++;
+            check_golden(&r, m, dir, form, &g, atol->number, rtol->number, has_rel_l2,
+                         has_rel_l2 ? rel_l2->number : 0, scratch, report) ? (*passed)++ : (*failures)++;
         }
         golden_free(&g);
+    }
+    run_close(&r);
+done:
+    json_free(root);
+    return refused;
+}
+
+int mha_gpt_check(const OrtApi *api, OrtEnv *e, OrtMemoryInfo *mem, const char *dir, const char *json_path) {
+    ort = api;
+    env = e;
+    cpu = mem;
+    MhaGptManifest m;
+    char err[2048];
+    if (mha_gpt_manifest_load(dir, &m, err, sizeof err)) return stop(dir, json_path, err);
+    void *scratch = malloc(mha_gpt_scratch_bytes(m.config.vocab_size));
+    if (!scratch) {
+        mha_gpt_manifest_free(&m);
+        return stop(dir, json_path, "out of memory");
+    }
+    MhaReport report;
+    mha_report_init(&report, "c", dir);
+    mha_report_version(&report, "onnxruntime", OrtGetApiBase()->GetVersionString());
+    int passed = 0, failures = 0, refused = 0;
+    for (size_t f = 0; f < m.nforms && !refused; f++)
+        refused = check_form(&m, dir, f, scratch, &report, &passed, &failures, err, sizeof err);
+    free(scratch);
+    if (refused) {
+        mha_report_free(&report);
+        mha_gpt_manifest_free(&m);
+        return stop(dir, json_path, err);
     }
     printf("%d passed, %d failed\n", passed, failures);
     int rc = failures > 0 || passed == 0;
@@ -1100,13 +1145,6 @@ int mha_gpt_check(const OrtApi *api, OrtEnv *e, OrtMemoryInfo *mem, const char *
         }
     }
     mha_report_free(&report);
-    run_close(&r);
-    free(scratch);
-    json_free(root);
     mha_gpt_manifest_free(&m);
     return rc;
-refused:
-    json_free(root);
-    mha_gpt_manifest_free(&m);
-    return stop(dir, json_path, err);
 }

@@ -29,6 +29,9 @@
 #define MHA_GPT_FORMAT 1
 #define MHA_GPT_INPLACE "gpt.inplace.onnx"
 #define MHA_GPT_GENERATIONS "golden/generations.json"
+/* The forms `check` runs: gpt.inplace.onnx, then the lossy forms the folder lists, each with its own golden
+ * generations (the manifest entry's "generations"). */
+#define MHA_GPT_MAX_FORMS 3
 #define MHA_GPT_MAX_CONTEXT 4096   /* the exporter's bounds (runtime/mha_runtime/gpt/config.py) */
 #define MHA_GPT_MAX_HEADS 256
 #define MHA_GPT_MAX_LAYERS 1024
@@ -41,6 +44,8 @@ typedef struct {
     MhaManifest files;  /* path and the files' sizes and sha256s (config unused) */
     MhaGptConfig config;
     long long eos_id;   /* -1: none */
+    size_t nforms;      /* forms[0] is gpt.inplace.onnx with golden/generations.json */
+    char forms[MHA_GPT_MAX_FORMS][64], generations[MHA_GPT_MAX_FORMS][256];
 } MhaGptManifest;
 
 /* Whether DIR/manifest.json says kind "gpt" (anything unreadable: no; the attention reader then names it). */

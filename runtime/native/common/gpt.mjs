@@ -27,10 +27,14 @@ export const CONCAT_FORM = 'gpt.onnx';
 export const INPLACE_FORM = 'gpt.inplace.onnx';
 export const TOKENIZER_FILE = 'tokenizer.json';
 export const TOKENIZER_CONFIG = 'tokenizer_config.json';
-// The fp32 forms the golden generations are checked on (as `mha check`), in that order; the int8 form is judged by
-// its own tolerance and greedy agreement in the manifest.
+// The fp32 forms the golden generations (golden/generations.json) are checked on (as `mha check`), in that order;
+// the lossy forms (MatMulNBits) reproduce their own golden generations (the manifest entry's "generations"),
+// checked where the runner asks for them (`lossy`: Node runs them; onnxruntime-web's kernels are not the ones they
+// were recorded with).
 export const FP32_FORMS = [CONCAT_FORM, INPLACE_FORM];
-const FORM_KIND = { [CONCAT_FORM]: 'concat', [INPLACE_FORM]: 'inplace', 'gpt.inplace.int8.onnx': 'inplace' };
+export const LOSSY_FORMS = ['gpt.inplace.int8.onnx', 'gpt.inplace.int4.onnx'];
+const FORM_KIND = { [CONCAT_FORM]: 'concat', [INPLACE_FORM]: 'inplace', [LOSSY_FORMS[0]]: 'inplace',
+  [LOSSY_FORMS[1]]: 'inplace' };
 const MAX_CONTEXT = 4096, MAX_HEADS = 256, MAX_DIM = 2 ** 24;
 
 const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
@@ -568,12 +572,12 @@ export async function generate(decoder, prompt, { maxNewTokens, temperature = 0,
 }
 
 // ---- the golden generations (runtime/mha_runtime/gpt/golden.py) -----------------------------------------------
-export async function loadGenerations(io, manifest) {
-  const where = `${io.where}/${GENERATIONS_FILE}`;
-  if (!Object.hasOwn(manifest.files, GENERATIONS_FILE)) {
+export async function loadGenerations(io, manifest, file = GENERATIONS_FILE) {
+  const where = `${io.where}/${file}`;
+  if (!plainName(file) || !Object.hasOwn(manifest.files, file)) {
     throw new ArtifactError(`${where}: the manifest lists no golden generations (re-export with this version)`);
   }
-  const doc = await verifiedJson(io, manifest, GENERATIONS_FILE);
+  const doc = await verifiedJson(io, manifest, file);
   if (!isObject(doc) || doc.kind !== 'gpt-generations' || doc.format !== 1 || !Array.isArray(doc.cases)) {
     throw new ArtifactError(`${where}: expected kind 'gpt-generations' format 1 with a 'cases' list`);
   }
@@ -642,25 +646,32 @@ export async function checkCase(decoder, c, want, tolerance, tokenizer) {
   return result;
 }
 
-// Every golden generation on every fp32 form the folder lists (gpt.onnx, gpt.inplace.onnx), in the check format
+// Every golden generation on every fp32 form the folder lists (gpt.onnx, gpt.inplace.onnx; with `lossy`, the lossy
+// forms too, each against its own generations), in the check format
 // every runner writes ({passed, failed, not_loadable, artifacts: [{file, not_loadable, error, passed, failed,
 // cases}]}). openSession(bytes, form) -> a session (it may throw: the runtime's reason is the form's not_loadable);
 // alias: whether preallocated outputs may alias inputs (onnxruntime-node). The manifest, the golden files and the
 // tokenizer are checked first: a tampered one stops the check before anything runs (an ArtifactError).
 export async function checkGenerations(ort, io, { openSession, alias = false, Tokenizer = null, onLine = () => {},
-  forms = null } = {}) {
+  forms = null, lossy = false } = {}) {
   const manifest = await readGptManifest(io);
-  const golden = await loadGenerations(io, manifest);
   const tokenizer = Tokenizer ? await loadTokenizer(io, manifest, Tokenizer) : null;
-  const wants = {};
-  for (const c of golden.cases) {
-    wants[c.name] = floats(await verifiedBytes(io, manifest, `golden/${c.first_logits_bin}`), manifest.config.vocab_size,
-      `${io.where}/golden/${c.first_logits_bin}`);
+  const goldens = {};  // generations file -> {golden, wants}: every one read and checked before anything runs
+  const generationsOf = (form) => manifest.artifacts[form]?.generations ?? GENERATIONS_FILE;
+  const chosen = forms || [...FP32_FORMS, ...(lossy ? LOSSY_FORMS : [])].filter((f) => listedForms(manifest).includes(f));
+  for (const file of new Set([GENERATIONS_FILE, ...chosen.map(generationsOf)])) {
+    const golden = await loadGenerations(io, manifest, file);
+    const wants = {};
+    for (const c of golden.cases) {
+      wants[c.name] = floats(await verifiedBytes(io, manifest, `golden/${c.first_logits_bin}`), manifest.config.vocab_size,
+        `${io.where}/golden/${c.first_logits_bin}`);
+    }
+    goldens[file] = { golden, wants };
   }
-  const chosen = forms || FP32_FORMS.filter((f) => listedForms(manifest).includes(f));
   let passed = 0, failed = 0;
   const artifacts = [];
   for (const form of chosen) {
+    const { golden, wants } = goldens[generationsOf(form)];
     const record = { file: form, runtime: formKind(form), sha256: manifest.files[form]?.sha256 ?? null, not_loadable: null,
       error: null, passed: 0, failed: 0, cases: [] };
     artifacts.push(record);

@@ -90,11 +90,13 @@ async function generateCommand(o, out = process.stdout, err = process.stderr) {
   return 0;
 }
 
-// `check DIR` on a GPT folder: every golden generation on gpt.onnx and gpt.inplace.onnx; the check format.
+// `check DIR` on a GPT folder: every golden generation on gpt.onnx, gpt.inplace.onnx and the lossy forms (each
+// against its own); the check format.
 async function checkGpt(dir, log = console.log) {
   checkFolder(dir);
   const result = await gpt.checkGenerations(ort, nodeIo(dir), {
     openSession: (bytes, form) => openSession(bytes, path.join(dir, form), 1), alias: true, Tokenizer, onLine: log,
+    lossy: true,
   });
   return result;
 }
