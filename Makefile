@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
 GPU_ORT := onnxruntime-gpu==1.31.1
 
-.PHONY: venv vocab export demo test lint bench serve-bench native-build native-test web-build web-test web chromium portability clean
+.PHONY: venv vocab export demo test lint bench llama-cpp serve-bench native-build native-test web-build web-test web chromium portability clean
 
 venv: $(STAMP)
 
@@ -66,6 +66,11 @@ bench: $(STAMP) $(VOCAB_STAMP)
 	@test -x $(NATIVE)/c/build/mha_check -a -d $(NATIVE)/node/node_modules -a -d $(NATIVE)/web/node_modules || $(MAKE) native-build web-build
 	@test -f $(GPT_GOLDEN) || $(MAKE) $(GPT_GOLDEN)
 	$(PY) -m mha_export.bench.gpt_runtimes --artifact artifacts/gpt-mini --artifact artifacts/gpt-124m --out artifacts/bench
+
+# llama.cpp (llama-bench, llama-quantize, llama-perplexity, llama-completion) built once into .cache/llama.cpp/
+# from the pinned llama-cpp-python source release, for the bench's llama.cpp peer (bench/llama_peer.py).
+llama-cpp: $(STAMP)
+	tools/llama_cpp.sh
 
 # mha serve on gpt2-small: batching against --max-batch 1, 2 replicas against 1, server against the direct runner
 # and against Ray Serve's no-op floor, through Serve's proxy and HAProxy; then generation on gpt-124m at

@@ -76,7 +76,13 @@ def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
     from mha_runtime.artifact.contract import DTYPE, INPUT_NAME, OUTPUT_NAME, IOContract
     from mha_runtime.artifact.manifest import load_manifest
     from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, human_size, table
+    from mha_runtime.gpt.manifest import is_gpt_folder
 
+    if is_gpt_folder(artifact_dir):
+        from mha_runtime.cli.gpt_inspect import inspect_gpt
+
+        inspect_gpt(artifact_dir, as_json=as_json)
+        return
     manifest = load_manifest(artifact_dir)
     if as_json:
         click.echo(json.dumps(manifest.to_dict(), indent=2))

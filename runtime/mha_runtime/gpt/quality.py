@@ -34,7 +34,7 @@ QUALITY_FORMAT = 1
 # tokens through the same kernels give the same figure on one host; another CPU's int8 kernels (VNNI, AVX-512)
 # sum in another order, which moves logits by float rounding only (docs/gpt.md, "Quality of the lossy forms").
 KL_AGREEMENT = 0.1
-KL_FLOOR = 1e-6
+KL_FLOOR = 1e-9
 TOP_AGREEMENT = 0.02  # the same-top-token share, re-measured, within 2 points
 
 

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Build llama.cpp once into .cache/llama.cpp/ (git-ignored) for the bench's llama.cpp peer
+# (export/mha_export/bench/llama_peer.py): llama-bench, llama-quantize, llama-perplexity and llama-completion.
+#
+# Source: the PyPI source release of llama-cpp-python (pinned), which bundles the whole llama.cpp tree with
+# convert_hf_to_gguf.py and gguf-py; llama.cpp itself has no wheel and no Debian package here.
+# -DGGML_NATIVE=ON ties the binaries to this host's CPU: build them where they run.
+# Idempotent: does nothing when the binaries exist; always ends with one line saying where they are.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PIN="llama-cpp-python==0.3.36"
+CACHE="$ROOT/.cache/llama.cpp"
+SRC="$CACHE/src"            # the bundled vendor/llama.cpp tree
+BUILD="$CACHE/build"
+BIN="$BUILD/bin"
+PY="$ROOT/.venv/bin/python"
+TARGETS=(llama-bench llama-quantize llama-perplexity llama-completion)
+
+built() {
+  local t
+  for t in "${TARGETS[@]}"; do [[ -x "$BIN/$t" ]] || return 1; done
+}
+
+# Debian packages only when the command is missing (root or sudo).
+need_apt() {
+  local cmd="$1" pkg="$2" sudo=""
+  command -v "$cmd" >/dev/null 2>&1 && return 0
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q "$pkg"
+}
+
+fetch_source() {
+  [[ -f "$SRC/convert_hf_to_gguf.py" ]] && return 0
+  local tmp
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' RETURN
+  "$PY" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps "$PIN" -d "$tmp"
+  tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+  mkdir -p "$CACHE"
+  rm -rf "$SRC"
+  mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$SRC"
+}
+
+build() {
+  local gen=(-G "Unix Makefiles")
+  command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+  # LLAMA_CURL is deprecated and ignored by this tree (it warns); LLAMA_OPENSSL=OFF is what keeps networking out.
+  # LLAMA_BUILD_APP=OFF: no unified binary; only the targets named are built.
+  cmake -S "$SRC" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >/dev/null
+  cmake --build "$BUILD" --parallel "$(nproc)" --target "${TARGETS[@]}"
+}
+
+# The converter's Python imports: torch, numpy, sentencepiece, transformers (the project venv has them) and the
+# bundled gguf-py (put on sys.path by the converter itself) with its own tqdm, pyyaml and requests, which the venv
+# also has through other packages. So nothing is installed; gguf-py's three are installed pinned only if the
+# converter cannot start without them (another venv).
+converter_deps() {
+  if ! "$PY" "$SRC/convert_hf_to_gguf.py" --help >/dev/null 2>&1; then
+    "$PY" -m pip install -q --disable-pip-version-check 'pyyaml==6.0.4' 'tqdm==4.70.1' 'requests==2.34.2'
+    "$PY" "$SRC/convert_hf_to_gguf.py" --help >/dev/null
+  fi
+}
+
+if ! built; then
+  need_apt cmake cmake
+  need_apt ninja ninja-build
+  fetch_source
+  build
+fi
+converter_deps
+echo "llama.cpp: ${TARGETS[*]} in $BIN; converter $SRC/convert_hf_to_gguf.py"
