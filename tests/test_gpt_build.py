@@ -10,7 +10,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 from mha_export.gpt.concat import concat_model
 from mha_export.gpt.eager import seeded_gpt
 from mha_export.gpt.inplace import inplace_model
-from mha_export.gpt.quantize import ACCURACY_LEVEL, BITS, BLOCK, int8_source, quantize_to
+from mha_export.gpt.quantize import ACCURACY_LEVEL, BLOCK, QuantPlan, lossy_source, matmul_weights, quantize_to
 from mha_runtime.gpt.config import GPTConfig
 
 CFG = GPTConfig(vocab_size=97, context_length=16, emb_dim=16, n_heads=2, n_layers=2, qkv_bias=True)
@@ -26,17 +26,39 @@ def test_streamed_files_equal_onnx_save(tmp_path: Path) -> None:
         onnx.checker.check_model(str(tmp_path / f"{name}.onnx"))
 
 
-def test_int8_file_equals_onnx_save_of_the_quantized_model(tmp_path: Path) -> None:
-    """quantize_to streams the quantized model (its serialized copy was the export's peak): the same bytes."""
+@pytest.mark.parametrize("bits", [8, 4])
+def test_lossy_file_equals_onnx_save_of_the_quantized_model(tmp_path: Path, bits: int) -> None:
+    """quantize_to streams the quantized model (its serialized copy was the export's peak): the same bytes as
+    onnxruntime's quantizer and onnx.save."""
     state = {k: v for k, v in seeded_gpt(CFG).state_dict().items() if not k.endswith(".mask")}
-    quantize_to(int8_source(state, CFG, tied=False), tmp_path / "int8.onnx")
-    reference = int8_source(state, CFG, tied=False)
-    quantizer = MatMulNBitsQuantizer(reference, bits=BITS, block_size=BLOCK, is_symmetric=True,
+    quantize_to(lossy_source(state, CFG, tied=False), tmp_path / "q.onnx", QuantPlan(bits))
+    reference = lossy_source(state, CFG, tied=False)
+    quantizer = MatMulNBitsQuantizer(reference, bits=bits, block_size=BLOCK, is_symmetric=True,
                                      accuracy_level=ACCURACY_LEVEL)
     quantizer.process()
-    onnx.save(quantizer.model.model, str(tmp_path / "int8.ref.onnx"))
-    assert (tmp_path / "int8.onnx").read_bytes() == (tmp_path / "int8.ref.onnx").read_bytes()
-    assert any(n.op_type == "MatMulNBits" for n in onnx.load(str(tmp_path / "int8.onnx")).graph.node)
+    onnx.save(quantizer.model.model, str(tmp_path / "q.ref.onnx"))
+    assert (tmp_path / "q.onnx").read_bytes() == (tmp_path / "q.ref.onnx").read_bytes()
+    nodes = [n for n in onnx.load(str(tmp_path / "q.onnx")).graph.node if n.op_type == "MatMulNBits"]
+    assert nodes and all(onnx.helper.get_attribute_value(a) == bits for n in nodes for a in n.attribute
+                         if a.name == "bits")
+
+
+def test_a_plan_keeps_its_matrices_at_the_higher_precision(tmp_path: Path) -> None:
+    """An 8-bit plan keeping the head leaves it a plain fp32 MatMul; a 4-bit plan keeping it makes it 8 bits."""
+    state = {k: v for k, v in seeded_gpt(CFG).state_dict().items() if not k.endswith(".mask")}
+    names = matmul_weights(lossy_source(state, CFG, tied=False))
+    assert "head.weight_t" in names and len(names) == 4 * CFG.n_layers + 1
+    for bits, kept, want in ((8, "fp32", None), (4, "int8", 8)):
+        quantize_to(lossy_source(state, CFG, tied=False), tmp_path / "q.onnx", QuantPlan(bits, {"head.weight_t": kept}))
+        graph = onnx.load(str(tmp_path / "q.onnx")).graph
+        head = next(n for n in graph.node if n.output and any("head" in i for i in n.input))
+        bits_of = {n.name: next(onnx.helper.get_attribute_value(a) for a in n.attribute if a.name == "bits")
+                   for n in graph.node if n.op_type == "MatMulNBits"}
+        if want is None:
+            assert head.op_type == "MatMul" and len(bits_of) == 4 * CFG.n_layers
+        else:
+            assert head.op_type == "MatMulNBits" and bits_of.pop(head.name) == want
+        assert set(bits_of.values()) == {bits}
 
 
 def test_the_weightless_check_still_checks_the_graph() -> None:

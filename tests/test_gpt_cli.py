@@ -87,6 +87,7 @@ def test_export_refusals_are_one_line(tmp_path: Path) -> None:
 
 
 def test_attention_commands_on_a_gpt_folder_point_to_generate(book_gpt: tuple[torch.nn.Module, Path]) -> None:
-    one_line_error(mha("inspect", book_gpt[1]), "run it with `mha generate DIR`")
+    shown = mha("inspect", book_gpt[1])  # inspect knows GPT folders: their forms and how each was judged
+    assert shown.returncode == 0 and "gpt.inplace.int4.onnx" in shown.stdout, shown.stderr
     checked = mha("check", book_gpt[1])  # check knows GPT folders: their golden generations
     assert checked.returncode == 0 and checked.stdout.strip().splitlines()[-1].endswith("passed, 0 failed")

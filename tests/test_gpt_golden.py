@@ -14,9 +14,11 @@ from click.testing import CliRunner
 
 from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.cli.main import cli
+from mha_runtime.gpt.contract import FORMS
 from mha_runtime.gpt.golden import GENERATIONS_FILE, first_logits, load_generations
 from mha_runtime.gpt.golden_check import check_generations
 from mha_runtime.gpt.manifest import load_gpt_manifest
+from mha_runtime.gpt.quality import QUALITY_FILE
 
 
 def test_greedy_golden_ids_are_the_books_generate_text_simple(book_gpt: tuple[Any, Path]) -> None:
@@ -54,8 +56,11 @@ def test_golden_files_are_listed_and_the_text_case_is_the_tokenizers(book_gpt: t
     manifest = load_gpt_manifest(folder)
     doc = json.loads((folder / GENERATIONS_FILE).read_text())
     listed = {name for name in manifest.files if name.startswith("golden/")}
-    named = {f"golden/{c[k]}" for c in doc["cases"] for k in ("first_logits_bin", "first_logits_npy")}
-    assert listed == named | {GENERATIONS_FILE}
+    named = {GENERATIONS_FILE, QUALITY_FILE}
+    for file in [GENERATIONS_FILE] + [a.generations for a in manifest.artifacts.values() if a.generations]:
+        own = json.loads((folder / file).read_text())
+        named |= {file} | {f"golden/{c[k]}" for c in own["cases"] for k in ("first_logits_bin", "first_logits_npy")}
+    assert listed == named
     assert doc["eos_applied"] is False and doc["tolerance"]["atol"] == 1e-3
     sampled = [c for c in doc["cases"] if c["temperature"] > 0]
     assert len(sampled) == 2 and all(c["seed"] is not None for c in sampled)
@@ -73,12 +78,14 @@ def test_mha_check_passes_every_generation_on_both_forms(book_gpt: tuple[Any, Pa
     folder = book_gpt[1]
     results = check_generations(folder)
     cases = len(load_generations(folder, load_gpt_manifest(folder)).cases)
-    assert {r.artifact for r in results} == {"gpt.onnx", "gpt.inplace.onnx"} and len(results) == 2 * cases
+    total = 4 * cases + 2  # the two fp32 forms and the two lossy forms, and each lossy form's quality
+    assert {r.artifact for r in results} == set(FORMS) and len(results) == total
+    assert [r.artifact for r in results if r.case == "quality"] == [f for f in FORMS if FORMS[f].lossy]
     assert all(r.ok for r in results), [r.line() for r in results if not r.ok]
     out = CliRunner().invoke(cli, ["check", str(folder), "--json", str(tmp_path / "py.json")])
-    assert out.exit_code == 0 and out.output.strip().splitlines()[-1] == f"{2 * cases} passed, 0 failed"
+    assert out.exit_code == 0 and out.output.strip().splitlines()[-1] == f"{total} passed, 0 failed"
     doc = json.loads((tmp_path / "py.json").read_text())
-    assert doc["runtime"] == "python" and doc["passed"] == 2 * cases and doc["failed"] == 0
+    assert doc["runtime"] == "python" and doc["passed"] == total and doc["failed"] == 0
 
 
 @pytest.fixture

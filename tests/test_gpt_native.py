@@ -1,9 +1,10 @@
 """The C runner on GPT folders (built by `make native-build`): `mha_check generate` and the golden generations.
 
 `mha_check check DIR` on a GPT folder runs every golden generation of golden/generations.json through
-gpt.inplace.onnx with IO binding (greedy and sampled: the C runner implements the sampling rule with numpy's
-PCG64 + SeedSequence), as built and as built with AddressSanitizer + UBSan (`c-asan`, leaks reported). `generate`
-prints the ids Python's `mha generate --json` gives; tampered files and bad arguments are one line and exit 1;
+gpt.inplace.onnx with IO binding, and each lossy form's own (int8, int4) (greedy and sampled: the C runner
+implements the sampling rule with numpy's PCG64 + SeedSequence), as built and as built with AddressSanitizer +
+UBSan (`c-asan`, leaks reported). `generate` prints the ids Python's `mha generate --json` gives; tampered files
+and bad arguments are one line and exit 1;
 gpt_example.c (the README's loop) builds and prints the same ids.
 """
 from __future__ import annotations
@@ -62,7 +63,7 @@ def book_copy(book_gpt: tuple[object, Path], tmp_path: Path) -> Path:
     folder = book_gpt[1]
     copy = tmp_path / "book"
     copy.mkdir()
-    for name in ("manifest.json", "gpt.inplace.onnx"):
+    for name in ("manifest.json", "gpt.inplace.onnx", "gpt.inplace.int8.onnx", "gpt.inplace.int4.onnx"):
         shutil.copy(folder / name, copy / name)
     shutil.copytree(folder / "golden", copy / "golden")
     return copy
@@ -72,23 +73,36 @@ def _golden(folder: Path) -> list[dict]:
     return json.loads((folder / "golden" / "generations.json").read_text())["cases"]  # type: ignore[no-any-return]
 
 
+def _forms(folder: Path) -> list[tuple[str, list[dict]]]:
+    """(form, its golden cases) in the C runner's order: gpt.inplace.onnx, then the lossy forms, each its own."""
+    artifacts = json.loads((folder / "manifest.json").read_text())["artifacts"]
+    out = [("gpt.inplace.onnx", _golden(folder))]
+    for form in ("gpt.inplace.int8.onnx", "gpt.inplace.int4.onnx"):
+        if form in artifacts:
+            out.append((form, json.loads((folder / artifacts[form]["generations"]).read_text())["cases"]))
+    return out
+
+
 @pytest.mark.parametrize("runner", ["c", "c-asan"])
 def test_check_passes_every_golden_generation(runner: str, gpt_folder: Path, tmp_path: Path) -> None:
     cases = _golden(gpt_folder)
     assert any(c["temperature"] == 0 for c in cases) and any(c["temperature"] > 0 for c in cases)
+    forms = _forms(gpt_folder)
+    assert [f for f, _ in forms] == ["gpt.inplace.onnx", "gpt.inplace.int8.onnx", "gpt.inplace.int4.onnx"]
     result = _c(runner, "check", gpt_folder, "--json", tmp_path / "c.json")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.strip().splitlines()
-    assert lines[-1] == f"{len(cases)} passed, 0 failed"
-    assert [line.split()[2] for line in lines[:-1]] == [c["name"] for c in cases]
-    assert all(line.startswith("ok   gpt.inplace.onnx ") for line in lines[:-1])
+    total = sum(len(c) for _, c in forms)
+    assert lines[-1] == f"{total} passed, 0 failed"
+    assert [line.split()[1:3] for line in lines[:-1]] == [[f, c["name"]] for f, cs in forms for c in cs]
+    assert all(line.startswith("ok   ") for line in lines[:-1])
     report = json.loads((tmp_path / "c.json").read_text())
-    assert report["runtime"] == "c" and report["passed"] == len(cases) and report["failed"] == 0
+    assert report["runtime"] == "c" and report["passed"] == total and report["failed"] == 0
     assert report["onnxruntime"] and report["errors"] == [] and report["not_loadable"] == []
-    [artifact] = report["artifacts"]
-    assert artifact["file"] == "gpt.inplace.onnx" and artifact["error"] is None
-    assert [c["name"] for c in artifact["cases"]] == [c["name"] for c in cases]
-    assert all(c["ok"] and c["max_abs"] < 1e-3 for c in artifact["cases"])
+    assert [a["file"] for a in report["artifacts"]] == [f for f, _ in forms]
+    for artifact, (_, own) in zip(report["artifacts"], forms, strict=True):
+        assert artifact["error"] is None and [c["name"] for c in artifact["cases"]] == [c["name"] for c in own]
+        assert all(c["ok"] and c["max_abs"] < 1e-3 for c in artifact["cases"])
 
 
 def test_generate_prints_the_golden_ids(gpt_folder: Path) -> None:
@@ -177,7 +191,7 @@ def _assert_refused(folder: Path, message: str, check_message: str | None = None
         result = _c(runner, "check", folder)
         assert result.returncode == 1
         assert (check_message or message) in result.stdout + result.stderr
-        assert "ok   " not in result.stdout
+        assert "ok   gpt.inplace.onnx " not in result.stdout  # (the lossy forms are files of their own)
 
 
 def test_tampered_model_is_refused_before_it_runs(book_copy: Path) -> None:
@@ -223,13 +237,14 @@ def test_manifest_that_is_not_json_is_refused(book_copy: Path) -> None:
 
 def test_altered_golden_files_fail_the_check(book_copy: Path, tmp_path: Path) -> None:
     cases = _golden(book_copy)
+    total = sum(len(c) for _, c in _forms(book_copy))
     _flip(book_copy / "golden" / cases[0]["first_logits_bin"], 10)
     result = _c("c-asan", "check", book_copy, "--json", tmp_path / "r.json")
     assert result.returncode == 1
     lines = result.stdout.strip().splitlines()
     assert lines[0].split()[:3] == ["FAIL", "gpt.inplace.onnx", cases[0]["name"]]
     assert "differs from the manifest's" in lines[0]
-    assert lines[-1] == f"{len(cases) - 1} passed, 1 failed"
+    assert lines[-1] == f"{total - 1} passed, 1 failed"
     assert json.loads((tmp_path / "r.json").read_text())["failed"] == 1
     _flip(book_copy / "golden" / "generations.json", 5)
     result = _c("c-asan", "check", book_copy, "--json", tmp_path / "r.json")
@@ -250,7 +265,24 @@ def test_golden_case_that_breaks_the_contract_fails_alone(book_copy: Path) -> No
     result = _c("c-asan", "check", book_copy)
     lines = result.stdout.strip().splitlines()
     assert "expected token ids in 0..50256" in lines[0] and "pass context_length 48" in lines[1]
-    assert lines[-1] == f"{len(doc['cases']) - 2} passed, 2 failed" and result.returncode == 1
+    total = sum(len(c) for _, c in _forms(book_copy))
+    assert lines[-1] == f"{total - 2} passed, 2 failed" and result.returncode == 1
+
+
+def test_a_lossy_forms_own_golden_id_changed_fails_that_case_only(book_copy: Path) -> None:
+    """The lossy forms are checked against their own generations: one of int4's ids edited (the manifest
+    re-sealed, so only the comparison can catch it) fails that one case of that form."""
+    file = json.loads((book_copy / "manifest.json").read_text())["artifacts"]["gpt.inplace.int4.onnx"]["generations"]
+    doc = json.loads((book_copy / file).read_text())
+    doc["cases"][0]["ids"][-1] = (doc["cases"][0]["ids"][-1] + 1) % 50257
+    text = json.dumps(doc).encode()
+    (book_copy / file).write_bytes(text)
+    _edit_manifest(book_copy, lambda m: m["files"][file].update(sha256=hashlib.sha256(text).hexdigest(),
+                                                                size=len(text)))
+    result = _c("c", "check", book_copy)
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].split()[1:3] == ["gpt.inplace.int4.onnx", doc["cases"][0]["name"]]
+    assert "ids differ from token" in failed[0] and result.returncode == 1
 
 
 def test_attention_check_is_unchanged(seed_dir: Path) -> None:

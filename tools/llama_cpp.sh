@@ -33,14 +33,15 @@ need_apt() {
 
 fetch_source() {
   [[ -f "$SRC/convert_hf_to_gguf.py" ]] && return 0
-  local tmp
-  tmp="$(mktemp -d)"
-  trap 'rm -rf "$tmp"' RETURN
+  local tmp="$CACHE/download"
+  rm -rf "$tmp" && mkdir -p "$tmp"
   "$PY" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps "$PIN" -d "$tmp"
   tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
-  mkdir -p "$CACHE"
   rm -rf "$SRC"
+  # Its .git file names the sdist's absent submodule folder: git fails there ("fatal: not a git repository",
+  # twice at configure), so llama.cpp records its build commit as "unknown" rather than this repository's.
   mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$SRC"
+  rm -rf "$tmp"
 }
 
 build() {
@@ -66,7 +67,7 @@ converter_deps() {
 
 if ! built; then
   need_apt cmake cmake
-  need_apt ninja ninja-build
+  need_apt ninja ninja-build || echo "ninja-build not installed: building with make" >&2
   fetch_source
   build
 fi

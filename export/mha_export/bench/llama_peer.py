@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[3]
 LLAMA_DIR = ROOT / ".cache" / "llama.cpp"  # tools/llama_cpp.sh builds here
 BIN_DIR = LLAMA_DIR / "build" / "bin"
 CONVERTER = LLAMA_DIR / "src" / "convert_hf_to_gguf.py"
+# The build's only version mark: the tree has no git history, so llama-bench's build_commit reads "unknown".
+SOURCE = "llama-cpp-python==0.3.36 (vendor/llama.cpp)"
 # Q8_0 and Q4_0 are both made by llama-quantize from the F32 GGUF: llama.cpp's README workflow (convert, then
 # quantize), and one tensor-type policy for both quants.
 QUANTS = ("Q8_0", "Q4_0")
@@ -63,13 +65,13 @@ def _need(name: str) -> Path:
     return path
 
 
-def _run(cmd: list[str | Path]) -> str:
-    """Run a llama.cpp command; its stdout and stderr together (the tools log to both), or the tail on failure."""
-    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace")
-    out = done.stdout + done.stderr
+def _run(cmd: list[str | Path]) -> subprocess.CompletedProcess[str]:
+    """Run a llama.cpp command to its end; RuntimeError with the tail of its output if it fails."""
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace",
+                          stdin=subprocess.DEVNULL)
     if done.returncode != 0:
-        raise RuntimeError(f"{Path(cmd[0]).name} exited {done.returncode}:\n{out[-3000:]}")
-    return out
+        raise RuntimeError(f"{Path(cmd[0]).name} exited {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
+    return done
 
 
 # -- weights -------------------------------------------------------------------------------------------------------
@@ -79,7 +81,11 @@ def write_hf_folder(folder_of_ours: Path, out: Path, vocab_dir: Path) -> Path:
     manifest = load_gpt_manifest(Path(folder_of_ours))  # checks the files' sha256 too
     cfg = manifest.config
     out = Path(out)
-    hf_model(book_state(Path(folder_of_ours)), cfg).save_pretrained(out)
+    model = hf_model(book_state(Path(folder_of_ours)), cfg)
+    if manifest.weights.get("tied"):  # GPT-2's own layout: the head is the embedding, stored once (the GGUF too)
+        model.config.tie_word_embeddings = True
+        model.tie_weights()
+    model.save_pretrained(out)
     config_path = out / "config.json"
     config = json.loads(config_path.read_text())
     config["n_ctx"] = cfg.context_length  # the converter reads it; transformers no longer writes it
@@ -107,12 +113,11 @@ def to_gguf(hf_folder: Path, out_dir: Path) -> dict[str, Path]:
 
 def _bench_one(gguf: Path, args: list[str], threads: int, reps: int) -> dict[str, Any]:
     """One llama-bench test (-o json): its mean, standard deviation and median over `reps` tokens/s samples."""
-    out = subprocess.run([str(_need("llama-bench")), "-m", str(gguf), "-t", str(threads), "-r", str(reps),
-                          "-o", "json", *args], capture_output=True, text=True, check=True).stdout
-    (test,) = json.loads(out)
+    out = _run([_need("llama-bench"), "-m", gguf, "-t", str(threads), "-r", str(reps), "-o", "json", *args])
+    (test,) = json.loads(out.stdout)
     return {"avg_ts": test["avg_ts"], "stddev_ts": test["stddev_ts"], "median_ts": median(test["samples_ts"]),
             "samples_ts": test["samples_ts"], "n_prompt": test["n_prompt"], "n_gen": test["n_gen"],
-            "n_depth": test["n_depth"], "build_commit": test["build_commit"], "type": test["model_type"]}
+            "n_depth": test["n_depth"], "type": test["model_type"]}
 
 
 def llama_bench(gguf: Path, *, threads: int, prompt: int = 32, gen: int = 128, prefill: int = 128,
@@ -125,8 +130,7 @@ def llama_bench(gguf: Path, *, threads: int, prompt: int = 32, gen: int = 128, p
     (avg_ts) and standard deviation of those; the median is ours, from samples_ts."""
     decode = _bench_one(gguf, ["-p", "0", "-n", str(gen), "-d", str(prompt)], threads, reps)
     fill = _bench_one(gguf, ["-p", str(prefill), "-n", "0"], threads, reps)
-    return {"gguf": str(gguf), "threads": threads, "reps": reps, "type": decode["type"],
-            "build_commit": decode["build_commit"],
+    return {"gguf": str(gguf), "source": SOURCE, "threads": threads, "reps": reps, "type": decode["type"],
             "decode_tokens_per_s": decode["median_ts"], "decode": decode,
             "prefill_tokens_per_s": fill["median_ts"], "prefill": fill}
 
@@ -161,7 +165,8 @@ def llama_windows(text: str, tokenizer_encode: Callable[[str], list[int]], ctx: 
 
 
 def logits_file_windows(path: Path) -> list[list[int]]:
-    """The token windows a `--kl-divergence-base` file records (the chunks as llama-perplexity read them)."""
+    """The token windows a `--kl-divergence-base` file records: the chunks as tokenized (where add_bos holds, each
+    chunk's first token as read, before llama-perplexity overwrites it with BOS)."""
     with open(path, "rb") as f:
         if f.read(8) != LOGITS_MAGIC:
             raise ValueError(f"{path}: not a llama-perplexity logits file")
@@ -179,7 +184,8 @@ _KL_LINES = {  # llama-perplexity's closing statistics -> our keys
 
 
 def parse_kl(log: str) -> dict[str, float]:
-    """The figures of a `llama-perplexity --kl-divergence` log (printed only over 100 positions or more)."""
+    """The figures of a `llama-perplexity --kl-divergence` log, as printed: KL to 6 decimals, so a quant within
+    1e-5 of F32 keeps one significant digit (llama-perplexity prints them only over 100 positions or more)."""
     found: dict[str, float] = {}
     for key, pattern in _KL_LINES.items():
         match = re.search(pattern, log)
@@ -201,20 +207,22 @@ def llama_kl(base_f32_gguf: Path, quant_gguf: Path, tokens_text_file: Path, *, t
              chunks: int = 16, base_logits: Path | None = None) -> dict[str, Any]:
     """KL(P_F32 || P_quant) over llama-perplexity's windows (module docstring): mean, p99, max, same top token, and
     both perplexities on the scored positions. `base_logits`: the F32 pass's file, reused when it exists (one F32
-    pass for every quant), else written there; None: a temporary file."""
+    pass for every quant; it must come from the same F32 GGUF and text), else written there; None: a temporary file."""
     with tempfile.TemporaryDirectory() as tmp:
         logits = Path(base_logits) if base_logits is not None else Path(tmp) / "base.kld"
         if not logits.is_file():
             kl_base(base_f32_gguf, tokens_text_file, logits, ctx=ctx, chunks=chunks, threads=threads)
-        log = _run([_need("llama-perplexity"), "-m", quant_gguf, "-c", str(ctx), "-t", str(threads),
-                    "--kl-divergence-base", logits, "--kl-divergence"])
+        done = _run([_need("llama-perplexity"), "-m", quant_gguf, "-c", str(ctx), "-t", str(threads),
+                     "--kl-divergence-base", logits, "--kl-divergence"])
         windows = logits_file_windows(logits)
-    scored = len(windows) * (ctx - 1 - ctx // 2)
-    return {"gguf": str(quant_gguf), "ctx": ctx, "chunks": len(windows), "positions": scored, **parse_kl(log)}
+    width = len(windows[0])  # the base file's context, which governs the quant pass
+    scored = len(windows) * (width - 1 - width // 2)
+    return {"gguf": str(quant_gguf), "ctx": width, "chunks": len(windows), "positions": scored,
+            **parse_kl(done.stdout + done.stderr)}
 
 
 def write_text(out: Path, *, start: int = 200_000) -> Path:
-    """The held-out text: the pydoc topics from character `start` on (the demo model trains before it)."""
+    """The held-out text: the pydoc topics from character `start` on (`make demo` trains on the first 40,000)."""
     from mha_export.demo.corpus import pydoc_topics
 
     Path(out).write_text(pydoc_topics().text[start:], encoding="utf-8")
@@ -224,9 +232,7 @@ def write_text(out: Path, *, start: int = 200_000) -> Path:
 # -- generation ----------------------------------------------------------------------------------------------------
 
 def llama_greedy(gguf: Path, prompt: str, new: int, *, threads: int) -> str:
-    """llama-completion's greedy continuation of `prompt` (top-k 1), the new text only."""
-    out = subprocess.run([str(_need("llama-completion")), "-m", str(gguf), "-p", prompt, "-n", str(new),
-                          "--top-k", "1", "-t", str(threads), "-no-cnv", "--no-display-prompt", "--ignore-eos",
-                          "--no-warmup", "-c", "0"],
-                         capture_output=True, text=True, errors="replace", check=True, stdin=subprocess.DEVNULL)
-    return out.stdout
+    """llama-completion's greedy continuation of `prompt` (top-k 1, the model's own context), the new text only."""
+    done = _run([_need("llama-completion"), "-m", gguf, "-p", prompt, "-n", str(new), "--top-k", "1",
+                 "-t", str(threads), "-no-cnv", "--no-display-prompt", "--ignore-eos", "--no-warmup", "-c", "0"])
+    return done.stdout.removesuffix("\n\n")  # llama-completion ends its output with a blank line, always
