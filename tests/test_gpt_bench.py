@@ -15,7 +15,7 @@ from mha_export.bench.gpt_bench import GENAI, HF, TORCH_KV, main
 from mha_export.bench.gpt_floors import child_peak, prefill_flops
 from mha_export.gpt.export import export_gpt
 from mha_runtime.gpt.config import GPT_PRESETS
-from mha_runtime.gpt.contract import CONCAT_FORM, INPLACE_FORM, INT8_FORM
+from mha_runtime.gpt.contract import CONCAT_FORM, INPLACE_FORM, INT4_FORM, INT8_FORM
 
 NEW = 8
 
@@ -50,16 +50,16 @@ def test_gpt_bench_writes_every_figure(mini: Path, tmp_path: Path) -> None:
     assert report["host"]["versions"]["onnxruntime"]
     _positive(report["bandwidth"]["bytes_per_s"], report["matmul_peak"]["flop_per_s"])
     decode = report["decode"]
-    assert set(decode["runners"]) == {INPLACE_FORM, CONCAT_FORM, INT8_FORM, GENAI, HF, TORCH_KV}
+    assert set(decode["runners"]) == {INPLACE_FORM, CONCAT_FORM, INT8_FORM, INT4_FORM, GENAI, HF, TORCH_KV}
     for name, figures in decode["runners"].items():
         assert figures["new_tokens"] == NEW and len(figures["samples"]) == 1
         _positive(figures["tokens_per_s"], figures["first_token_s"])
-        if name != INT8_FORM:  # int8 rounds the weights: its ids may part early
+        if name not in (INT8_FORM, INT4_FORM):  # the lossy forms round the weights: their ids may part early
             assert figures["greedy_prefix_equal"] == NEW, name
     assert decode["fastest_fp32"] in (INPLACE_FORM, CONCAT_FORM)
     ratios = decode["ratios"]
     _positive(decode["floor_tokens_per_s"], decode["streamed_floor_tokens_per_s"], ratios["fastest_fp32_to_floor"],
-              ratios["fastest_fp32_to_streamed_floor"], ratios["int8_to_fastest_fp32"],
+              ratios["fastest_fp32_to_streamed_floor"], ratios["int8_to_fastest_fp32"], ratios["int4_to_fastest_fp32"],
               *ratios["fastest_fp32_to_runner"].values())
     assert len(ratios["fastest_fp32_to_runner"]) == 4  # the other fp32 form, genai, transformers, the torch loop
     batch, first = report["batch"], report["first_token"]

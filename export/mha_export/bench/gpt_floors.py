@@ -67,6 +67,54 @@ def copy_bandwidth(*, threads: int, mib: int = COPY_MIB, repeats: int = COPY_REP
                       f"best of {repeats}"}
 
 
+READ_MIB = 1024
+READ_FORMULA = ("read bandwidth / bytes of the weights a decode step reads (each form's own: its initializers but "
+                "the embedding tables, which give one row a token)")
+
+
+def read_bandwidth(*, threads: int, mib: int = READ_MIB, repeats: int = COPY_REPEATS) -> dict[str, Any]:
+    """Bytes read per second by np.max over a `mib` MiB float32 array split over `threads` at once (a reduction
+    reads each byte once and writes nothing; numpy releases the GIL), best of `repeats`. Batch-1 decode reads
+    every weight once a token, so this, not a copy, is its floor: a copy's read + write figure was beaten by the
+    fp32 decode (docs/gpt.md)."""
+    data = np.ones(mib << 18, np.float32)  # touched: no page faults in the timed reads
+    edges = np.linspace(0, data.size, threads + 1).astype(int)
+    samples = []
+    for _ in range(repeats):
+        gate = threading.Barrier(threads + 1)
+
+        def read(lo: int, hi: int, gate: threading.Barrier = gate) -> None:
+            gate.wait()
+            data[lo:hi].max()
+
+        workers = [threading.Thread(target=read, args=(int(a), int(b))) for a, b in pairwise(edges)]
+        for w in workers:
+            w.start()
+        gate.wait()
+        start = time.perf_counter()
+        for w in workers:
+            w.join()
+        samples.append(data.nbytes / (time.perf_counter() - start))
+    return {"bytes_per_s": max(samples), "samples": samples, "array_bytes": data.nbytes, "threads": threads,
+            "method": f"np.max over a {mib} MiB float32 array, {threads} thread(s) at once, bytes read, best of "
+                      f"{repeats}"}
+
+
+def step_bytes(path: Path) -> int:
+    """Bytes of the weights one batch-1 decode step of an in-place form reads: every initializer but those only
+    gathered from (the embedding tables give one row a token; a tied head reads tok_emb whole). A lossy form's
+    packed weights and scales count as stored."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    readers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+    return sum(len(t.raw_data) or onnx.numpy_helper.to_array(t).nbytes for t in model.graph.initializer
+               if readers.get(t.name, set()) != {"Gather"})
+
+
 class MatMulMeter:
     """ONNX Runtime's float32 MatMul (n x n by n x n) at `threads`, one session kept so that it can be sampled
     again later in the run (beside the figures set against it): the library and thread pool the decoders run on."""
