@@ -22,7 +22,9 @@ def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str
         if name is None:
             raise click.UsageError("--config (or a checkpoint's config.json) needs --name NAME (the folder under "
                                    "--out)")
-        return [(name, GPTConfig.from_file(config_path))]
+        config = GPTConfig.from_file(config_path)
+        check_beside(config, f"--config {config_path}", weights)
+        return [(name, config)]
     if weights is not None and not presets:
         raise click.UsageError("--weights needs --config gpt.json (the book's GPT config keys), a config.json "
                                "beside the checkpoint, or --preset")
@@ -31,7 +33,38 @@ def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str
         gpt_preset(p)  # one line naming the presets there are
     if (weights is not None or name is not None) and len(names) != 1:
         raise click.UsageError("--weights and --name fit one preset: add --preset NAME")
+    for p in names:
+        check_beside(GPT_PRESETS[p], f"--preset {p}", weights)
     return [(name or p, GPT_PRESETS[p]) for p in names]
+
+
+# The fields a checkpoint's own config decides (drop_rate only matters in training), and their Hugging Face names.
+DECIDED = {"vocab_size": "vocab_size", "context_length": "n_positions", "emb_dim": "n_embd", "n_heads": "n_head",
+           "n_layers": "n_layer", "qkv_bias": "qkv_bias (GPT-2 always has q/k/v biases)"}
+
+
+def check_beside(config: GPTConfig, source: str, weights: Path | None) -> None:
+    """Refuse a config that disagrees with the checkpoint's own config.json beside --weights, field by field: the
+    shapes cannot tell n_heads, and a wrong head count gives a silently wrong model."""
+    own_path = None if weights is None else Path(weights).parent / HF_CONFIG
+    if own_path is None or not own_path.is_file() or own_path.resolve() == _resolved(source):
+        return
+    own = GPTConfig.from_file(own_path, flag="the checkpoint's")
+    for field, hf_name in DECIDED.items():
+        mine, theirs = getattr(config, field), getattr(own, field)
+        if mine != theirs:
+            raise click.BadParameter(
+                f"{field} {_show(mine)} disagrees with the checkpoint's {own_path} ({hf_name.split()[0]} "
+                f"{_show(theirs)}); export with that config (drop {source.split()[0]}) or give weights it fits",
+                param_hint=f"'{source.split()[0]}'")
+
+
+def _resolved(source: str) -> Path | None:
+    return Path(source.split(" ", 1)[1]).resolve() if source.startswith("--config ") else None
+
+
+def _show(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
