@@ -51,7 +51,10 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
     if bool(prompts) == bool(prompt_ids):
         raise click.UsageError("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)")
     gen = Generator(artifact_dir, form=form, provider=provider, threads=threads)
-    batch = [gen.encode(p) for p in prompts] if prompts else [parse_ids(t) for t in prompt_ids]
+    try:  # a prompt that cannot be a prompt is a bad value: exit 2, as click's own checks
+        batch = [gen.encode(p) for p in prompts] if prompts else [parse_ids(t) for t in prompt_ids]
+    except ContractError as exc:
+        raise click.UsageError(str(exc)) from None
     eos_id = gen.manifest.eos_id if eos else None
     gen.check(batch, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id)
     kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, eos_id=eos_id)

@@ -44,6 +44,9 @@ class GPTConfig:
             raise ConfigError(f"gpt config field 'qkv_bias': expected true or false, got {self.qkv_bias!r}")
         if self.emb_dim % self.n_heads:
             raise ConfigError(f"gpt config: emb_dim {self.emb_dim} is not divisible by n_heads {self.n_heads}")
+        if self.context_length < 2:
+            raise ConfigError(f"gpt config field 'context_length': expected at least 2 (one prompt token and one new "
+                              f"token), got {self.context_length}")
         if self.context_length > MAX_CONTEXT:
             raise ConfigError(f"gpt config field 'context_length': expected at most {MAX_CONTEXT}, "
                               f"got {self.context_length}")

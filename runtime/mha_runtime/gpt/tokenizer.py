@@ -1,7 +1,7 @@
 """GPT-2's byte-level BPE from the folder's tokenizer.json, through Hugging Face `tokenizers` (no hand-written BPE)."""
 from __future__ import annotations
 
-from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
 
 
 class GPTTokenizer:
@@ -19,6 +19,13 @@ class GPTTokenizer:
             raise ConfigError(f"{where}: a vocabulary of {size} tokens, expected the model's vocab_size {vocab_size}")
 
     def encode(self, text: str) -> list[int]:
+        """Ids of `text`; text that is not Unicode (a lone surrogate, as a shell passes undecodable bytes) is one
+        ContractError line."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ContractError(f"prompt: expected text (valid Unicode), got a lone surrogate {text[exc.start]!r} "
+                                f"at character {exc.start}") from None
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int]) -> str:
