@@ -69,10 +69,12 @@ def _show(value: object) -> str:
 
 def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
                        weights: Path | None, variants: str | None, tokenizer: Path | None) -> None:
-    from mha_export.gpt.export import check_gpt_budget, export_gpt, parse_gpt_variants
+    from mha_export.gpt.export import check_gpt_budget, check_gpt_forms, export_gpt, parse_gpt_variants
     from mha_export.gpt.tokenizer import read_tokenizer
+    from mha_export.pipeline.export import check_folder_name
     from mha_export.weights.load import check_weights_path
     from mha_runtime.artifact.atomic import check_folder_target
+    from mha_runtime.artifact.errors import ConfigError
     from mha_runtime.cli.tables import table
 
     chosen = parse_gpt_variants(variants)
@@ -80,15 +82,24 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
     if weights is not None:
         check_weights_path(weights)
     for folder, config in jobs:  # everything that can be refused, before any work
+        check_folder_name(folder)
         check_folder_target(Path(out) / folder)
-        check_gpt_budget(config)
+        source = f"--config {config_path}" if config_path is not None else (
+            f"--preset {folder}" if folder in GPT_PRESETS else f"{Path(weights or '.').parent / HF_CONFIG}")
+        try:
+            check_gpt_budget(config)
+            check_gpt_forms(config, chosen)
+        except ConfigError as exc:  # the file or preset the values came from, first
+            raise ConfigError(f"{source}: {exc}") from None
         if tokenizer is not None:
             read_tokenizer(tokenizer, vocab_size=config.vocab_size, context_length=config.context_length)
     for folder, config in jobs:
-        click.echo(f"exporting {folder} (GPT, {config.n_layers} layers, {config.parameters(tied=False):,} "
-                   "parameters at most) ...", err=True)
+        def announce(folder: str = folder, config: GPTConfig = config) -> None:  # once the weights are read
+            click.echo(f"exporting {folder} (GPT, {config.n_layers} layers, {config.parameters(tied=False):,} "
+                       "parameters at most) ...", err=True)
+
         result = export_gpt(folder, out, config=config, weights=weights, tokenizer=tokenizer, variants=chosen,
-                            progress=True)
+                            progress=True, announce=announce)
         rows = [[f, a.dtype, f"{result.manifest.files[f].size / 1e6:.1f} MB", a.cases, f"{a.max_abs_error:.2e}",
                  f"{a.greedy_agreement:.2f}", "-" if a.quality is None else f"{a.quality['mean_kl']:.2e}",
                  f"{a.export_seconds:.1f} s"]

@@ -86,9 +86,23 @@ def check_gpt_budget(cfg: GPTConfig, *, available: int | None = None) -> None:
     if available is not None and MEMORY_FACTOR * params > available:
         raise ConfigError(f"gpt config: exporting needs about {gib(MEMORY_FACTOR * params)} of memory, "
                           f"{gib(available)} is available")
+
+
+def inplace_refusal(cfg: GPTConfig) -> str | None:
+    """Why the in-place forms (and the lossy forms, built from them) cannot be built for `cfg`, or None."""
     if cfg.head_dim % 8:
-        raise ConfigError(f"gpt config: head size {cfg.head_dim} (emb_dim / n_heads); the in-place form's "
-                          "GroupQueryAttention needs a multiple of 8")
+        return (f"head size {cfg.head_dim} (emb_dim / n_heads) is not a multiple of 8, which the in-place form's "
+                "GroupQueryAttention needs")
+    return None
+
+
+def check_gpt_forms(cfg: GPTConfig, variants: tuple[str, ...]) -> None:
+    """Refuse, before any work, a form asked for by name that this config cannot have (the default set leaves it
+    out with a note instead)."""
+    why = inplace_refusal(cfg)
+    named = [v for v in variants if v in GPT_VARIANTS and FORMS[GPT_VARIANTS[v]].kind == "inplace"]
+    if why is not None and named:
+        raise ConfigError(f"--variants {','.join(named)}: {why}; export the decoder variant (gpt.onnx) alone")
 
 
 @dataclass(frozen=True)
@@ -135,16 +149,23 @@ def _build(file: str, path: Path, state: dict[str, torch.Tensor], config: GPTCon
 
 def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | None = None,
                tokenizer: Path | None = None, variants: tuple[str, ...] | None = None,
-               progress: bool = False) -> GPTExportResult:
+               progress: bool = False, announce: Callable[[], None] | None = None) -> GPTExportResult:
     """Export a GPT folder. `variants` None or with 'all': the default set, where a lossy form that misses its bar
-    is left out (named in `notes`); named variants must all be built and pass."""
+    is left out (named in `notes`); named variants must all be built and pass. `announce` is called once every input is
+    checked (the weights read): the work starts."""
     start = time.perf_counter()
     check_folder_name(name)
     check_gpt_budget(config)
     variants = (ALL_VARIANTS,) if variants is None else variants
+    check_gpt_forms(config, variants)
     lenient = ALL_VARIANTS in variants
     chosen = {f for v in variants if v != PTE_VARIANT for f in (GPT_VARIANTS.values() if v == ALL_VARIANTS
                                                                else [GPT_VARIANTS[v]])}
+    notes: list[str] = []
+    if inplace_refusal(config) is not None:  # only 'all' reaches here with in-place forms in it
+        left = [f for f in FORMS if f in chosen and FORMS[f].kind == "inplace"]
+        chosen -= set(left)
+        notes += [f"{f}: {inplace_refusal(config)}" for f in left]
     files = [f for f in FORMS if f in chosen]  # registry order: the lossy forms last (they read gpt.inplace.onnx)
     want_pte = PTE_VARIANT in variants
     if not files and not want_pte:
@@ -156,6 +177,8 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     if tokenizer is not None:
         tok = read_tokenizer(tokenizer, vocab_size=config.vocab_size, context_length=config.context_length)
     model, state, record = load_gpt(config, weights)
+    if announce is not None:  # every check of the inputs is behind: the work starts
+        announce()
     tied = bool(record["tied"])
     eos = GPT2_EOS_ID if config.vocab_size > GPT2_EOS_ID else None
     encode = None if tok is None else _encoder(tok.tokenizer_json)
@@ -167,7 +190,6 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
 
         pte = build_pte(model, config, refs, golden)
     del model
-    notes: list[str] = []
     failures: list[str] = []
     with staged_folder(Path(out_root) / name) as stage:
         weights_state = {k: v.contiguous() for k, v in state.items() if not (tied and k == "out_head.weight")}
