@@ -57,11 +57,12 @@ GPT_124M_EXPORT = $(VENV)/bin/mha export --gpt --preset gpt-124m --tokenizer $(V
 
 # Benchmark gpt2-small, then the whole GPT on gpt-124m (each exported first when its artifacts are missing); the
 # GPT bench writes artifacts/bench/gpt.json, its export's peak memory measured in a child process; then every
-# runtime's tokens/s on gpt-mini and gpt-124m beside Python's (gpt_runtimes.json).
-bench: $(STAMP) $(VOCAB_STAMP)
+# runtime's tokens/s on gpt-mini and gpt-124m beside Python's (gpt_runtimes.json). The GPT bench sets the quantized
+# forms beside llama.cpp's (built once by `make llama-cpp`).
+bench: $(STAMP) $(VOCAB_STAMP) llama-cpp
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(VENV)/bin/mha bench --preset gpt2-small --artifacts artifacts --out artifacts/bench
-	@test -f artifacts/gpt-124m/gpt.pte -a -f artifacts/gpt-124m/golden/generations.json || $(GPT_124M_EXPORT)
+	@test -f artifacts/gpt-124m/gpt.pte -a -f artifacts/gpt-124m/gpt.inplace.int4.onnx -a -f artifacts/gpt-124m/golden/generations.json || $(GPT_124M_EXPORT)
 	$(PY) -m mha_export.bench.gpt_bench --artifact artifacts/gpt-124m --out artifacts/bench --threads 2 --export-memory
 	@test -x $(NATIVE)/c/build/mha_check -a -d $(NATIVE)/node/node_modules -a -d $(NATIVE)/web/node_modules || $(MAKE) native-build web-build
 	@test -f $(GPT_GOLDEN) || $(MAKE) $(GPT_GOLDEN)

@@ -1,0 +1,93 @@
+"""`mha export --gpt` and `mha generate` refusing what they cannot do right: one stderr line, exit 2 for a bad value,
+nothing on stdout, nothing written. Checkpoints are made by transformers (save_pretrained)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpt_sources import BOOK, book_model, save_book
+
+MHA = [sys.executable, "-m", "mha_runtime"]
+
+
+def mha(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MHA, *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+def refused(result: subprocess.CompletedProcess[str], code: int, *texts: str) -> str:
+    """Exactly one stderr line with every text, the exit code, nothing on stdout."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert result.stdout == ""
+    for text in texts:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def gpt2(folder: Path, *, n_head: int) -> Path:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=300, n_positions=32, n_embd=32, n_layer=1, n_head=n_head,
+                        bos_token_id=None, eos_token_id=None)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    return folder / "model.safetensors"
+
+
+@pytest.mark.parametrize(("theirs", "ours"), [(2, 4), (4, 2)])
+def test_a_config_that_disagrees_with_the_checkpoints_own_is_refused(tmp_path: Path, theirs: int, ours: int) -> None:
+    """The shapes cannot tell the head count: a --config saying another n_heads than the config.json beside the
+    weights would export a silently wrong model. Refused both ways round, naming both values."""
+    weights = gpt2(tmp_path / "hf", n_head=theirs)
+    gpt_json = tmp_path / "gpt.json"
+    gpt_json.write_text(json.dumps({"vocab_size": 300, "context_length": 32, "emb_dim": 32, "n_heads": ours,
+                                    "n_layers": 1, "qkv_bias": True}))
+    result = mha("export", "--gpt", "--config", gpt_json, "--weights", weights, "--name", "x", "--out",
+                 tmp_path / "out", "--variants", "decoder")
+    refused(result, 2, f"n_heads {ours} disagrees", f"(n_head {theirs})", str(tmp_path / "hf" / "config.json"))
+    assert not (tmp_path / "out").exists()
+    agreeing = tmp_path / "same.json"
+    agreeing.write_text(json.dumps(json.loads(gpt_json.read_text()) | {"n_heads": theirs}))
+    ok = mha("export", "--gpt", "--config", agreeing, "--weights", weights, "--name", "x", "--out", tmp_path / "out",
+             "--variants", "decoder")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_context_length_1_is_one_line(tmp_path: Path) -> None:
+    gpt_json = tmp_path / "gpt.json"
+    gpt_json.write_text(json.dumps(BOOK.to_dict() | {"context_length": 1}))
+    refused(mha("export", "--gpt", "--config", gpt_json, "--name", "x", "--out", tmp_path / "out"), 1,
+            f"--config {gpt_json}", "context_length", "expected at least 2")
+
+
+def test_a_head_size_gqa_cannot_take_limits_only_the_in_place_forms(tmp_path: Path) -> None:
+    """Head size 12: the decoder form is fine; the default set leaves the in-place and lossy forms out with a note;
+    asking for them by name is refused before any work, the line starting with the config file."""
+    cfg = BOOK.to_dict() | {"emb_dim": 48, "n_heads": 4, "n_layers": 1, "context_length": 16}
+    gpt_json = tmp_path / "gpt.json"
+    gpt_json.write_text(json.dumps(cfg))
+    weights = save_book(book_model(type(BOOK)(**cfg)), tmp_path / "ckpt")
+    base = ["export", "--gpt", "--config", gpt_json, "--weights", weights, "--out", tmp_path / "out"]
+    alone = mha(*base, "--name", "dec", "--variants", "decoder")
+    assert alone.returncode == 0, alone.stderr
+    default = mha(*base, "--name", "all")
+    assert default.returncode == 0, default.stderr
+    notes = [line for line in default.stderr.splitlines() if line.startswith("note: left out")]
+    assert len(notes) == 3 and all("head size 12" in n for n in notes), default.stderr
+    assert sorted(p.name for p in (tmp_path / "out" / "all").glob("*.onnx")) == ["gpt.onnx"]
+    refused(mha(*base, "--name", "inp", "--variants", "decoder,inplace"), 1, f"--config {gpt_json}:",
+            "--variants inplace: head size 12")
+    assert not (tmp_path / "out" / "inp").exists()
+
+
+def test_a_prompt_that_is_not_text_exits_2(book_gpt: tuple[object, Path]) -> None:
+    folder = book_gpt[1]
+    refused(mha("generate", folder, "--prompt", "\udcff"), 2, "lone surrogate")
+    refused(mha("generate", folder, "--prompt-ids", "1e3"), 2, "--prompt-ids: expected comma-separated integers")
