@@ -91,3 +91,14 @@ def test_a_prompt_that_is_not_text_exits_2(book_gpt: tuple[object, Path]) -> Non
     folder = book_gpt[1]
     refused(mha("generate", folder, "--prompt", "\udcff"), 2, "lone surrogate")
     refused(mha("generate", folder, "--prompt-ids", "1e3"), 2, "--prompt-ids: expected comma-separated integers")
+
+
+def test_cuda_where_there_is_none_is_refused_in_one_line(book_gpt: tuple[object, Path]) -> None:
+    """Not ONNX Runtime's UserWarning and a silent fall back to the CPU: one line naming what is there instead."""
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA")
+    for command in (["generate", book_gpt[1], "--prompt-ids", "1,2", "--provider", "cuda"],
+                    ["check", book_gpt[1], "--provider", "cuda"]):
+        refused(mha(*command), 1, "provider 'cuda' is not available", "CPUExecutionProvider")

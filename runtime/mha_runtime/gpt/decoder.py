@@ -30,7 +30,7 @@ from mha_runtime.gpt.contract import (
     present_key,
     present_value,
 )
-from mha_runtime.infer.providers import session_providers
+from mha_runtime.infer.providers import resolve_provider, session_providers
 
 
 class Decoder(Protocol):
@@ -45,6 +45,7 @@ def make_session(model: bytes | str, *, provider: str = "cpu", threads: int | No
                  where: str = "decoder") -> ort.InferenceSession:
     """A session from already verified bytes (the file is never re-read after its sha256 check), or from a path
     the caller has just written (the export's validation)."""
+    provider = resolve_provider(provider)  # CUDA asked for where there is none: one line, not ORT's fallback
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if threads is not None:
