@@ -10,6 +10,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -40,28 +41,32 @@ def options(threads: int) -> ort.SessionOptions:
     return opts
 
 
+def _threads_seconds(work: Callable[[int, int], None], size: int, threads: int) -> float:
+    """Seconds for `threads` threads started together, each running work(lo, hi) on its share of range(size)."""
+    edges = np.linspace(0, size, threads + 1).astype(int)
+    gate = threading.Barrier(threads + 1)
+
+    def run(lo: int, hi: int) -> None:
+        gate.wait()
+        work(lo, hi)
+
+    workers = [threading.Thread(target=run, args=(int(a), int(b))) for a, b in pairwise(edges)]
+    for w in workers:
+        w.start()
+    gate.wait()
+    start = time.perf_counter()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - start
+
+
 def copy_bandwidth(*, threads: int, mib: int = COPY_MIB, repeats: int = COPY_REPEATS) -> dict[str, Any]:
     """Bytes read plus written per second by np.copyto of a `mib` MiB float32 array, split over `threads` at once
     (numpy releases the GIL), best of `repeats`."""
     src = np.ones(mib << 18, np.float32)  # mib * 2**20 bytes
     dst = np.zeros_like(src)  # touched: no page faults in the timed copies
-    edges = np.linspace(0, src.size, threads + 1).astype(int)
-    samples = []
-    for _ in range(repeats):
-        gate = threading.Barrier(threads + 1)
-
-        def copy(lo: int, hi: int, gate: threading.Barrier = gate) -> None:
-            gate.wait()
-            np.copyto(dst[lo:hi], src[lo:hi])
-
-        workers = [threading.Thread(target=copy, args=(int(a), int(b))) for a, b in pairwise(edges)]
-        for w in workers:
-            w.start()
-        gate.wait()
-        start = time.perf_counter()
-        for w in workers:
-            w.join()
-        samples.append(2 * src.nbytes / (time.perf_counter() - start))
+    samples = [2 * src.nbytes / _threads_seconds(lambda lo, hi: np.copyto(dst[lo:hi], src[lo:hi]), src.size, threads)
+               for _ in range(repeats)]
     return {"bytes_per_s": max(samples), "samples": samples, "array_bytes": src.nbytes, "threads": threads,
             "method": f"np.copyto of a {mib} MiB float32 array, {threads} thread(s) at once, read + write bytes, "
                       f"best of {repeats}"}
@@ -78,23 +83,8 @@ def read_bandwidth(*, threads: int, mib: int = READ_MIB, repeats: int = COPY_REP
     every weight once a token, so this, not a copy, is its floor: a copy's read + write figure was beaten by the
     fp32 decode (docs/gpt.md)."""
     data = np.ones(mib << 18, np.float32)  # touched: no page faults in the timed reads
-    edges = np.linspace(0, data.size, threads + 1).astype(int)
-    samples = []
-    for _ in range(repeats):
-        gate = threading.Barrier(threads + 1)
-
-        def read(lo: int, hi: int, gate: threading.Barrier = gate) -> None:
-            gate.wait()
-            data[lo:hi].max()
-
-        workers = [threading.Thread(target=read, args=(int(a), int(b))) for a, b in pairwise(edges)]
-        for w in workers:
-            w.start()
-        gate.wait()
-        start = time.perf_counter()
-        for w in workers:
-            w.join()
-        samples.append(data.nbytes / (time.perf_counter() - start))
+    samples = [data.nbytes / _threads_seconds(lambda lo, hi: data[lo:hi].max(), data.size, threads)
+               for _ in range(repeats)]
     return {"bytes_per_s": max(samples), "samples": samples, "array_bytes": data.nbytes, "threads": threads,
             "method": f"np.max over a {mib} MiB float32 array, {threads} thread(s) at once, bytes read, best of "
                       f"{repeats}"}
