@@ -151,8 +151,8 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
                tokenizer: Path | None = None, variants: tuple[str, ...] | None = None,
                progress: bool = False, announce: Callable[[], None] | None = None) -> GPTExportResult:
     """Export a GPT folder. `variants` None or with 'all': the default set, where a lossy form that misses its bar
-    is left out (named in `notes`); named variants must all be built and pass. `announce` is called once every input is
-    checked (the weights read): the work starts."""
+    is left out (named in `notes`); named variants must all be built and pass. `announce` is called once every
+    input is checked (the weights read): the work starts."""
     start = time.perf_counter()
     check_folder_name(name)
     check_gpt_budget(config)
