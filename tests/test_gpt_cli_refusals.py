@@ -102,3 +102,16 @@ def test_cuda_where_there_is_none_is_refused_in_one_line(book_gpt: tuple[object,
     for command in (["generate", book_gpt[1], "--prompt-ids", "1,2", "--provider", "cuda"],
                     ["check", book_gpt[1], "--provider", "cuda"]):
         refused(mha(*command), 1, "provider 'cuda' is not available", "CPUExecutionProvider")
+
+
+@pytest.mark.parametrize(("flags", "text"), [
+    (["--max-new-tokens", "0"], "max_new_tokens: expected an integer >= 1"),
+    (["--top-k", "0"], "top_k"),
+    (["--temperature", "nan"], "temperature"),
+    (["--seed", "-1"], "seed: expected an integer >= 0"),
+    (["--prompt-ids", "1,99999999"], "outside the vocabulary"),
+])
+def test_a_bad_generation_setting_exits_2_before_any_output(book_gpt: tuple[object, Path], flags: list[str],
+                                                              text: str) -> None:
+    prompt = [] if "--prompt-ids" in flags else ["--prompt", "Every effort"]
+    refused(mha("generate", book_gpt[1], *prompt, *flags), 2, text)

@@ -143,7 +143,7 @@ def test_cli_generate_runs_gpt_pte_and_refuses_its_bounds_in_one_line(pte_gpt: t
     for extra in (["--prompt-ids", "1,2"], ["--max-new-tokens", str(BOOK.context_length)]):
         refused = runner.invoke(cli, [*args, "--form", PTE_FORM, *extra])
         lines = refused.stderr.strip().splitlines()
-        assert refused.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: gpt.pte: "), refused.stderr
+        assert refused.exit_code == 2 and len(lines) == 1 and lines[0].startswith("Error: gpt.pte: "), refused.stderr
         assert refused.stdout == ""
 
 

@@ -51,12 +51,13 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
     if bool(prompts) == bool(prompt_ids):
         raise click.UsageError("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)")
     gen = Generator(artifact_dir, form=form, provider=provider, threads=threads)
-    try:  # a prompt that cannot be a prompt is a bad value: exit 2, as click's own checks
+    eos_id = gen.manifest.eos_id if eos else None
+    try:  # a bad prompt or setting is a bad value: exit 2, as click's own checks, before anything is printed
         batch = [gen.encode(p) for p in prompts] if prompts else [parse_ids(t) for t in prompt_ids]
+        gen.check(batch, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id,
+                  seed=seed)
     except ContractError as exc:
         raise click.UsageError(str(exc)) from None
-    eos_id = gen.manifest.eos_id if eos else None
-    gen.check(batch, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id)
     kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, eos_id=eos_id)
     if as_json:
         result = gen.generate(batch, **kwargs)  # type: ignore[arg-type]

@@ -122,9 +122,11 @@ class Generator:
         return self.tokenizer.encode(text)
 
     def check(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-              top_k: int | None = None, eos_id: int | None = None) -> None:
+              top_k: int | None = None, eos_id: int | None = None, seed: int | None = None) -> None:
         """Refuse a request in one line before anything runs."""
         check_prompts(prompts, self.config)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ContractError(f"seed: expected an integer >= 0, got {seed!r}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ContractError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
         if self.pte is not None:  # gpt.pte's bounds, before ExecuTorch loads the program
@@ -139,7 +141,8 @@ class Generator:
                top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,
                result: Generation | None = None) -> Iterator[list[int | None]]:
         """Yield, after each step, every row's new id (None for a row that has stopped). Checks come first."""
-        self.check(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id)
+        self.check(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id,
+                   seed=seed)
         sampler = Sampler(len(prompts), temperature=temperature, top_k=top_k, seed=seed,
                           vocab_size=self.config.vocab_size)
         out = result if result is not None else Generation(prompt_ids=prompts)
