@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 from onnx import numpy_helper
 
@@ -74,8 +75,11 @@ class LossyOutcome:
                 "kept at a higher precision)")
 
 
-def _ranking(source_weights: dict[str, np.ndarray], bits: int) -> list[str]:
-    errors = {name: weight_error(w, bits) for name, w in source_weights.items()}
+def _ranking(source: onnx.ModelProto, bits: int) -> list[str]:
+    """The quantized weights, the one rounding moves most first (one matrix copied out at a time)."""
+    names = matmul_weights(source)
+    errors = {t.name: weight_error(numpy_helper.to_array(t), bits) for t in source.graph.initializer
+              if t.name in names}
     return sorted(errors, key=lambda n: -errors[n])
 
 
@@ -96,10 +100,7 @@ def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path
     assert form.bits is not None
     higher = FP32 if form.bits == 8 else "int8"
     source = lossy_source(state, cfg, tied=tied)
-    weights = {t.name: numpy_helper.to_array(t) for t in source.graph.initializer
-               if t.name in matmul_weights(source)}
-    ranking = _ranking(weights, form.bits)
-    del weights
+    ranking = _ranking(source, form.bits)
     outcome: LossyOutcome | None = None
     for count in _counts(len(ranking)):
         plan = QuantPlan(form.bits, {name: higher for name in ranking[:count]})
