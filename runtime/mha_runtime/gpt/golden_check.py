@@ -21,7 +21,13 @@ from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.gpt.contract import FORMS, INPLACE_FORM, PTE_FORM
 from mha_runtime.gpt.executorch import RunnerMissing
 from mha_runtime.gpt.generate import Generator
-from mha_runtime.gpt.golden import GoldenGeneration, GoldenGenerations, first_logits, load_generations
+from mha_runtime.gpt.golden import (
+    GENERATIONS_FILE,
+    GoldenGeneration,
+    GoldenGenerations,
+    first_logits,
+    load_generations,
+)
 from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.gpt.quality import Quality, load_windows, measure
 from mha_runtime.infer.golden_check import CaseResult
@@ -73,11 +79,14 @@ def check_quality(gen: Generator, reference: Generator, manifest: GPTManifest, f
                       detail=got.line())
 
 
-def _golden_for(folder: Path, manifest: GPTManifest, form: str, fp32: GoldenGenerations
-                ) -> tuple[GoldenGenerations, dict[str, np.ndarray]]:
+def _golden_for(folder: Path, manifest: GPTManifest, form: str) -> str:
+    """The generations file a form reproduces: its own (a lossy form), else golden/generations.json."""
     record = manifest.artifacts.get(form)
-    golden = fp32 if record is None or record.generations is None else \
-        load_generations(folder, manifest, record.generations)
+    return GENERATIONS_FILE if record is None or record.generations is None else record.generations
+
+
+def _load(folder: Path, manifest: GPTManifest, file: str) -> tuple[GoldenGenerations, dict[str, np.ndarray]]:
+    golden = load_generations(folder, manifest, file)
     return golden, {c.name: first_logits(folder, manifest, c, manifest.config.vocab_size) for c in golden.cases}
 
 
@@ -86,11 +95,14 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
     each lossy form's quality."""
     folder = Path(folder)
     manifest = load_gpt_manifest(folder)
-    fp32 = load_generations(folder, manifest)
+    loaded = {GENERATIONS_FILE: _load(folder, manifest, GENERATIONS_FILE)}  # each file read and hashed once
     results = []
     reference: Generator | None = None
     for form in (f for f in [*FORMS, PTE_FORM] if f in manifest.artifacts):
-        golden, expected = _golden_for(folder, manifest, form, fp32)
+        file = _golden_for(folder, manifest, form)
+        if file not in loaded:
+            loaded[file] = _load(folder, manifest, file)
+        golden, expected = loaded[file]
         try:
             if form == PTE_FORM and provider != "cpu":
                 raise RunnerMissing(f"{PTE_FORM} runs on the CPU (XNNPACK): checked with --provider cpu")
