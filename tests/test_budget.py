@@ -31,17 +31,19 @@ def _config(tmp_path: Path, **fields: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("fields,message", [
-    ({"context_length": 200_000}, f"context_length 200000: the graph builders support at most {MAX_CONTEXT}"),
-    ({"num_heads": 100_000, "d_out": 64}, f"num_heads 100000: the faithful trace supports at most {MAX_HEADS}"),
-    ({"d_in": 10**7, "d_out": 64, "num_heads": 4}, "over the 2.0 GiB a self-contained ONNX file"),
-    ({"d_in": 4096, "d_out": 512, "num_heads": 64, "context_length": 4096}, "this machine has"),
+@pytest.mark.parametrize("fields,message,code", [
+    ({"context_length": 200_000}, f"context_length 200000: the graph builders support at most {MAX_CONTEXT}", 2),
+    ({"num_heads": 100_000, "d_out": 64}, f"num_heads 100000: the faithful trace supports at most {MAX_HEADS}", 2),
+    ({"d_in": 10**7, "d_out": 64, "num_heads": 4}, "over the 2.0 GiB a self-contained ONNX file", 2),
+    # a value this tool takes, on a machine short of memory: not a usage error
+    ({"d_in": 4096, "d_out": 512, "num_heads": 64, "context_length": 4096}, "this machine has", 1),
 ], ids=["context", "heads", "file-size", "memory"])
-def test_oversize_shapes_are_refused_before_any_work(tmp_path: Path, fields: dict[str, int], message: str) -> None:
-    start = time.monotonic()
+def test_oversize_shapes_are_refused_before_any_work(tmp_path: Path, fields: dict[str, int], message: str,
+                                                     code: int) -> None:
+    """Before any work: no output folder, no staging folder, and no "exporting" line (printed once the weights
+    are read)."""
     result = _export(tmp_path, "--config", _config(tmp_path, **fields), "--name", "big")
-    assert time.monotonic() - start < 10
-    assert result.returncode == 1 and result.stdout == "" and message in result.stderr, result.stderr
+    assert result.returncode == code and result.stdout == "" and message in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr and "internal error" not in result.stderr
     assert not (tmp_path / "out").exists()
 
@@ -105,7 +107,7 @@ def test_without_executorch_all_leaves_pte_out_with_the_install_and_a_named_pte_
 def test_a_named_variant_this_config_cannot_build_is_refused(tmp_path: Path) -> None:
     result = _export(tmp_path, "--config", _config(tmp_path, d_out=6), "--name", "odd", "--variants",
                      "fused,decode-inplace")
-    assert result.returncode == 1 and "variant 'decode-inplace' cannot be built for this config" in result.stderr
+    assert result.returncode == 2 and "variant 'decode-inplace' cannot be built for this config" in result.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -26,7 +26,7 @@ def test_export_refusals_before_any_work(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["export", "--weights", "w.pt", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "--weights and --name fit one preset" in r.stderr
     r = CliRunner().invoke(cli, ["export", "--preset", "seed", "--opset", "12", "--out", str(tmp_path)])
-    assert r.exit_code == 1 and "--opset: expected 18..25, got 12" in r.stderr
+    assert r.exit_code == 2 and "--opset: expected 18..25, got 12" in r.stderr
     missing = str(tmp_path / "none.pt")
     r = CliRunner().invoke(cli, ["export", "--preset", "seed", "--weights", missing, "--out", str(tmp_path)])
     assert r.exit_code == 1 and "found nothing" in r.stderr

@@ -10,7 +10,7 @@ from mha_export.build.onnx_trace import ExportError, check_opset, check_saved
 from mha_export.model.example import example_input
 from mha_runtime.artifact.config import MHAConfig, preset
 from mha_runtime.artifact.contract import META_CONFIG, META_CONTRACT, IOContract
-from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.artifact.errors import BadValueError, ConfigError
 
 
 def _dims(value: onnx.ValueInfoProto) -> list[str | int]:
@@ -67,5 +67,5 @@ def test_context_too_short_for_a_dynamic_axis() -> None:
 
 @pytest.mark.parametrize("opset", [17, 26])
 def test_unsupported_opset_is_refused(opset: int) -> None:
-    with pytest.raises(ExportError, match=r"expected 18\.\.25"):
+    with pytest.raises(BadValueError, match=r"expected 18\.\.25"):
         check_opset(opset)

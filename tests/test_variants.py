@@ -13,7 +13,7 @@ from mha_export.model.fused import fuse
 from mha_export.model.wrapper import build_wrapper
 from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import ExportError
+from mha_runtime.artifact.errors import BadValueError
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.registry import CHOICES, ONNX_RUNTIME, artifact_specs, parse_variants, spec_for, tolerance_for
 from mha_runtime.artifact.tolerance import compare
@@ -174,7 +174,7 @@ def test_golden_check_covers_every_variant(seed_dir: Path) -> None:
     ("fused,int4", f"unknown variant 'int4'; choose from {', '.join(CHOICES)}"),
 ])
 def test_unbuildable_variants_are_refused_before_work(tmp_path: Path, text: str, message: str) -> None:
-    with pytest.raises(ExportError, match=message):
+    with pytest.raises(BadValueError, match=message):
         parse_variants(text)
     result = CliRunner().invoke(cli, ["export", "--preset", "seed", "--variants", text, "--out", str(tmp_path)])
     assert result.exit_code == 2 and message.split(":")[0] in result.stderr

@@ -78,7 +78,7 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
     selection: Selection = VariantList().convert(variants or ALL, None, None)
     from mha_export.build.onnx_trace import check_opset
     from mha_export.pipeline.budget import check_budget
-    from mha_export.pipeline.export import export_preset
+    from mha_export.pipeline.export import check_folder_name, export_preset
     from mha_export.weights.load import check_weights_path
     from mha_runtime.artifact.atomic import check_folder_target
     from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, table
@@ -101,14 +101,17 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
     if weights is not None:
         check_weights_path(weights)
     for folder, config in jobs:
+        check_folder_name(folder)
         check_folder_target(Path(out) / folder)
         check_budget(config)
         buildable(config, selection)
     rows, notes = [], []
     for folder, config in jobs:
-        click.echo(f"exporting {folder} ...", err=True)
+        def announce(folder: str = folder) -> None:  # once the weights are read: every refusal is behind
+            click.echo(f"exporting {folder} ...", err=True)
+
         result = export_preset(folder, out, config=config, weights=weights, layer=layer, opset=opset, progress=True,
-                               variants=selection)
+                               variants=selection, announce=announce)
         rows += artifact_rows(result.manifest)
         click.echo(f"  {folder}: done in {result.seconds:.1f} s", err=True)
         notes += [f"{folder}: {note}" for note in result.notes]

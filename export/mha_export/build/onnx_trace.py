@@ -27,7 +27,7 @@ from mha_runtime.artifact.contract import (
     TOKENS_AXIS,
     IOContract,
 )
-from mha_runtime.artifact.errors import ExportError
+from mha_runtime.artifact.errors import BadValueError, ExportError
 from mha_runtime.artifact.registry import ONNX
 
 DEFAULT_OPSET = 18
@@ -38,7 +38,7 @@ FOLD_LIMIT = 1 << 24
 
 def check_opset(opset: int) -> int:
     if opset not in SUPPORTED_OPSETS:
-        raise ExportError(f"--opset: expected {SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}, got {opset}")
+        raise BadValueError(f"--opset: expected {SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}, got {opset}")
     return opset
 
 

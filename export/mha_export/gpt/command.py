@@ -90,7 +90,7 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
             check_gpt_budget(config)
             check_gpt_forms(config, chosen)
         except ConfigError as exc:  # the file or preset the values came from, first
-            raise ConfigError(f"{source}: {exc}") from None
+            raise type(exc)(f"{source}: {exc}") from None
         if tokenizer is not None:
             read_tokenizer(tokenizer, vocab_size=config.vocab_size, context_length=config.context_length)
     for folder, config in jobs:

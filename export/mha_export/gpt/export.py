@@ -35,7 +35,7 @@ from mha_export.pipeline.export import check_folder_name
 from mha_export.pipeline.progress import steps
 from mha_export.pipeline.seal import file_table
 from mha_runtime.artifact.atomic import staged_folder
-from mha_runtime.artifact.errors import ConfigError, ExportError, ValidationError
+from mha_runtime.artifact.errors import BadValueError, ConfigError, ExportError, ValidationError
 from mha_runtime.artifact.manifest import MANIFEST_NAME, sha256_file
 from mha_runtime.gpt.config import GPT2_EOS_ID, GPTConfig
 from mha_runtime.gpt.contract import (
@@ -70,7 +70,7 @@ def parse_gpt_variants(text: str | None) -> tuple[str, ...]:
     known = [ALL_VARIANTS, *GPT_VARIANTS, PTE_VARIANT]
     bad = [n for n in names if n not in known]
     if bad or not names:
-        raise ConfigError(f"--variants: expected 'all' or some of {', '.join(known[1:])} (and 'all,pte'), got "
+        raise BadValueError(f"--variants: expected 'all' or some of {', '.join(known[1:])} (and 'all,pte'), got "
                           f"{text!r}")
     return tuple(n for n in known if n in names)
 
@@ -80,7 +80,7 @@ def check_gpt_budget(cfg: GPTConfig, *, available: int | None = None) -> None:
     memory than is available."""
     params = cfg.parameters(tied=False) * 4
     if params >= PROTOBUF_LIMIT:
-        raise ConfigError(f"gpt config: {gib(params)} of fp32 parameters; an ONNX file holds at most "
+        raise BadValueError(f"gpt config: {gib(params)} of fp32 parameters; an ONNX file holds at most "
                           f"{gib(PROTOBUF_LIMIT)}")
     available = available_memory() if available is None else available
     if available is not None and MEMORY_FACTOR * params > available:
@@ -102,7 +102,7 @@ def check_gpt_forms(cfg: GPTConfig, variants: tuple[str, ...]) -> None:
     why = inplace_refusal(cfg)
     named = [v for v in variants if v in GPT_VARIANTS and FORMS[GPT_VARIANTS[v]].kind == "inplace"]
     if why is not None and named:
-        raise ConfigError(f"--variants {','.join(named)}: {why}; export the decoder variant (gpt.onnx) alone")
+        raise BadValueError(f"--variants {','.join(named)}: {why}; export the decoder variant (gpt.onnx) alone")
 
 
 @dataclass(frozen=True)
@@ -169,9 +169,9 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     files = [f for f in FORMS if f in chosen]  # registry order: the lossy forms last (they read gpt.inplace.onnx)
     want_pte = PTE_VARIANT in variants
     if not files and not want_pte:
-        raise ExportError("--variants: nothing to build")
+        raise BadValueError("--variants: nothing to build")
     if any(FORMS[f].lossy for f in files) and INPLACE_FORM not in files:
-        raise ConfigError("--variants: int8 and int4 quantize the in-place graph and are measured against it; "
+        raise BadValueError("--variants: int8 and int4 quantize the in-place graph and are measured against it; "
                           "add inplace")
     tok: TokenizerFiles | None = None
     if tokenizer is not None:

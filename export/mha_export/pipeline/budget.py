@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.artifact.errors import BadValueError, ConfigError
 
 FLOAT = 4
 LIBRARIES = 768 * 2**20
@@ -83,15 +83,15 @@ def gib(n: int) -> str:
 def check_budget(config: MHAConfig, *, available: int | None = None) -> Estimate:
     """Refuse, in one line, a config the graph builders do not support or whose export cannot fit in memory."""
     if config.context_length > MAX_CONTEXT:
-        raise ConfigError(f"context_length {config.context_length}: the graph builders support at most "
+        raise BadValueError(f"context_length {config.context_length}: the graph builders support at most "
                           f"{MAX_CONTEXT} (the causal mask is folded into one constant of at most {MAX_CONTEXT}^2 "
                           "elements)")
     if config.num_heads > MAX_HEADS:
-        raise ConfigError(f"num_heads {config.num_heads}: the faithful trace supports at most {MAX_HEADS} heads "
+        raise BadValueError(f"num_heads {config.num_heads}: the faithful trace supports at most {MAX_HEADS} heads "
                           "(one subgraph per head)")
     need = estimate(config)
     if need.largest_file > PROTOBUF_LIMIT:
-        raise ConfigError(f"config {config.to_json()}: mha.onnx would be about {gib(need.largest_file)}, over the "
+        raise BadValueError(f"config {config.to_json()}: mha.onnx would be about {gib(need.largest_file)}, over the "
                           f"{gib(PROTOBUF_LIMIT)} a self-contained ONNX file (one protobuf) can hold")
     free = available_memory() if available is None else available
     if free is not None and need.peak > free:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from mha_export.pipeline.validate import SWEEP_SEEDS, sweep_shapes, validate
 from mha_export.weights.load import load_model
 from mha_runtime.artifact.atomic import staged_folder
 from mha_runtime.artifact.config import MHAConfig, preset
-from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.artifact.errors import BadValueError, cut
 from mha_runtime.artifact.manifest import Manifest
 from mha_runtime.artifact.optimized import is_copy
 from mha_runtime.artifact.registry import (
@@ -34,12 +35,18 @@ from mha_runtime.artifact.registry import (
     with_needs,
 )
 
+# A folder name under --out: one path part, never '.' or '..', short enough for the staging folder's suffix to
+# stay under the file systems' 255-byte limit.
+MAX_NAME = 100
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def check_folder_name(name: str) -> None:
-    if not _NAME.fullmatch(name):
-        raise ConfigError(f"folder name: expected letters, digits, '.', '_' or '-', got {name!r}")
+    """Refuse a --name that is not one plain folder name (a usage error)."""
+    if not _NAME.fullmatch(name) or len(name) > MAX_NAME:
+        raise BadValueError(f"--name: expected a folder name of 1 to {MAX_NAME} letters, digits, '.', '_' or '-' "
+                            f"that starts with a letter or digit, got {cut(name)!r}"
+                            + (f" ({len(name)} characters)" if len(name) > MAX_NAME else ""))
 
 
 def build_all(model: torch.nn.Module, config: MHAConfig, folder: Path, variants: tuple[str, ...], *,
@@ -66,12 +73,13 @@ class ExportResult:
 
 def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None, weights: Path | None = None,
                   layer: int | None = None, opset: int = DEFAULT_OPSET, progress: bool = False,
-                  variants: Selection = ALL) -> ExportResult:
+                  variants: Selection = ALL, announce: Callable[[], None] | None = None) -> ExportResult:
     """Export preset `name` (or `config` under that folder name) into `out_root/name`, with the seed's weights
     or one layer of `weights`.
 
     Everything that can be refused is refused before any file is written, and nothing under `out_root/name`
-    changes unless every artifact was written and validated.
+    changes unless every artifact was written and validated. `announce` is called once the weights are read: the
+    work starts.
     """
     start = time.perf_counter()
     check_folder_name(name)
@@ -80,6 +88,8 @@ def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None,
     check_budget(config)
     variants, notes = buildable(config, variants)
     model, weights_info = load_model(config, weights, layer=layer)
+    if announce is not None:
+        announce()
     artifacts = artifact_specs(variants)
     with staged_folder(Path(out_root) / name) as stage:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(stage / WEIGHTS_FILE))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.artifact.errors import BadValueError, ConfigError
 
 Tensors = dict[str, torch.Tensor]
 PROJECTIONS = ("query", "key", "value")
@@ -202,18 +202,18 @@ def locate(keys: Iterable[str], layer: int | None) -> Located:
     layout = next(lo for lo in LAYOUTS if lo.name == name)
     if None in layers:  # a single-layer layout
         if layer not in (None, 0):
-            raise ConfigError(f"--layer {layer}: the file holds one attention layer ({name} layout); drop --layer")
+            raise BadValueError(f"--layer {layer}: the file holds one attention layer ({name} layout); drop --layer")
         return Located(layout, None, "", 1)
     indices = sorted(i for i in layers if i is not None)
     count = max(indices) + 1
     if layer is None:
         if len(indices) > 1:
-            raise ConfigError(f"weights: the file holds {len(indices)} layers ({name} layout, 0..{count - 1}); "
-                              "choose one with --layer N")
+            raise BadValueError(f"weights: the file holds {len(indices)} layers ({name} layout, 0..{count - 1}); "
+                                "choose one with --layer N")
         layer = indices[0]
     if layer not in layers:
-        raise ConfigError(f"--layer {layer} is out of range: the file holds {len(indices)} layers "
-                          f"({name} layout, 0..{count - 1})")
+        raise BadValueError(f"--layer {layer} is out of range: the file holds {len(indices)} layers "
+                            f"({name} layout, 0..{count - 1})")
     return Located(layout, layer, layers[layer], len(indices))
 
 

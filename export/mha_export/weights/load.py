@@ -48,6 +48,18 @@ def check_weights_path(path: Path) -> None:
                           f"got {file_kind(path.stat().st_mode)}")
 
 
+# The first bytes of what torch.save writes: a zip archive (the default since 1.6) or a pickle (protocol 2+).
+TORCH_MAGIC = (b"PK\x03\x04", b"\x80")
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        head.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 class WeightFile:
     """A checkpoint's key names, and its tensors on demand."""
 
@@ -67,7 +79,20 @@ class WeightFile:
         except ConfigError:
             raise
         except Exception as exc:
-            raise ConfigError(f"--weights {self.path}: cannot read it as weights ({first_line(exc)})") from None
+            raise ConfigError(f"--weights {self.path}: {self._unreadable(exc)}") from None
+
+    def _unreadable(self, exc: Exception) -> str:
+        """Why torch could not read the file, in the user's terms (torch's own lines name its internals, and for a
+        pickle that would run code, advise the one thing not to do)."""
+        with open(self.path, "rb") as fh:
+            head = fh.read(512)
+        if not head.startswith(TORCH_MAGIC):  # first: torch calls any bytes it cannot unpickle "unsafe"
+            what = "an empty file" if not head else ("text" if _is_text(head) else "bytes of an unknown format")
+            return f"expected a .safetensors file or a torch.save file (a zip or a pickle), got {what}"
+        if "Weights only load failed" in str(exc):
+            return ("refused: its pickle holds objects other than tensors, which could run code when loaded; only "
+                    "a state_dict of tensors is read (save one with safetensors or torch.save(model.state_dict()))")
+        return f"cannot read it as weights ({first_line(exc)})"
 
     def _is_safetensors(self) -> bool:
         with open(self.path, "rb") as fh:

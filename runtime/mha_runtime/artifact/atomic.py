@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mha_runtime.artifact.errors import ArtifactError, Interrupted
+from mha_runtime.artifact.errors import ArtifactError, BadValueError, Interrupted
 
 
 def current_umask() -> int:
@@ -158,6 +158,18 @@ def check_folder_target(final: Path) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".mha-probe-", dir=existing))
     except OSError as exc:  # read-only, no permission, or a file system that takes no new entries
         raise ArtifactError(f"--out {final.parent}: cannot write there ({exc.strerror or exc})") from None
+
+
+def check_file_target(path: Path, flag: str) -> None:
+    """A file a flag names for output (`--json PATH`): not a folder, in an existing folder that takes a new entry;
+    refused before any work, as a usage error."""
+    path = Path(path)
+    if path.is_dir():
+        raise BadValueError(f"{flag} {path}: expected a file name, got a folder")
+    if not path.parent.is_dir():
+        raise BadValueError(f"{flag} {path}: expected a file in an existing folder; {path.parent} is not one")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise BadValueError(f"{flag} {path}: cannot write in {path.parent} (permission denied)")
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mha_runtime.artifact.errors import ConfigError, first_line
+from mha_runtime.artifact.errors import BadValueError, ConfigError, first_line
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,12 +29,12 @@ class MHAConfig:
         for name in ("d_in", "d_out", "num_heads", "context_length"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"config field {name!r}: expected a positive integer, got {value!r}")
+                raise BadValueError(f"config field {name!r}: expected a positive integer, got {value!r}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"config field 'dropout': expected a float in [0, 1), got {self.dropout!r}")
+            raise BadValueError(f"config field 'dropout': expected a float in [0, 1), got {self.dropout!r}")
         for name in ("qkv_bias", "out_proj"):
             if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"config field {name!r}: expected true or false, got {getattr(self, name)!r}")
+                raise BadValueError(f"config field {name!r}: expected true or false, got {getattr(self, name)!r}")
 
     @property
     def d_model(self) -> int:
@@ -58,11 +58,11 @@ class MHAConfig:
         known = {f.name for f in fields}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"config: unknown field {unknown[0]!r}; expected only {sorted(known)}")
+            raise BadValueError(f"config: unknown field {unknown[0]!r}; expected only {sorted(known)}")
         required = [f.name for f in fields if f.default is dataclasses.MISSING]
         missing = [name for name in required if name not in data]
         if missing:
-            raise ConfigError(f"config: missing field {missing[0]!r}; required: {', '.join(required)}")
+            raise BadValueError(f"config: missing field {missing[0]!r}; required: {', '.join(required)}")
         return cls(**data)
 
     @classmethod
@@ -74,8 +74,8 @@ class MHAConfig:
             raise ConfigError(f"--config {path}: expected a JSON file of config fields, found nothing there") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"--config {path}: cannot read it ({first_line(exc)})") from None
-        except ConfigError as exc:
-            raise ConfigError(f"--config {path}: {exc}") from None
+        except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
+            raise type(exc)(f"--config {path}: {exc}") from None
 
     @classmethod
     def from_json(cls, text: str) -> MHAConfig:
@@ -127,4 +127,4 @@ def preset(name: str) -> MHAConfig:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+        raise BadValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None

@@ -7,11 +7,20 @@ from typing import Protocol
 
 
 class MHAError(Exception):
-    """Base class: the message is the whole story, printed as one line by the CLI."""
+    """Base class: the message is the whole story, printed as one line by the CLI, which exits `exit_code`."""
+
+    exit_code = 1  # a bad file or a failed run
 
 
 class ConfigError(MHAError, ValueError):
     """A config, preset or weights file does not fit what was expected."""
+
+
+class BadValueError(ConfigError):
+    """A flag or config value outside what the command takes (a name, a variant, a config field, a preset): a
+    usage error, exit 2 like click's own. A file that cannot be read or parsed stays a ConfigError (exit 1)."""
+
+    exit_code = 2
 
 
 class ContractError(MHAError, ValueError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import ExportError
+from mha_runtime.artifact.errors import BadValueError, ExportError
 from mha_runtime.artifact.tolerance import Tolerance
 
 # Who loads a file: the `runtime` field of cases.json and of the manifest's artifact records.
@@ -170,9 +170,9 @@ def parse_variants(text: str | Iterable[str]) -> Selection:
         return ()
     for name in names:
         if name in UNBUILDABLE:
-            raise ExportError(f"variant {name!r} cannot be built: {UNBUILDABLE[name]}")
+            raise BadValueError(f"variant {name!r} cannot be built: {UNBUILDABLE[name]}")
         if name not in CHOICES:
-            raise ExportError(f"unknown variant {name!r}; choose from {', '.join(CHOICES)}, 'all' or 'none'")
+            raise BadValueError(f"unknown variant {name!r}; choose from {', '.join(CHOICES)}, 'all' or 'none'")
     return tuple(v for v in CHOICES if v in names)
 
 
@@ -201,8 +201,9 @@ def buildable(config: MHAConfig, variants: Selection) -> tuple[tuple[str, ...], 
         elif variants == ALL:
             notes.append(f"variant {variant.name!r} left out: {reason}")
         else:
-            where = "for this config" if shape else "here"
-            raise ExportError(f"variant {variant.name!r} cannot be built {where}: {reason}")
+            if shape:  # the config's values rule it out: a usage error; a missing extra is not
+                raise BadValueError(f"variant {variant.name!r} cannot be built for this config: {reason}")
+            raise ExportError(f"variant {variant.name!r} cannot be built here: {reason}")
     return tuple(v for v in kept if v in CHOICES), notes
 
 

@@ -27,7 +27,7 @@ _HINTS = {**dict.fromkeys(("torch", "onnx", "onnxscript", "onnx_ir", "safetensor
 
 
 class MhaGroup(click.Group):
-    """The one error boundary: every failure is one line on stderr and exit 1 (2 for usage, 130 when
+    """The one error boundary: every failure is one line on stderr and exit 1 (2 for a bad flag or value, 130 when
     interrupted), never a traceback; a missing optional dependency says what to install.
     MHA_DEBUG=1 lets an unexpected exception through with its traceback."""
 
@@ -71,7 +71,7 @@ class MhaGroup(click.Group):
         except Interrupted as exc:
             fail(str(exc), 130)
         except MHAError as exc:
-            fail(str(exc), 1)
+            fail(str(exc), exc.exit_code)
         except MemoryError:
             fail("out of memory: the input or the model is too large for this machine", 1)
         except OSError as exc:

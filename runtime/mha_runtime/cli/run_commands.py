@@ -48,10 +48,12 @@ def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, pro
 def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path: Path | None) -> None:
     """Run every golden case on every artifact (of a GPT folder: every golden generation); the last line is
     `N passed, N failed`."""
-    from mha_runtime.artifact.atomic import write_file_atomic
+    from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
     from mha_runtime.gpt.manifest import is_gpt_folder
     from mha_runtime.infer.golden_check import check_golden, results_json, summary_line
 
+    if json_path is not None:
+        check_file_target(json_path, "--json")
     if is_gpt_folder(artifact_dir):  # the golden generations of a GPT folder
         from mha_runtime.gpt.golden_check import check_generations
 

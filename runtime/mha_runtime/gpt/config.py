@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mha_runtime.artifact.config import MAX_CONFIG_BYTES, read_regular
-from mha_runtime.artifact.errors import ConfigError, first_line
+from mha_runtime.artifact.errors import BadValueError, ConfigError, first_line
 
 # GPT-2's <|endoftext|>, written as eos_token_id into genai_config.json and used by `mha generate --eos`.
 GPT2_EOS_ID = 50256
@@ -36,22 +36,22 @@ class GPTConfig:
         for name in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"gpt config field {name!r}: expected a positive integer, got {value!r}")
+                raise BadValueError(f"gpt config field {name!r}: expected a positive integer, got {value!r}")
         if isinstance(self.drop_rate, bool) or not isinstance(self.drop_rate, (int, float)) \
                 or not 0.0 <= self.drop_rate < 1.0:
-            raise ConfigError(f"gpt config field 'drop_rate': expected a float in [0, 1), got {self.drop_rate!r}")
+            raise BadValueError(f"gpt config field 'drop_rate': expected a float in [0, 1), got {self.drop_rate!r}")
         if not isinstance(self.qkv_bias, bool):
-            raise ConfigError(f"gpt config field 'qkv_bias': expected true or false, got {self.qkv_bias!r}")
+            raise BadValueError(f"gpt config field 'qkv_bias': expected true or false, got {self.qkv_bias!r}")
         if self.emb_dim % self.n_heads:
-            raise ConfigError(f"gpt config: emb_dim {self.emb_dim} is not divisible by n_heads {self.n_heads}")
+            raise BadValueError(f"gpt config: emb_dim {self.emb_dim} is not divisible by n_heads {self.n_heads}")
         if self.context_length < 2:
-            raise ConfigError(f"gpt config field 'context_length': expected at least 2 (one prompt token and one new "
+            raise BadValueError(f"gpt config field 'context_length': expected at least 2 (one prompt token and one new "
                               f"token), got {self.context_length}")
         if self.context_length > MAX_CONTEXT:
-            raise ConfigError(f"gpt config field 'context_length': expected at most {MAX_CONTEXT}, "
+            raise BadValueError(f"gpt config field 'context_length': expected at most {MAX_CONTEXT}, "
                               f"got {self.context_length}")
         if self.n_heads > MAX_HEADS:
-            raise ConfigError(f"gpt config field 'n_heads': expected at most {MAX_HEADS}, got {self.n_heads}")
+            raise BadValueError(f"gpt config field 'n_heads': expected at most {MAX_HEADS}, got {self.n_heads}")
 
     @property
     def head_dim(self) -> int:
@@ -78,11 +78,11 @@ class GPTConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"gpt config: unknown key {unknown[0]!r}; expected the book's keys {sorted(known)}")
+            raise BadValueError(f"gpt config: unknown key {unknown[0]!r}; expected the book's keys {sorted(known)}")
         required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
         missing = [k for k in required if k not in data]
         if missing:
-            raise ConfigError(f"gpt config: missing key {missing[0]!r}; required: {', '.join(required)}")
+            raise BadValueError(f"gpt config: missing key {missing[0]!r}; required: {', '.join(required)}")
         return cls(**data)
 
     @classmethod
@@ -90,15 +90,15 @@ class GPTConfig:
         """A Hugging Face GPT2Config: GPT-2 always has q/k/v biases; other activations or epsilons are refused."""
         for key in ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer"):
             if key not in data:
-                raise ConfigError(f"config.json: missing key {key!r} of a GPT-2 config")
+                raise BadValueError(f"config.json: missing key {key!r} of a GPT-2 config")
         activation = data.get("activation_function", "gelu_new")
         if activation not in ("gelu_new", "gelu_pytorch_tanh"):
-            raise ConfigError(f"config.json: activation_function {activation!r}; expected GPT-2's 'gelu_new'")
+            raise BadValueError(f"config.json: activation_function {activation!r}; expected GPT-2's 'gelu_new'")
         eps = data.get("layer_norm_epsilon", LAYER_NORM_EPS)
         if eps != LAYER_NORM_EPS:
-            raise ConfigError(f"config.json: layer_norm_epsilon {eps!r}; expected {LAYER_NORM_EPS} (the book's)")
+            raise BadValueError(f"config.json: layer_norm_epsilon {eps!r}; expected {LAYER_NORM_EPS} (the book's)")
         if data.get("tie_word_embeddings", True) is not True:
-            raise ConfigError("config.json: tie_word_embeddings false; expected GPT-2's tied output head")
+            raise BadValueError("config.json: tie_word_embeddings false; expected GPT-2's tied output head")
         return cls(vocab_size=data["vocab_size"], context_length=data["n_positions"], emb_dim=data["n_embd"],
                    n_heads=data["n_head"], n_layers=data["n_layer"], drop_rate=0.0, qkv_bias=True)
 
@@ -114,14 +114,14 @@ class GPTConfig:
             raise ConfigError(f"{flag} {path}: cannot read it ({first_line(exc)})") from None
         except (json.JSONDecodeError, RecursionError) as exc:
             raise ConfigError(f"{flag} {path}: expected JSON, got a parse error ({first_line(exc)})") from None
-        except ConfigError as exc:
-            raise ConfigError(f"{flag} {path}: {exc}") from None
+        except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
+            raise type(exc)(f"{flag} {path}: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{flag} {path}: expected a JSON object, got {type(data).__name__}")
         try:
             return cls.from_dict(data)
-        except ConfigError as exc:
-            raise ConfigError(f"{flag} {path}: {exc}") from None
+        except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
+            raise type(exc)(f"{flag} {path}: {exc}") from None
 
 
 GPT_PRESETS: dict[str, GPTConfig] = {
@@ -137,4 +137,4 @@ def gpt_preset(name: str) -> GPTConfig:
     try:
         return GPT_PRESETS[name]
     except KeyError:
-        raise ConfigError(f"unknown GPT preset {name!r}; choose one of {', '.join(GPT_PRESETS)}") from None
+        raise BadValueError(f"unknown GPT preset {name!r}; choose one of {', '.join(GPT_PRESETS)}") from None
