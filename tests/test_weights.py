@@ -202,7 +202,7 @@ def test_preset_and_config_exclude_each_other(tmp_path: Path) -> None:
 
 def test_unreadable_and_missing_files(tmp_path: Path) -> None:
     (tmp_path / "w.pt").write_bytes(b"not a pickle")
-    with pytest.raises(ConfigError, match="expected a .safetensors file or a torch.save file .*, got text"):
+    with pytest.raises(ConfigError, match=r"expected a \.safetensors file or a torch\.save file .*, got text"):
         load_model(SEED, tmp_path / "w.pt")
     with pytest.raises(ConfigError, match="found nothing"):
         load_model(SEED, tmp_path / "absent.safetensors")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
-from mha_runtime.artifact.errors import ArtifactError, ConfigError
+from mha_runtime.artifact.errors import ArtifactError, BadValueError
 from mha_runtime.artifact.manifest import load_manifest, read_verified
 from mha_runtime.artifact.registry import ONNX, TORCHSCRIPT
 from mha_runtime.infer.runner import OnnxRunner
@@ -81,9 +81,9 @@ def triton_models(artifact: Path, *, name: str | None = None, model: str = ONNX.
     manifest = load_manifest(artifact)
     base = name if name is not None else re.sub(r"[^A-Za-z0-9_-]", "_", manifest.name)
     if not _NAME.fullmatch(base):
-        raise ConfigError(f"--name {base!r}: expected letters, digits, '_', '-' or '.' (a folder name)")
+        raise BadValueError(f"--name {base!r}: expected letters, digits, '_', '-' or '.' (a folder name)")
     if max_batch < 1:
-        raise ConfigError(f"--max-batch: expected a positive integer, got {max_batch}")
+        raise BadValueError(f"--max-batch: expected a positive integer, got {max_batch}")
     runner = OnnxRunner(artifact, model=model, provider="cpu")  # checks the file; tells its inputs
     if runner.input_names != [INPUT_NAME]:
         raise ArtifactError(f"{model} takes inputs {runner.input_names}, not just {INPUT_NAME!r}: "

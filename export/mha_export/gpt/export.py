@@ -35,7 +35,7 @@ from mha_export.pipeline.export import check_folder_name
 from mha_export.pipeline.progress import steps
 from mha_export.pipeline.seal import file_table
 from mha_runtime.artifact.atomic import staged_folder
-from mha_runtime.artifact.errors import BadValueError, ConfigError, ExportError, ValidationError
+from mha_runtime.artifact.errors import BadValueError, ConfigError, ValidationError
 from mha_runtime.artifact.manifest import MANIFEST_NAME, sha256_file
 from mha_runtime.gpt.config import GPT2_EOS_ID, GPTConfig
 from mha_runtime.gpt.contract import (
