@@ -46,10 +46,10 @@ export: $(STAMP) $(VOCAB_STAMP)
 # artifacts/gpt-demo with its golden generations; skipped when the recorded settings match.
 DEMO_GOLDEN := artifacts/gpt-demo/golden/generations.json
 demo: $(STAMP) $(VOCAB_STAMP)
-	$(PY) -m mha_export.demo.train --out artifacts
+	$(PY) -m examples.demo.train --out artifacts
 
 $(DEMO_GOLDEN): $(STAMP) $(VOCAB_STAMP)
-	$(PY) -m mha_export.demo.train --out artifacts
+	$(PY) -m examples.demo.train --out artifacts
 
 # gpt-124m with every form and gpt.pte (the runtimes' bench runs ExecuTorch too); re-made when an older export
 # lacks them.
@@ -63,10 +63,10 @@ bench: $(STAMP) $(VOCAB_STAMP) llama-cpp
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(VENV)/bin/mha bench --preset gpt2-small --artifacts artifacts --out artifacts/bench
 	@test -f artifacts/gpt-124m/gpt.pte -a -f artifacts/gpt-124m/gpt.inplace.int4.onnx -a -f artifacts/gpt-124m/golden/generations.json || $(GPT_124M_EXPORT)
-	$(PY) -m mha_export.bench.gpt_bench --artifact artifacts/gpt-124m --out artifacts/bench --threads 2 --export-memory
+	$(PY) -m benchmarks.gpt_bench --artifact artifacts/gpt-124m --out artifacts/bench --threads 2 --export-memory
 	@test -x $(NATIVE)/c/build/mha_check -a -d $(NATIVE)/node/node_modules -a -d $(NATIVE)/web/node_modules || $(MAKE) native-build web-build
 	@test -f $(GPT_GOLDEN) || $(MAKE) $(GPT_GOLDEN)
-	$(PY) -m mha_export.bench.gpt_runtimes --artifact artifacts/gpt-mini --artifact artifacts/gpt-124m --out artifacts/bench
+	$(PY) -m benchmarks.gpt_runtimes --artifact artifacts/gpt-mini --artifact artifacts/gpt-124m --out artifacts/bench
 
 # llama.cpp (llama-bench, llama-quantize, llama-perplexity, llama-completion) built once into .cache/llama.cpp/
 # from the pinned llama-cpp-python source release, for the bench's llama.cpp peer (bench/llama_peer.py).
@@ -78,10 +78,10 @@ llama-cpp: $(STAMP)
 # concurrency 1 and 8 (docs/serving.md). Writes artifacts/bench/serve.json, serve.png and gpt_serve.json.
 serve-bench: $(STAMP) $(VOCAB_STAMP)
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
-	$(PY) -m mha_export.bench.serve_bench --artifact artifacts/gpt2-small --out artifacts/bench
+	$(PY) -m benchmarks.serve_bench --artifact artifacts/gpt2-small --out artifacts/bench
 	@test -f artifacts/gpt-124m/gpt.pte -a -f artifacts/gpt-124m/golden/generations.json || $(GPT_124M_EXPORT)
-	$(PY) -m mha_export.bench.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench
-	$(PY) -m mha_export.bench.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench --ingress haproxy
+	$(PY) -m benchmarks.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench
+	$(PY) -m benchmarks.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench --ingress haproxy
 
 test: lint vocab native-test web-test
 	$(PY) -m pytest

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.gpt_bench import GENAI, HF, TORCH_KV, main
+from benchmarks.gpt_floors import child_peak, prefill_flops
+from benchmarks.gpt_quant_bench import NOT_BUILT
+from benchmarks.llama_peer import llama_bin
 from gpt_sources import vocab_dir
-from mha_export.bench.gpt_bench import GENAI, HF, TORCH_KV, main
-from mha_export.bench.gpt_floors import child_peak, prefill_flops
-from mha_export.bench.gpt_quant_bench import NOT_BUILT
-from mha_export.bench.llama_peer import llama_bin
 from mha_export.gpt.export import export_gpt
 from mha_runtime.gpt.config import GPT_PRESETS
 from mha_runtime.gpt.contract import CONCAT_FORM, INPLACE_FORM, INT4_FORM, INT8_FORM

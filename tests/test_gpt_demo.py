@@ -1,4 +1,4 @@
-"""`make demo` (mha_export.demo.train) on a tiny setting: deterministic weights, a falling loss, the plot, the
+"""`make demo` (examples.demo.train) on a tiny setting: deterministic weights, a falling loss, the plot, the
 losses and a GPT folder that `mha check` passes; a second run trains nothing; bad flags are one line."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from examples.demo.train import NAME, TRAIN_DIR, BookTokenizer, Settings, train, up_to_date
 from gpt_sources import vocab_dir
-from mha_export.demo.corpus import SEPARATOR, pydoc_topics
-from mha_export.demo.train import NAME, TRAIN_DIR, BookTokenizer, Settings, train, up_to_date
+from mha_export.gpt.corpus import SEPARATOR, pydoc_topics
 from mha_export.gpt.tokenizer import read_tokenizer
 from mha_runtime.artifact.manifest import sha256_file
 
@@ -24,7 +24,7 @@ TINY = Settings(emb_dim=16, n_layers=1, n_heads=2, context_length=32, batch_size
 TINY_FLAGS = ["--emb-dim", "16", "--layers", "1", "--heads", "2", "--context", "32", "--batch-size", "2",
               "--epochs", "1", "--lr", "5e-3", "--eval-freq", "4", "--eval-iter", "2", "--threads", "1",
               "--max-chars", "8000", "--variants", "decoder,inplace", "--max-new-tokens", "8"]
-DEMO = [sys.executable, "-m", "mha_export.demo.train"]
+DEMO = [sys.executable, "-m", "examples.demo.train"]
 
 
 def demo(*args: object) -> subprocess.CompletedProcess[str]:

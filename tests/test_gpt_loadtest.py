@@ -16,6 +16,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from benchmarks.process import ServerProcess, free_port
 from gpt_sources import BOOK, book_model, save_book, vocab_dir
 from mha_export.gpt.export import export_gpt
 from mha_runtime.cli.main import cli
@@ -28,7 +29,6 @@ from mha_runtime.serve.gen_loadtest import (
     reference_for,
 )
 from mha_runtime.serve.gpt_wire import GenerateRequest
-from mha_runtime.serve.process import ServerProcess, free_port
 
 LOAD = ["--prompt-tokens", "1,7,32", "--max-new-tokens", "1,5,16"]  # 32 + 16 = BOOK's context_length 48
 
@@ -175,7 +175,7 @@ def test_bad_options_are_one_line_before_any_request(server: ServerProcess,
 def test_gpt_serve_bench_judges_its_targets() -> None:
     """tokens/s c8 / c1 over all rounds' tokens and seconds; each request's TTFT over the solo prefill of its own
     prompt length, p50 per round, median of the c8 rounds; the whole mix's p50 over the median solo as information."""
-    from mha_export.bench.gpt_serve_bench import judge
+    from benchmarks.gpt_serve_bench import judge
 
     def run(load: str, tokens: int, seconds: float, ttft: float, rows: list[list[float | None]],
             wrong: int = 0) -> dict[str, object]:

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
+from benchmarks.process import ServerProcess, free_port
 from mha_export.gpt.export import export_gpt
 from mha_runtime.artifact.errors import RequestError, ServeError
 from mha_runtime.gpt.config import gpt_preset
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.serve.gpt_engine import BatchEngine, Event, Job
 from mha_runtime.serve.gpt_wire import GenerateRequest, generate_body_limit, parse_generate, parse_sse
-from mha_runtime.serve.process import ServerProcess, free_port
 
 
 def solo(gen: Generator, r: GenerateRequest, eos_id: int | None) -> tuple[list[int], str]:

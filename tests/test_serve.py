@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.process import ServerProcess, free_port, session_members
 from mha_runtime.artifact.config import PRESETS, MHAConfig
 from mha_runtime.artifact.contract import check_input
 from mha_runtime.artifact.errors import ContractError, RequestError, ServeError
@@ -31,7 +32,6 @@ from mha_runtime.cli.main import cli
 from mha_runtime.infer.runner import OnnxRunner
 from mha_runtime.serve.batching import length_groups, pad_batch, run_grouped, run_padded, work
 from mha_runtime.serve.loadtest import Shot, check_answers, good_shots, loopback_target, run_load, summarize
-from mha_runtime.serve.process import ServerProcess, free_port, session_members
 from mha_runtime.serve.service import Answer, ContextService, Reply
 from mha_runtime.serve.wire import (
     NPY,
@@ -515,7 +515,7 @@ def test_address_joins_an_existing_cluster(seed_dir: Path, ray_home: Path, tmp_p
 
 def test_serve_bench_judges_and_plots_a_result(tmp_path: Path) -> None:
     """The bench's arithmetic on made-up figures (the bench itself runs in `make serve-bench`, never here)."""
-    from mha_export.bench import serve_bench as sb
+    from benchmarks import serve_bench as sb
 
     def run(server: str, load: str, round_: int, rps: float, p50: float = 10.0) -> dict[str, object]:
         return {"server": server, "load": load, "round": round_, "answered": 100, "seconds": 100 / rps,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mha_export.bench import serve_bench as sb
-from mha_export.bench.serve_floor import ECHO, FIXED_REPLY, FloorProcess
-from mha_runtime.serve.process import session_members
+from benchmarks import serve_bench as sb
+from benchmarks.process import session_members
+from benchmarks.serve_floor import ECHO, FIXED_REPLY, FloorProcess
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp once into .cache/llama.cpp/ (git-ignored) for the bench's llama.cpp peer
-# (export/mha_export/bench/llama_peer.py): llama-bench, llama-quantize, llama-perplexity and llama-completion.
+# (benchmarks/llama_peer.py): llama-bench, llama-quantize, llama-perplexity and llama-completion.
 #
 # Source: the PyPI source release of llama-cpp-python (pinned), which bundles the whole llama.cpp tree with
 # convert_hf_to_gguf.py and gguf-py; llama.cpp itself has no wheel and no Debian package here.

@@ -1,1 +1,1 @@
-"""`mha bench` and `make serve-bench`: timings, FLOP counts, reports and plots."""
+"""`mha bench`: timings, FLOP counts, reports and plots of the attention runners."""

@@ -23,7 +23,7 @@ from mha_runtime.artifact.contract import (
 from mha_runtime.artifact.registry import VARIANTS
 
 CONTRIB_OPSET = 18
-OUT_PROJ_MATMUL = "out_proj_matmul"  # int8 leaves this one in fp32 (export/variants.py)
+OUT_PROJ_MATMUL = "out_proj_matmul"  # int8 leaves this one in fp32 (mha_runtime.artifact.registry)
 # onnx.helper would stamp its newest IR version (14), which onnxruntime-node 1.30 refuses ("max supported 13");
 # 10 is what the torch exporter writes for the other artifacts.
 IR_VERSION = 10

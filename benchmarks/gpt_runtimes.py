@@ -1,4 +1,4 @@
-"""The GPT's decode speed in every runtime beside Python's: `python -m mha_export.bench.gpt_runtimes --artifact DIR`.
+"""The GPT's decode speed in every runtime beside Python's: `python -m benchmarks.gpt_runtimes --artifact DIR`.
 
 Each runner generates the same greedy tokens from the same prompt (eos off) and reports its own tokens/s over the
 tokens after the first (each measures inside its process, so process and session start are not counted): Python
@@ -25,7 +25,7 @@ from mha_runtime.cli.tables import table
 from mha_runtime.gpt.contract import PTE_FORM
 from mha_runtime.gpt.generate import Generator
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "runtime" / "native"
 PROMPT = [6109, 3626, 6100, 345]  # "Every effort moves you"
 SETTLE_S = 0.5

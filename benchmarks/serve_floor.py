@@ -7,7 +7,7 @@ CPU, the same `max_ongoing_requests` and drain. Each request's body is read in f
 it); the answer is a fixed 16-byte JSON document, or, with the `x-floor-echo` header, the request's own bytes
 (an answer of the real server's size for a model whose d_in is its d_model).
 
-    python -m mha_export.bench.serve_floor --port 8001      # "serving ..." on stdout; SIGTERM drains and stops
+    python -m benchmarks.serve_floor --port 8001      # "serving ..." on stdout; SIGTERM drains and stops
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from typing import Any, TextIO
 
 import click
 
+from benchmarks.process import ServerProcess
 from mha_runtime.artifact.errors import ServeError, first_line
 from mha_runtime.serve.launcher import DRAIN_TIMEOUT_S, RAY_ENV, check_port, own_stdout
-from mha_runtime.serve.process import ServerProcess
 
 APP_NAME = "floor"
 ECHO = "x-floor-echo"
@@ -100,7 +100,7 @@ class FloorProcess(ServerProcess):
     def __init__(self, log_dir: Path, *, home: Path | None = None, env: dict[str, str] | None = None,
                  ready_timeout_s: float = 180.0) -> None:
         super().__init__(Path(os.devnull), log_dir, home=home, ready_timeout_s=ready_timeout_s)
-        self.command = [sys.executable, "-m", "mha_export.bench.serve_floor", "--host", "127.0.0.1",
+        self.command = [sys.executable, "-m", "benchmarks.serve_floor", "--host", "127.0.0.1",
                         "--port", str(self.port)]
         self.env.update(env or {})
 

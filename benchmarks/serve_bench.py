@@ -38,8 +38,9 @@ from typing import Any
 import click
 import numpy as np
 
+from benchmarks.process import ServerProcess, session_members
+from benchmarks.serve_floor import ECHO, FloorProcess
 from mha_export.bench.plots import save_png
-from mha_export.bench.serve_floor import ECHO, FloorProcess
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.artifact.manifest import load_manifest
@@ -48,7 +49,6 @@ from mha_runtime.cli.tables import table
 from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
 from mha_runtime.serve.haproxy import haproxy_env
 from mha_runtime.serve.loadtest import Shot, check_answers, good_shots, run_load, summarize
-from mha_runtime.serve.process import ServerProcess, session_members
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Examples run from a checkout (not packaged): `examples.demo` is `make demo`."""
