@@ -13,7 +13,7 @@ import torch
 from click.testing import CliRunner
 
 import mha_export.pipeline.validate as validate_module
-from mha_export.build.mask_rewrite import additive_mask
+from mha_export.graphs.mask_rewrite import additive_mask
 from mha_export.infer.pte_runner import PteRunner
 from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.errors import ValidationError
@@ -66,7 +66,7 @@ def test_qblocks_query_blocks_leave_earlier_outputs_bit_identical(mid_dir: Path,
     from 256 tokens on): built here with the blocks from 8 tokens on, each block's additive mask is exercised."""
     import onnxruntime as ort
 
-    from mha_export.build.qblocks import qblocks_model
+    from mha_export.graphs.qblocks import qblocks_model
 
     wrapper, config = load_artifact_model(mid_dir, load_manifest(mid_dir))
     model = qblocks_model(wrapper, config, blocks=8, dense_below=8)

@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 
 from helpers import MID
-from mha_export.build.mask_rewrite import additive_mask
-from mha_export.build.onnx_trace import trace_to_onnx
+from mha_export.graphs.mask_rewrite import additive_mask
+from mha_export.graphs.onnx_trace import trace_to_onnx
 from mha_export.weights.load import seeded_model
 from mha_runtime.artifact.config import MHAConfig
 

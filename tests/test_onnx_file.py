@@ -6,7 +6,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from mha_export.build.onnx_trace import ExportError, check_opset, check_saved
+from mha_export.graphs.onnx_trace import ExportError, check_opset, check_saved
 from mha_export.model.example import example_input
 from mha_runtime.artifact.config import MHAConfig, preset
 from mha_runtime.artifact.contract import META_CONFIG, META_CONTRACT, IOContract

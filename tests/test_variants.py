@@ -8,7 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from mha_export.build.blocks import QUERY_BLOCKS, blocks_model
+from mha_export.graphs.blocks import QUERY_BLOCKS, blocks_model
 from mha_export.model.fused import fuse
 from mha_export.model.wrapper import build_wrapper
 from mha_export.weights.load import load_artifact_model
@@ -77,7 +77,7 @@ def test_qblocks_form_equals_the_wrapper(config: MHAConfig, blocks: int, dense_b
     """Both branches of the If: the query blocks (at every length from `blocks` on) and the dense Attention."""
     import onnxruntime as ort
 
-    from mha_export.build.qblocks import qblocks_model
+    from mha_export.graphs.qblocks import qblocks_model
 
     torch.manual_seed(7)
     wrapper = build_wrapper(config).eval()
@@ -220,12 +220,12 @@ def test_the_cuda_rows_fall_back_to_the_cpu_rows_until_one_is_declared(monkeypat
 def test_every_registry_name_has_exactly_one_builder(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    import mha_export.build.table as table
+    import mha_export.graphs.table as table
     import mha_runtime.artifact.registry as registry
 
     assert sorted(v.name for v in registry.REGISTRY) == sorted(table.BUILDERS)
     assert len(set(table.BUILDERS.values())) == len(table.BUILDERS)  # no builder serves two names
-    assert all(callable(b) and b.__module__.startswith("mha_export.build.") for b in table.BUILDERS.values())
+    assert all(callable(b) and b.__module__.startswith("mha_export.graphs.") for b in table.BUILDERS.values())
     # A variant declared without a builder is refused when the table is imported.
     monkeypatch.setattr(registry, "VARIANTS", {**registry.VARIANTS, "int4": registry.VARIANTS["int8"]})
     with pytest.raises(ImportError, match=r"variants \['int4'\] have no builder"):

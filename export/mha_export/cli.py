@@ -76,7 +76,7 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
                                  + (" (a GPT preset: add --gpt)" if bad[0] in GPT_PRESETS else ""),
                                  param_hint="'--preset'")
     selection: Selection = VariantList().convert(variants or ALL, None, None)
-    from mha_export.build.onnx_trace import check_opset
+    from mha_export.graphs.onnx_trace import check_opset
     from mha_export.pipeline.budget import check_budget
     from mha_export.pipeline.export import check_folder_name, export_preset
     from mha_export.weights.load import check_weights_path

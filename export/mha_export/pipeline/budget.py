@@ -24,7 +24,7 @@ SCORE_COPIES = 3 * 6
 # mha.onnx is one self-contained protobuf, which cannot exceed 2 GiB.
 PROTOBUF_LIMIT = 2**31
 # The traced graph folds each head's mask into one shared constant only up to this many elements
-# (FOLD_LIMIT in build/onnx_trace.py): a longer context would store one mask per head.
+# (FOLD_LIMIT in graphs/onnx_trace.py): a longer context would store one mask per head.
 MAX_CONTEXT = 4096
 # The faithful trace holds a subgraph per head (about 20 nodes each): past a few hundred heads tracing, the
 # graph passes and validation take minutes to hours, so a config with more is refused by name.

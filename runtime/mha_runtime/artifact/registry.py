@@ -55,7 +55,7 @@ class ArtifactSpec:
 class Variant:
     """A named way of building artifact files from the wrapper's weights.
 
-    Its builder lives on the torch side, in `mha_export.build.table.BUILDERS` under the same name (checked at
+    Its builder lives on the torch side, in `mha_export.graphs.table.BUILDERS` under the same name (checked at
     import), so this table stays importable without torch. `needs` are the variants whose files it is built
     from. `tolerances` are the rows of the tolerance table for `kind == name`, one per provider; a provider
     without its own row is judged by the CPU row (see `tolerance_for`).

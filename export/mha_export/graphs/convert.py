@@ -11,7 +11,7 @@ import onnx_ir.passes.common as ir_passes
 import onnxruntime as ort
 import torch
 
-from mha_export.build.contrib import OUT_PROJ_MATMUL
+from mha_export.graphs.contrib import OUT_PROJ_MATMUL
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import META_CONFIG, META_CONTRACT
 from mha_runtime.artifact.errors import ExportError

@@ -8,8 +8,8 @@ import onnx
 import onnx.helper as oh
 from onnx import TensorProto, numpy_helper
 
-from mha_export.build.contrib import contrib_domain_model, fused_initializers, output_projection, save_checked
-from mha_export.build.onnx_trace import check_saved
+from mha_export.graphs.contrib import contrib_domain_model, fused_initializers, output_projection, save_checked
+from mha_export.graphs.onnx_trace import check_saved
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import (

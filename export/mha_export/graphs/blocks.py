@@ -15,7 +15,13 @@ import onnx
 import onnx.helper as oh
 from onnx import numpy_helper
 
-from mha_export.build.contrib import contrib_domain_model, fused_initializers, output_projection, plain_io, save_checked
+from mha_export.graphs.contrib import (
+    contrib_domain_model,
+    fused_initializers,
+    output_projection,
+    plain_io,
+    save_checked,
+)
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, IOContract

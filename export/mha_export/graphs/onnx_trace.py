@@ -15,7 +15,7 @@ import onnxscript.optimizer
 import torch
 from torch.export import Dim
 
-from mha_export.build.mask_rewrite import additive_mask
+from mha_export.graphs.mask_rewrite import additive_mask
 from mha_export.model.example import example_input
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import (

@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from mha_export.build.blocks import build_blocks
-from mha_export.build.contrib import build_contrib
-from mha_export.build.convert import build_fp16, build_int8, build_ort
-from mha_export.build.decode import build_decode
-from mha_export.build.decode_inplace import build_decode_inplace
-from mha_export.build.onnx_trace import build_onnx
-from mha_export.build.pte import build_pte
-from mha_export.build.qblocks import build_qblocks
-from mha_export.build.sdpa import build_attention, build_fused
-from mha_export.build.torchscript import build_torchscript
+from mha_export.graphs.blocks import build_blocks
+from mha_export.graphs.contrib import build_contrib
+from mha_export.graphs.convert import build_fp16, build_int8, build_ort
+from mha_export.graphs.decode import build_decode
+from mha_export.graphs.decode_inplace import build_decode_inplace
+from mha_export.graphs.onnx_trace import build_onnx
+from mha_export.graphs.pte import build_pte
+from mha_export.graphs.qblocks import build_qblocks
+from mha_export.graphs.sdpa import build_attention, build_fused
+from mha_export.graphs.torchscript import build_torchscript
 from mha_runtime.artifact.registry import VARIANTS
 
 # (wrapper, config, folder, *, opset) -> writes the variant's files into folder.
@@ -41,5 +41,5 @@ BUILDERS: Mapping[str, Builder] = MappingProxyType({
 })
 
 if set(BUILDERS) != set(VARIANTS):
-    raise ImportError(f"mha_export.build.table: builders {sorted(set(BUILDERS) - set(VARIANTS))} have no variant, "
+    raise ImportError(f"mha_export.graphs.table: builders {sorted(set(BUILDERS) - set(VARIANTS))} have no variant, "
                       f"variants {sorted(set(VARIANTS) - set(BUILDERS))} have no builder")

@@ -17,7 +17,7 @@ import onnx
 import onnx.helper as oh
 from onnx import TensorProto, numpy_helper
 
-from mha_export.build.contrib import IR_VERSION, fused_initializers, output_projection, plain_io, save_checked
+from mha_export.graphs.contrib import IR_VERSION, fused_initializers, output_projection, plain_io, save_checked
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, META_CONFIG, META_CONTRACT, IOContract

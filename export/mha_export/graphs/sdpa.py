@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from mha_export.build.onnx_trace import save_onnx, shrink, trace_to_onnx
+from mha_export.graphs.onnx_trace import save_onnx, shrink, trace_to_onnx
 from mha_export.model.fused import fuse
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.registry import VARIANTS
