@@ -93,7 +93,7 @@ lint: $(STAMP)
 # The non-Python runners, built from scratch into git-ignored folders, then checked on every preset; the C
 # runner also as built with AddressSanitizer + UBSan (a memory error aborts it, failing the target).
 # Each check writes its results as JSON into artifacts/checks/ (the wasm check's into artifacts/web/): the
-# README's portability table is generated from them (make portability).
+# portability table (docs/portability.md) is generated from them (make portability).
 NATIVE := runtime/native
 PRESETS := seed gpt2-small
 CHECKS := artifacts/checks
@@ -169,9 +169,9 @@ web:
 	@echo "open http://127.0.0.1:$(PORT)/$(WEB)/gpt.html?artifact=artifacts/gpt-mini"
 	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1
 
-# Rewrite README.md's portability table from the check outputs of make native-test, web-test and the browser test.
+# Rewrite docs/portability.md's table from the check outputs of make native-test, web-test and the browser test.
 portability: $(STAMP)
-	$(PY) tools/portability.py --write README.md
+	$(PY) tools/portability.py --write docs/portability.md
 
 clean:
 	rm -rf artifacts/seed artifacts/gpt2-small artifacts/gpt-mini artifacts/gpt-demo artifacts/gpt-demo-train artifacts/gpt-124m artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache

@@ -137,7 +137,7 @@ def test_every_golden_generation_passes(runner: str, book_gpt: tuple[torch.nn.Mo
     assert (doc["runtime"], doc["passed"], doc["failed"]) == (runner, expected, 0)
     assert [a["file"] for a in doc["artifacts"]] == forms
     assert all(c["ok"] and c["error"] is None and c["max_abs"] < 1e-3 for a in doc["artifacts"] for c in a["cases"])
-    results = parse_json(out)  # the README's portability table reads it
+    results = parse_json(out)  # the portability table (docs/portability.md) reads it
     assert {f: (o.cases, o.passed) for f, o in results.by_file.items()} == {f: (_cases(folder),) * 2 for f in forms}
 
 

@@ -1,8 +1,8 @@
 """onnxruntime-web: the wasm check in Node.js (runtime/native/web/check.mjs) and the browser page in headless chromium.
 
 Needs `make web-build` (npm ci in runtime/native/web) and Debian's /usr/bin/chromium (`make chromium`); `make test`
-runs both first. The page runs are saved as artifacts/web/<preset>.png and .browser.json, which the README's
-portability table is generated from (export/portability.py); the last test keeps README.md equal to it.
+runs both first. The page runs are saved as artifacts/web/<preset>.png and .browser.json, which the
+portability table of docs/portability.md is generated from (tools/portability.py); a test keeps it equal.
 """
 from __future__ import annotations
 
@@ -334,7 +334,7 @@ def test_browser_page_reports_a_missing_folder_in_one_line(tmp_path: Path) -> No
     assert err.strip().startswith("error: the page reports:")
 
 
-# --- the README's portability table ----------------------------------------------------------------------------
+# --- the portability table (docs/portability.md) ----------------------------------------------------------------------------
 
 
 def _write_outputs(root: Path, *, wasm_not_loadable: bool = False) -> None:
@@ -404,11 +404,12 @@ def test_portability_gpt_rows_have_no_libtorch_column(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # reads the gpt2-small browser result of test_browser_page_passes_every_case
-def test_readme_portability_table_is_generated_from_the_check_outputs() -> None:
+def test_the_portability_table_is_generated_from_the_check_outputs() -> None:
     block = render(collect(REPO / "artifacts"))  # written by make native-test, make web-test and the tests above
-    readme = (REPO / "README.md").read_text()
-    assert replace_block(readme, block, "README.md") == readme, "README.md's table is stale: run `make portability`"
-    assert readme.count(BEGIN) == readme.count(END) == 1
+    page = (REPO / "docs" / "portability.md").read_text()
+    assert replace_block(page, block, "docs/portability.md") == page, \
+        "docs/portability.md's table is stale: run `make portability`"
+    assert page.count(BEGIN) == page.count(END) == 1
 
 
 def test_readme_shows_a_committed_screenshot() -> None:

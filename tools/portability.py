@@ -1,10 +1,10 @@
-"""The README's portability table (artifact x runtime: golden cases passed), generated from the checks' JSON.
+"""The portability table of docs/portability.md (artifact x runtime: golden cases passed), from the checks' JSON.
 
 Repository tooling, not part of either package. `make native-test` has each runner's `check --json` write
 `artifacts/checks/<runtime>-<preset>.json`, `make web-test` writes the wasm check's to `artifacts/web/<preset>.json`,
 and tests/test_web.py the browser page's to `artifacts/web/<preset>.browser.json`; all share one format
-(runtime/native/web/check.mjs defined it). `python tools/portability.py --write README.md` (`make portability`)
-rewrites the block between the markers; `--check README.md` fails when the block differs (a test runs it).
+(runtime/native/web/check.mjs defined it). `python tools/portability.py --write docs/portability.md` (`make portability`)
+rewrites the block between the markers; `--check docs/portability.md` fails when the block differs (a test runs it).
 """
 from __future__ import annotations
 
