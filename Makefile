@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
 GPU_ORT := onnxruntime-gpu==1.31.1
 
-.PHONY: venv vocab export demo test lint bench llama-cpp serve-bench native-build native-test web-build web-test web chromium portability clean
+.PHONY: venv vocab export demo test test-fast lint bench llama-cpp serve-bench native-build native-test web-build web-test web chromium portability clean
 
 venv: $(STAMP)
 
@@ -83,8 +83,13 @@ serve-bench: $(STAMP) $(VOCAB_STAMP)
 	$(PY) -m benchmarks.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench
 	$(PY) -m benchmarks.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench --ingress haproxy
 
+# The whole suite, then its 25 slowest tests (so a slow test added tomorrow is seen).
 test: lint vocab native-test web-test
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
+
+# For development: the Python suite without the tests marked slow (CI runs everything through make test).
+test-fast: $(STAMP) $(VOCAB_STAMP)
+	$(PY) -m pytest -m "not slow" --durations=10
 
 # ruff, pinned in the dev extra, configured in pyproject.toml.
 lint: $(STAMP)

@@ -334,7 +334,7 @@ def test_browser_page_reports_a_missing_folder_in_one_line(tmp_path: Path) -> No
     assert err.strip().startswith("error: the page reports:")
 
 
-# --- the portability table (docs/portability.md) ----------------------------------------------------------------------------
+# --- the portability table (docs/portability.md) ----------------------------------------------------------
 
 
 def _write_outputs(root: Path, *, wasm_not_loadable: bool = False) -> None:

@@ -3,8 +3,8 @@
 Repository tooling, not part of either package. `make native-test` has each runner's `check --json` write
 `artifacts/checks/<runtime>-<preset>.json`, `make web-test` writes the wasm check's to `artifacts/web/<preset>.json`,
 and tests/test_web.py the browser page's to `artifacts/web/<preset>.browser.json`; all share one format
-(runtime/native/web/check.mjs defined it). `python tools/portability.py --write docs/portability.md` (`make portability`)
-rewrites the block between the markers; `--check docs/portability.md` fails when the block differs (a test runs it).
+(runtime/native/web/check.mjs defined it). `python tools/portability.py --write docs/portability.md`
+(`make portability`) rewrites the block between the markers; `--check docs/portability.md` fails when it differs.
 """
 from __future__ import annotations
 

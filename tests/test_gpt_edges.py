@@ -1,0 +1,189 @@
+"""The GPT's edges that a single-point bug would cross unseen: top-k ties as the book keeps them, negative ids, the
+golden check's own comparison, a valid but altered tokenizer, the stop at context_length in every runner, UTF-8
+characters split across tokens, and a Hugging Face head that is not tied to wte. References: the book's
+`llms_from_scratch.ch05.generate`, `transformers`, the tokenizer's own decode."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from mha_runtime.artifact.errors import ArtifactError, ContractError
+from mha_runtime.cli.main import cli
+from mha_runtime.gpt.generate import Generator
+from mha_runtime.gpt.sampling import Sampler, probabilities
+from mha_runtime.gpt.tokenizer import TextStream
+
+REPO = Path(__file__).resolve().parents[1]
+NODE = ["node", str(REPO / "runtime" / "native" / "node" / "cli.js")]
+WASM = ["node", str(REPO / "runtime" / "native" / "web" / "check.mjs")]
+
+
+class _Fixed(torch.nn.Module):
+    """A model whose next-token logits are always `row` (what ch05.generate reads: logits[:, -1, :])."""
+
+    def __init__(self, row: list[float]) -> None:
+        super().__init__()
+        self.row = torch.tensor(row)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.row.expand(idx.shape[0], idx.shape[1], -1)
+
+
+@pytest.mark.parametrize(("row", "top_k", "temperature"), [([3.0, 2.0, 2.0, 1.0], 2, 1.0),
+                                                            ([1.0, 1.0, 1.0, 0.5, 0.5], 1, 0.7),
+                                                            ([0.1, 4.0, 2.5, 2.5, 2.5, -1.0], 3, 1.3)])
+def test_top_k_keeps_every_logit_tied_with_the_kth_as_the_book_does(row: list[float], top_k: int,
+                                                                     temperature: float) -> None:
+    """The probabilities the book's generate hands torch.multinomial, beside ours: ties at the k-th place stay."""
+    from llms_from_scratch.ch05 import generate
+
+    seen: list[torch.Tensor] = []
+
+    def multinomial(probs: torch.Tensor, num_samples: int) -> torch.Tensor:
+        seen.append(probs.clone())
+        return torch.zeros((probs.shape[0], 1), dtype=torch.long)
+
+    with mock.patch("torch.multinomial", multinomial):
+        generate(_Fixed(row), torch.zeros((1, 1), dtype=torch.long), max_new_tokens=1, context_size=4,
+                 temperature=temperature, top_k=top_k)
+    ours = probabilities(np.array([row], np.float32), temperature, top_k)
+    np.testing.assert_allclose(ours[0], seen[0][0].numpy(), rtol=1e-6, atol=1e-7)
+    assert (ours[0] > 0).sum() > top_k  # the case has a tie at the k-th place
+    greedy = Sampler(1, temperature=0.0, top_k=top_k, seed=None, vocab_size=len(row))
+    assert greedy.next_ids(np.array([row], np.float32)) == [int(np.argmax(row))]
+
+
+def test_a_negative_token_id_is_refused_before_anything_runs(book_gpt: tuple[object, Path]) -> None:
+    folder = book_gpt[1]
+    with pytest.raises(ContractError, match="token id -1 is outside the vocabulary"):
+        Generator(folder).generate([[5, -1]], max_new_tokens=2)
+    result = CliRunner().invoke(cli, ["generate", str(folder), "--prompt-ids", "5,-1"])
+    assert result.exit_code == 2 and result.stdout == "" and "token id -1" in result.stderr
+    for command in (NODE, WASM):
+        run = subprocess.run([*command, "generate", str(folder), "--prompt-ids", "5,-1"], capture_output=True,
+                             text=True, timeout=120, cwd=REPO)
+        assert run.returncode != 0 and run.stdout == "" and "-1" in run.stderr, run.stderr
+
+
+def _relist(folder: Path, name: str) -> None:
+    """Record `name`'s new sha256 and size in the manifest, as if the exporter had written it."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    data = (folder / name).read_bytes()
+    manifest["files"][name].update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_mha_check_fails_when_a_golden_logits_file_differs_from_the_model(book_gpt: tuple[object, Path],
+                                                                         tmp_path: Path) -> None:
+    """The check's comparison itself: a logits file that the manifest lists with its right digest, but whose values
+    are off by more than the tolerance, fails that case (and only the cases that read it)."""
+    import shutil
+
+    folder = Path(shutil.copytree(book_gpt[1], tmp_path / "gpt"))
+    name = "golden/greedy_t7.logits.bin"  # what the runners read (raw little-endian float32; the .npy is for people)
+    logits = np.fromfile(folder / name, dtype="<f4")
+    logits[3] += 0.5  # far beyond the 1e-3 of the fp32 rows
+    logits.tofile(folder / name)
+    _relist(folder, name)
+    result = CliRunner().invoke(cli, ["check", str(folder)])
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert result.exit_code == 1 and failed and all("greedy_t7" in line for line in failed), result.stdout
+
+
+def test_a_valid_but_altered_tokenizer_is_refused_for_its_sha256(book_gpt: tuple[object, Path],
+                                                                 tmp_path: Path) -> None:
+    import shutil
+
+    folder = Path(shutil.copytree(book_gpt[1], tmp_path / "gpt"))
+    text = (folder / "tokenizer.json").read_text()
+    vocab = json.loads(text)["model"]["vocab"]
+    one, other = (f'"{key}":{vocab[key]},' if f'"{key}":{vocab[key]},' in text else f'"{key}": {vocab[key]},'
+                  for key in ("hello", "Hello"))  # ids of 5 digits each: the file keeps its size
+    assert len(str(vocab["hello"])) == len(str(vocab["Hello"])) and one in text and other in text
+    swapped = text.replace(one, "\0").replace(other, one.replace(str(vocab["hello"]), str(vocab["Hello"])))
+    swapped = swapped.replace("\0", other.replace(str(vocab["Hello"]), str(vocab["hello"])))
+    json.loads(swapped)  # still a valid tokenizer, another one
+    (folder / "tokenizer.json").write_text(swapped)
+    with pytest.raises(ArtifactError, match=r"tokenizer\.json: sha256 .* differs from the manifest's"):
+        Generator(folder)
+    result = CliRunner().invoke(cli, ["generate", str(folder), "--prompt", "hello world"])
+    assert result.exit_code == 1 and result.stdout == "" and "tokenizer.json: sha256" in result.stderr
+
+
+def test_every_runner_stops_at_context_length_exactly(book_gpt: tuple[object, Path]) -> None:
+    """A prompt of context_length - 2 ids leaves room for 2 new ids, then the stop is context_length."""
+    folder = book_gpt[1]
+    gen = Generator(folder)
+    prompt = [(7 * i + 11) % 50000 for i in range(gen.manifest.config.context_length - 2)]
+    python = gen.generate([prompt], max_new_tokens=10)
+    assert len(python.ids[0]) == 2 and python.stops[0] == "context_length"
+    for command in (NODE, WASM):
+        run = subprocess.run([*command, "generate", str(folder), "--prompt-ids", ",".join(map(str, prompt)),
+                              "--max-new-tokens", "10", "--no-eos", "--json"], capture_output=True, text=True,
+                             timeout=120, cwd=REPO)
+        assert run.returncode == 0, run.stderr
+        doc = json.loads(run.stdout)
+        assert doc["ids"] == python.ids[0] and doc["stop"] == "context_length", doc
+
+
+STREAM_SCRIPT = """
+const { openGpt, gpt } = require('./runtime/native/node/gpt.js');
+openGpt(process.argv[1]).then(({ tokenizer }) => {
+  const stream = new gpt.TextStream(tokenizer);
+  console.log(JSON.stringify(JSON.parse(process.argv[2]).map((id) => stream.push(id))));
+});
+"""
+
+
+def test_streamed_text_never_shows_half_a_character(book_gpt: tuple[object, Path]) -> None:
+    """Ids that split multi-byte characters: no piece holds U+FFFD, and the pieces join to decode(ids), in Python
+    and in the JS runners' TextStream."""
+    folder = book_gpt[1]
+    gen = Generator(folder)
+    ids = gen.encode("日本語 😀🎉 naïve")
+    assert len(ids) > len("日本語 😀🎉 naïve".split()) * 2  # the characters span several ids
+    stream = TextStream(gen.tokenizer)
+    pieces = [stream.push(i) for i in ids]
+    assert "" in pieces and not any("\ufffd" in p for p in pieces)
+    assert "".join(pieces) == gen.tokenizer.decode(ids) == "日本語 😀🎉 naïve"
+    run = subprocess.run(["node", "-e", STREAM_SCRIPT, str(folder), json.dumps(ids)], capture_output=True,
+                         text=True, timeout=120, cwd=REPO, check=True)
+    assert json.loads(run.stdout) == pieces
+
+
+def test_a_hugging_face_head_not_tied_to_wte_is_refused(tmp_path: Path) -> None:
+    """GPT-2's head is wte; a checkpoint whose lm_head differs would be exported tied, and wrong. Refused both when
+    its config.json says so and when only the tensors do."""
+    from safetensors.torch import load_file, save_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=300, n_positions=16, n_embd=16, n_layer=1, n_head=2, tie_word_embeddings=False)
+    model = GPT2LMHeadModel(config)
+    with torch.no_grad():
+        model.lm_head.weight.add_(0.5)
+    model.save_pretrained(tmp_path / "untied")
+    out = tmp_path / "out"
+    said = CliRunner().invoke(cli, ["export", "--gpt", "--weights", str(tmp_path / "untied" / "model.safetensors"),
+                                    "--name", "x", "--out", str(out), "--variants", "decoder"])
+    assert said.exit_code == 2 and "tie_word_embeddings false" in said.stderr, said.stderr
+    state = load_file(tmp_path / "untied" / "model.safetensors")
+    assert not torch.equal(state["lm_head.weight"], state["transformer.wte.weight"])
+    (tmp_path / "quiet").mkdir()
+    save_file(state, str(tmp_path / "quiet" / "model.safetensors"))  # no config.json: only the tensors tell
+    gpt_json = tmp_path / "gpt.json"
+    gpt_json.write_text(json.dumps({"vocab_size": 300, "context_length": 16, "emb_dim": 16, "n_heads": 2,
+                                    "n_layers": 1, "qkv_bias": True}))
+    tensors = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(gpt_json), "--weights",
+                                       str(tmp_path / "quiet" / "model.safetensors"), "--name", "x", "--out",
+                                       str(out), "--variants", "decoder"])
+    assert tensors.exit_code == 1 and "'lm_head.weight' differs from the token embedding" in tensors.stderr
+    assert not out.exists()
