@@ -29,7 +29,7 @@ def test_failed_export_keeps_previous_artifacts(seed_dir: Path, tmp_path: Path, 
 
     monkeypatch.setattr(pipeline, "validate", broken)
     with pytest.raises(type(error)):
-        pipeline.export_preset("seed", root)
+        pipeline.export_preset("seed", root, variants=())  # the core pair is enough to fail after writing
     assert _snapshot(root / "seed") == before
     assert sorted(p.name for p in root.iterdir()) == ["seed"]  # no staging or half-written folder left
 
@@ -38,7 +38,7 @@ def test_successful_export_replaces_the_folder(seed_dir: Path, tmp_path: Path) -
     root = tmp_path / "artifacts"
     shutil.copytree(seed_dir, root / "seed")
     (root / "seed" / "stale.txt").write_text("from an older export")
-    result = pipeline.export_preset("seed", root)
+    result = pipeline.export_preset("seed", root, variants=())
     assert result.folder == root / "seed"
     assert not (root / "seed" / "stale.txt").exists()
     assert sorted(p.name for p in root.iterdir()) == ["seed"]

@@ -8,58 +8,18 @@ import onnx
 import pytest
 import torch
 
-from mha_export.weights.load import load_artifact_model, seeded_model
-from mha_runtime.artifact.config import MHAConfig, preset
+from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.errors import ContractError
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.registry import tolerance_for
 from mha_runtime.artifact.tolerance import compare
 from mha_runtime.infer.decode_session import SCHEDULES, DecodeSession, run_chunked, uneven_schedule
 from mha_runtime.infer.runner import OnnxRunner
-from torch_refs import decode_module, empty_cache
-
-
-def _eager_chunked(config: MHAConfig, model: torch.nn.Module, x: torch.Tensor, chunks: list[int]) -> torch.Tensor:
-    decode = decode_module(model, config)
-    key, value = empty_cache(config, x.shape[0])
-    outs, start = [], 0
-    with torch.no_grad():
-        for size in chunks:
-            ctx, key, value = decode(x[:, start:start + size], key, value)
-            outs.append(ctx)
-            start += size
-    assert key.shape[2] == x.shape[1]
-    return torch.cat(outs, dim=1)
 
 
 def test_uneven_schedule() -> None:
     assert uneven_schedule(30) == [5, 1, 17, 1, 3, 3]
     assert all(sum(s(t)) == t for s in SCHEDULES.values() for t in range(1, 40))
-
-
-@pytest.mark.parametrize("schedule", list(SCHEDULES))
-def test_eager_decode_equals_full_sequence_seed_every_length(schedule: str) -> None:
-    config = preset("seed")
-    model = seeded_model(config)
-    for tokens in range(1, config.context_length + 1):
-        for batch in (1, 3):
-            x = torch.randn(batch, tokens, config.d_in)
-            with torch.no_grad():
-                full = model(x)
-            got = _eager_chunked(config, model, x, SCHEDULES[schedule](tokens))
-            assert (got - full).abs().max().item() <= 1e-5, (schedule, tokens, batch)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("schedule", ["prefill", "token-by-token", "uneven"])
-def test_eager_decode_equals_full_sequence_gpt2(schedule: str) -> None:
-    config = preset("gpt2-small")
-    model = seeded_model(config)
-    x = torch.randn(1, config.context_length, config.d_in, generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        full = model(x)
-    got = _eager_chunked(config, model, x, SCHEDULES[schedule](config.context_length))
-    assert (got - full).abs().max().item() <= 1e-5  # every position 1..1024 compared
 
 
 def _ort_every_schedule(folder: Path, lengths: list[int], batches: tuple[int, ...] = (1, 2)) -> None:

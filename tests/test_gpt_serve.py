@@ -244,16 +244,24 @@ def test_a_burst_is_prefilled_by_two_lanes_at_once_and_each_answer_equals_its_so
         assert (a["ids"], a["stop"]) == solo(ref, r, None), r
 
 
-def _steps_while_prefilling(folder: Path, hold_s: float) -> tuple[int, list[dict[str, Any]], list[Client]]:
-    """A generation runs; a second request's prefill is held for `hold_s` at its first token (the lane still
-    counts it as prefilling). -> the steps the running one took meanwhile, both answers, both clients."""
+def _steps_while_prefilling(folder: Path, hold_s: float, *, until_steps: int | None = None
+                            ) -> tuple[int, list[dict[str, Any]], list[Client]]:
+    """A generation runs; a second request's prefill is held at its first token (the lane still counts it as
+    prefilling): for `hold_s`, or until the running one has taken `until_steps` steps (a condition with a 30 s
+    deadline, so a slow host waits longer instead of failing). -> the steps the running one took meanwhile, both
+    answers, both clients."""
     running = Client(GenerateRequest([5, 6, 7], 40))
     joining = Client(GenerateRequest(list(range(20, 32)), 5, temperature=0.8, seed=4))
     stepped: list[int] = []
 
     def hold() -> None:
         before = engine.steps
-        time.sleep(hold_s)
+        if until_steps is None:
+            time.sleep(hold_s)  # what must NOT happen meanwhile: a slow host can only make it less likely
+        else:
+            deadline = time.monotonic() + 30
+            while engine.steps - before < until_steps and time.monotonic() < deadline:
+                time.sleep(0.005)
         stepped.append(engine.steps - before)
 
     joining.hooks[1] = hold
@@ -271,14 +279,14 @@ def test_a_prefill_goes_first_and_the_running_batch_waits_for_it_at_most_its_lim
         book_gpt: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """While a prompt is prefilled the running generation takes no new step (a held prefill of 0.3 s, under the
     limit; a step already under way when the lane took the prompt may end meanwhile); with the limit at 0.05 s it
-    steps anyway during a 0.6 s hold. Every answer equals its solo run."""
+    steps anyway while the prefill is held (3 steps, waited for). Every answer equals its solo run."""
     import mha_runtime.serve.gpt_engine as engine_module
 
     ref = Generator(book_gpt[1])
-    for limit, hold_s in ((10.0, 0.3), (0.05, 0.6)):
+    for limit, until_steps in ((10.0, None), (0.05, 3)):
         monkeypatch.setattr(engine_module, "PREFILL_FIRST_MAX_S", limit)
-        stepped, answers, clients = _steps_while_prefilling(book_gpt[1], hold_s)
-        assert (stepped <= 1) if limit > hold_s else (stepped >= 3), (limit, stepped)
+        stepped, answers, clients = _steps_while_prefilling(book_gpt[1], 0.3, until_steps=until_steps)
+        assert (stepped <= 1) if until_steps is None else (stepped >= until_steps), (limit, stepped)
         for client, answer in zip(clients, answers, strict=True):
             assert (answer["ids"], answer["stop"]) == solo(ref, client.request, None), client.request
 
@@ -441,12 +449,13 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server: ServerProcess, m
 
 
 def test_sigterm_drains_the_generations_in_flight(mini: Path, ray_home: Path, tmp_path: Path) -> None:
-    """One slot, four streams of 200 tokens: SIGTERM lands while the first runs and three wait; all four end with
-    their `done` event, equal to their solo runs, then the server exits 0 and leaves no Ray process, and no file of
-    the HAProxy it runs behind by default."""
+    """One slot, six streams of 200 tokens: SIGTERM lands while one runs and two or more wait (a window that stays
+    open for four whole generations, so a slow host's health polls still see it); all six end with their `done`
+    event, equal to their solo runs, then the server exits 0 and leaves no Ray process, and no file of the HAProxy
+    it runs behind by default."""
     haproxy_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*"))
     gen = Generator(mini)
-    reqs = [GenerateRequest([11 + i, 5], 200, stream=True) for i in range(4)]
+    reqs = [GenerateRequest([11 + i, 5], 200, stream=True) for i in range(6)]
     results: dict[int, tuple[int, str, str]] = {}
     process = ServerProcess(mini, tmp_path / "log", "--max-batch", "1", home=ray_home, port=free_port())
 
@@ -458,7 +467,7 @@ def test_sigterm_drains_the_generations_in_flight(mini: Path, ray_home: Path, tm
 
     with process:
         running_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*")) - haproxy_folders
-        threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(reqs))]
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 30

@@ -432,12 +432,14 @@ def test_sigterm_drains_the_requests_in_flight(seed_dir: Path, ray_home: Path, t
     runner = OnnxRunner(seed_dir, provider="cpu")
     xs = [np.random.default_rng(i).standard_normal((1, 1 + i, 3)).astype(np.float32) for i in range(6)]
     results: dict[int, tuple[int, np.ndarray | str]] = {}
+    sent = [threading.Event() for _ in xs]
 
     def send(i: int, port: int) -> None:
         body, content_type = encode_request(xs[i], "npy")
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         try:
             connection.request("POST", "/v1/context", body=body, headers={"Content-Type": content_type})
+            sent[i].set()  # the whole request is with the server: from here it is in flight
             response = connection.getresponse()
             data = response.read()
             results[i] = (response.status, decode_answer(data, response.getheader("content-type"))
@@ -453,7 +455,9 @@ def test_sigterm_drains_the_requests_in_flight(seed_dir: Path, ray_home: Path, t
         threads = [threading.Thread(target=send, args=(i, process.port)) for i in range(6)]
         for thread in threads:
             thread.start()
-        time.sleep(1.5)  # the six are in the replica, waiting for the batch to fill
+        # Once all six are sent, SIGTERM; the 3 s batch wait keeps them unanswered meanwhile (asserted below).
+        assert all(event.wait(30) for event in sent), "a request could not be sent"
+        assert results == {}, results
         signalled = time.monotonic()
         process.terminate()
         for thread in threads:

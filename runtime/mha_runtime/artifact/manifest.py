@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.config import MHAConfig, read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.artifact.fields import get, obj, plain_name
 from mha_runtime.artifact.optimized import OptimizedSet, optimized_from_dict
@@ -118,7 +118,7 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Manifest:
         data = obj(data, where)
-        if data.get("kind") == "gpt":  # mha_runtime.gpt.manifest reads these
+        if data.get("kind") == GPT_KIND:  # mha_runtime.gpt.manifest reads these
             raise ArtifactError(f"{where}: a GPT folder (made by `mha export --gpt`), not an attention artifact: "
                                 "run it with `mha generate DIR`")
         if data.get("format") != MANIFEST_FORMAT:
@@ -154,22 +154,46 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_manifest(artifact_dir: Path) -> Manifest:
-    """Read `artifact_dir/manifest.json`, or raise ArtifactError naming what is wrong."""
-    folder = Path(artifact_dir)
+# The kinds of folder, named by the `kind` field of a manifest (an attention manifest has none: it came first).
+ATTENTION_KIND, GPT_KIND = "attention", "gpt"
+# A manifest lists files and figures: a larger file is not one (and is not read whole).
+MAX_MANIFEST_BYTES = 1 << 22
+
+
+def read_manifest_json(folder: Path, *, label: str, made_by: str) -> tuple[Path, Any]:
+    """folder/manifest.json parsed, for every kind alike: the folder must exist and the manifest be a regular file
+    of at most MAX_MANIFEST_BYTES holding JSON; else one ArtifactError naming what is wrong."""
+    folder = Path(folder)
     path = folder / MANIFEST_NAME
     if not folder.is_dir():
-        raise ArtifactError(f"artifact folder {folder}: expected a folder made by `mha export`, found none")
+        raise ArtifactError(f"{label} {folder}: expected a folder made by {made_by}, found none")
     try:
-        text = path.read_text()
+        raw = read_regular(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
-        raise ArtifactError(f"{path}: expected a manifest (made by `mha export`), found none") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"{path}: expected a readable JSON file ({first_line(exc)})") from None
+        raise ArtifactError(f"{path}: expected a manifest (made by {made_by}), found none") from None
+    except ConfigError as exc:  # a FIFO, a folder, a file over the limit
+        raise ArtifactError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read it ({first_line(exc)})") from None
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        return path, json.loads(raw)
+    except (ValueError, RecursionError) as exc:
         raise ArtifactError(f"{path}: expected JSON, got a parse error ({first_line(exc)})") from None
+
+
+def folder_kind(folder: Path) -> str:
+    """The kind of model a folder holds, read from its manifest here and nowhere else; a folder whose manifest
+    cannot be read is taken for an attention folder, whose loader then names the problem."""
+    try:
+        _, data = read_manifest_json(folder, label="folder", made_by="`mha export`")
+    except ArtifactError:
+        return ATTENTION_KIND
+    return GPT_KIND if isinstance(data, dict) and data.get("kind") == GPT_KIND else ATTENTION_KIND
+
+
+def load_manifest(artifact_dir: Path) -> Manifest:
+    """Read `artifact_dir/manifest.json`, or raise ArtifactError naming what is wrong."""
+    path, data = read_manifest_json(artifact_dir, label="artifact folder", made_by="`mha export`")
     return Manifest.from_dict(data, str(path))
 
 

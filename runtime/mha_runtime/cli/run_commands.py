@@ -49,17 +49,12 @@ def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path:
     """Run every golden case on every artifact (of a GPT folder: every golden generation); the last line is
     `N passed, N failed`."""
     from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
-    from mha_runtime.gpt.manifest import is_gpt_folder
-    from mha_runtime.infer.golden_check import check_golden, results_json, summary_line
+    from mha_runtime.infer.golden_check import results_json, summary_line
+    from mha_runtime.kinds import kind_of
 
     if json_path is not None:
         check_file_target(json_path, "--json")
-    if is_gpt_folder(artifact_dir):  # the golden generations of a GPT folder
-        from mha_runtime.gpt.golden_check import check_generations
-
-        results = check_generations(artifact_dir, provider=provider, threads=threads)
-    else:
-        results = check_golden(artifact_dir, provider=provider, threads=threads)
+    results = kind_of(artifact_dir).check(artifact_dir, provider=provider, threads=threads)
     for result in results:
         click.echo(result.line())
     if json_path is not None:
@@ -74,29 +69,7 @@ def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path:
 @click.argument("artifact_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
-    """Show the contract, files, sizes and validation results of an artifact folder."""
-    from mha_runtime.artifact.contract import DTYPE, INPUT_NAME, OUTPUT_NAME, IOContract
-    from mha_runtime.artifact.manifest import load_manifest
-    from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, human_size, table
-    from mha_runtime.gpt.manifest import is_gpt_folder
+    """Show the contract, files, sizes and validation results of a folder (attention or GPT)."""
+    from mha_runtime.kinds import kind_of
 
-    if is_gpt_folder(artifact_dir):
-        from mha_runtime.cli.gpt_inspect import inspect_gpt
-
-        inspect_gpt(artifact_dir, as_json=as_json)
-        return
-    manifest = load_manifest(artifact_dir)
-    if as_json:
-        click.echo(json.dumps(manifest.to_dict(), indent=2))
-        return
-    contract = IOContract(manifest.config)
-    click.echo(f"name     {manifest.name}  opset {manifest.opset}  created {manifest.created}")
-    click.echo(f"config   {manifest.config.to_json()}")
-    click.echo(f"input    {INPUT_NAME} {DTYPE} {contract.input_shape}")
-    click.echo(f"output   {OUTPUT_NAME} {DTYPE} {contract.output_shape}")
-    click.echo(f"limits   1 <= tokens <= {manifest.config.context_length}, batch >= 1")
-    click.echo(f"versions {json.dumps(manifest.versions)}")
-    click.echo(f"weights  {json.dumps(manifest.weights.to_dict())}\n")
-    click.echo(table(ARTIFACT_HEADERS, artifact_rows(manifest)) + "\n")
-    click.echo(table(["file", "size", "sha256"],
-                     [[f, human_size(r.size), r.sha256[:16]] for f, r in manifest.files.items()]))
+    kind_of(artifact_dir).inspect(artifact_dir, as_json=as_json)

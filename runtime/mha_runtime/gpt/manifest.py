@@ -4,19 +4,16 @@ Every file is listed with its size and sha256 and is checked before it is parsed
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
+from mha_runtime.artifact.errors import ArtifactError, ConfigError
 from mha_runtime.artifact.fields import get, obj, plain_name
-from mha_runtime.artifact.manifest import MANIFEST_NAME, FileRecord, read_verified
+from mha_runtime.artifact.manifest import GPT_KIND, FileRecord, read_manifest_json, read_verified
 from mha_runtime.gpt.config import GPTConfig
 
-GPT_KIND = "gpt"
 GPT_MANIFEST_FORMAT = 1
-MAX_MANIFEST_BYTES = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -108,34 +105,9 @@ class GPTManifest:
                           for f, r in get(data, "files", dict, where).items()})
 
 
-def is_gpt_folder(folder: Path) -> bool:
-    """Whether folder/manifest.json says kind "gpt" (anything unreadable is left to the loaders to name)."""
-    try:
-        with open(Path(folder) / MANIFEST_NAME, "rb") as fh:
-            return bool(json.loads(fh.read(MAX_MANIFEST_BYTES)).get("kind") == GPT_KIND)
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def load_gpt_manifest(folder: Path) -> GPTManifest:
     """Read folder/manifest.json as a GPT manifest, or raise ArtifactError naming what is wrong."""
-    folder = Path(folder)
-    path = folder / MANIFEST_NAME
-    if not folder.is_dir():
-        raise ArtifactError(f"GPT folder {folder}: expected a folder made by `mha export --gpt`, found none")
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
-        raise ArtifactError(f"{path}: expected a manifest (made by `mha export --gpt`), found none") from None
-    except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read it ({first_line(exc)})") from None
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise ArtifactError(f"{path}: expected a manifest of at most {MAX_MANIFEST_BYTES} bytes, got a larger file")
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ArtifactError(f"{path}: expected JSON, got a parse error ({first_line(exc)})") from None
+    path, data = read_manifest_json(folder, label="GPT folder", made_by="`mha export --gpt`")
     return GPTManifest.from_dict(data, str(path))
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -45,6 +44,7 @@ from mha_runtime.serve.gpt_wire import (
     GenerateRequest,
     parse_sse,
 )
+from mha_runtime.serve.load_runner import run_pool
 from mha_runtime.serve.loadtest import get_json, loopback_target
 from mha_runtime.serve.service import CONTRACT
 
@@ -140,37 +140,10 @@ def run_generate_load(url: str, requests: Callable[[int], GenerateRequest], *, c
     """Send requests 0..count-1 from `concurrency` threads, one kept-alive connection each; every outcome (in
     completion order) and the wall time. No new request starts after `max_seconds`."""
     host, port = loopback_target(url)
-    indices, lock = itertools.count(), threading.Lock()
-    outcomes: list[GenOutcome] = []
-    start = time.perf_counter()
-
-    def worker() -> None:
-        connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
-        while True:
-            with lock:
-                i = next(indices)
-            if i >= count or time.perf_counter() - start > max_seconds:
-                break
-            request = requests(i)
-            sent = time.perf_counter()
-            try:
-                outcome = _send(connection, i, request)
-            except (OSError, http.client.HTTPException) as exc:  # no (whole) answer: the request is lost
-                outcome = GenOutcome(i, None, time.perf_counter() - sent, request.stream,
-                                     problem=f"lost: request {i}: {type(exc).__name__}: {first_line(exc)}")
-            if outcome.status != 200 or outcome.problem:  # the server may have closed the connection
-                connection.close()
-                connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
-            with lock:
-                outcomes.append(outcome)
-        connection.close()
-
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outcomes, time.perf_counter() - start
+    return run_pool(host, port, requests, send=_send, count=count, concurrency=concurrency, max_seconds=max_seconds,
+                    timeout_s=timeout_s, reconnect=lambda outcome: outcome.status != 200 or bool(outcome.problem),
+                    lost=lambda i, request, seconds, why: GenOutcome(i, None, seconds, request.stream,
+                                                                     problem=f"lost: request {i}: {why}"))
 
 
 def reference_for(generator: Generator) -> Callable[[GenerateRequest], Generation]:

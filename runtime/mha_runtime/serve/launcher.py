@@ -32,8 +32,8 @@ import numpy as np
 from mha_runtime.artifact.errors import ServeError, cause_line, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
 from mha_runtime.artifact.registry import spec_for
-from mha_runtime.gpt.manifest import is_gpt_folder
 from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
+from mha_runtime.kinds import GPT_KIND, kind_of
 from mha_runtime.serve.wire import FORMATS, body_limit
 
 APP_NAME = "mha"
@@ -80,7 +80,7 @@ class ServeOptions:
     @property
     def gpt(self) -> bool:
         """A GPT folder (manifest kind "gpt"): served on /v1/generate."""
-        return is_gpt_folder(self.artifact)
+        return kind_of(self.artifact).name == GPT_KIND
 
 
 def prepare(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
@@ -231,7 +231,7 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
         _shutdown(local)
         error = HAProxyStartError if "HAProxyManager" in first_line(exc) else ServeError
         raise error(f"cannot start the Serve application: {cause_line(exc)}") from None
-    route = "/v1/generate" if options.gpt else "/v1/context"
+    route = kind_of(options.artifact).route
     wait = "" if options.gpt else f", batch wait {options.batch_wait_ms:g} ms"
     print(f"serving {info['name']} ({info['model']}) at {options.url}{route}: {options.replicas} replica(s), "
           f"max batch {options.max_batch}{wait}{', behind HAProxy' if options.ingress == 'haproxy' else ''}",

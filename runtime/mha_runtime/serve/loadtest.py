@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
-import itertools
 import json
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.registry import spec_for
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.infer.runner import OnnxRunner
+from mha_runtime.serve.load_runner import run_pool
 from mha_runtime.serve.service import BATCH_REQUESTS, BATCH_TOKENS, CONTEXT, CONTRACT
 from mha_runtime.serve.wire import JSON_VALUE_BYTES, decode_answer, encode_request
 
@@ -151,37 +150,10 @@ def run_load(url: str, shots: Callable[[int], Shot], *, count: int, concurrency:
     (in completion order) and the wall time. No new shot starts after `max_seconds`. Refusals are judged here,
     good answers are kept for check_answers, so that checking takes no CPU from the server during the load."""
     host, port = loopback_target(url)
-    indices, lock = itertools.count(), threading.Lock()
-    outcomes: list[Outcome] = []
-    start = time.perf_counter()
-
-    def worker() -> None:
-        connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
-        while True:
-            with lock:
-                i = next(indices)
-            if i >= count or time.perf_counter() - start > max_seconds:
-                break
-            shot = shots(i)
-            sent = time.perf_counter()
-            try:
-                outcome = _send(connection, i, shot)
-            except (OSError, http.client.HTTPException) as exc:  # no answer: the request is lost
-                outcome = Outcome(i, None, time.perf_counter() - sent, shot.x is not None,
-                                  problem=f"lost: {type(exc).__name__}: {first_line(exc)}")
-            if outcome.status != 200:  # after a refusal or a failure the server may close the connection
-                connection.close()
-                connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
-            with lock:
-                outcomes.append(outcome)
-        connection.close()
-
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return outcomes, time.perf_counter() - start
+    return run_pool(host, port, shots, send=_send, count=count, concurrency=concurrency, max_seconds=max_seconds,
+                    timeout_s=timeout_s, reconnect=lambda outcome: outcome.status != 200,  # after a refusal
+                    lost=lambda i, shot, seconds, why: Outcome(i, None, seconds, shot.x is not None,
+                                                               problem=f"lost: {why}"))
 
 
 def check_answers(outcomes: list[Outcome], shots: Callable[[int], Shot],

@@ -1,0 +1,50 @@
+"""The table of model kinds (torch-free): per kind, what makes its folders, how `mha check` judges its golden cases,
+how `mha inspect` shows it, and the HTTP route it is served on. A folder's kind is read from its manifest
+(artifact.manifest.folder_kind); the commands look the kind up here instead of asking "is it a GPT?".
+
+The functions are named, not imported, so that looking a kind up loads nothing (inspect needs no ONNX Runtime)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND, folder_kind
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    name: str
+    made_by: str  # the command that exports such a folder
+    route: str  # where `mha serve` answers
+    checker: str  # "module:function"(folder, provider=, threads=) -> list[CaseResult]
+    inspector: str  # "module:function"(folder, as_json=) -> None
+
+    def check(self, folder: Path, *, provider: str, threads: int | None) -> list[Any]:
+        return _load(self.checker)(folder, provider=provider, threads=threads)  # type: ignore[no-any-return]
+
+    def inspect(self, folder: Path, *, as_json: bool) -> None:
+        _load(self.inspector)(folder, as_json=as_json)
+
+
+def _load(target: str) -> Callable[..., Any]:
+    module, name = target.split(":")
+    function: Callable[..., Any] = getattr(import_module(module), name)
+    return function
+
+
+KINDS: dict[str, ModelKind] = {
+    ATTENTION_KIND: ModelKind(ATTENTION_KIND, "`mha export`", "/v1/context",
+                              "mha_runtime.infer.golden_check:check_golden",
+                              "mha_runtime.cli.attention_inspect:inspect_attention"),
+    GPT_KIND: ModelKind(GPT_KIND, "`mha export --gpt`", "/v1/generate",
+                        "mha_runtime.gpt.golden_check:check_generations",
+                        "mha_runtime.cli.gpt_inspect:inspect_gpt"),
+}
+
+
+def kind_of(folder: Path) -> ModelKind:
+    """The kind of the model in `folder` (an unreadable folder: attention, whose loader names the problem)."""
+    return KINDS[folder_kind(folder)]

@@ -1,0 +1,44 @@
+"""The table of model kinds: a folder's kind is read from its manifest in one place, and `mha check`, `mha inspect`
+and `mha serve` go through the table for both kinds."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND
+from mha_runtime.cli.main import cli
+from mha_runtime.kinds import KINDS, kind_of
+from mha_runtime.serve.gpt_wire import GENERATE
+from mha_runtime.serve.service import CONTEXT
+
+
+def test_each_folder_is_its_kind(seed_dir: Path, book_gpt: tuple[object, Path], tmp_path: Path) -> None:
+    assert kind_of(seed_dir).name == ATTENTION_KIND and kind_of(book_gpt[1]).name == GPT_KIND
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert kind_of(tmp_path).name == ATTENTION_KIND  # unreadable: the attention loader names the problem
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path)])
+    assert result.exit_code == 1 and "expected JSON" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_the_routes_are_the_services_own() -> None:
+    assert KINDS[ATTENTION_KIND].route == CONTEXT and KINDS[GPT_KIND].route == GENERATE
+
+
+def test_inspect_and_check_take_both_kinds(seed_dir: Path, book_gpt: tuple[object, Path]) -> None:
+    for folder, says in ((seed_dir, "opset"), (book_gpt[1], "gpt.inplace.onnx")):
+        shown = CliRunner().invoke(cli, ["inspect", str(folder)])
+        assert shown.exit_code == 0 and says in shown.stdout, shown.output
+        as_json = json.loads(CliRunner().invoke(cli, ["inspect", str(folder), "--json"]).stdout)
+        assert as_json["name"] == json.loads((folder / "manifest.json").read_text())["name"]
+        checked = CliRunner().invoke(cli, ["check", str(folder)])
+        assert checked.exit_code == 0 and checked.stdout.strip().splitlines()[-1].endswith(" 0 failed")
+
+
+def test_a_manifest_over_the_limit_is_refused_for_either_kind(tmp_path: Path) -> None:
+    """One loader, one limit: a 5 MiB manifest is refused before it is parsed, whatever it says its kind is."""
+    for kind in ('"gpt"', '"attention"'):
+        (tmp_path / "manifest.json").write_text('{"kind": ' + kind + ', "pad": "' + "x" * (5 << 20) + '"}')
+        result = CliRunner().invoke(cli, ["inspect", str(tmp_path)])
+        assert result.exit_code == 1 and "at most" in result.stderr and result.stderr.count("\n") == 1
