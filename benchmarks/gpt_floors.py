@@ -81,7 +81,7 @@ def read_bandwidth(*, threads: int, mib: int = READ_MIB, repeats: int = COPY_REP
     """Bytes read per second by np.max over a `mib` MiB float32 array split over `threads` at once (a reduction
     reads each byte once and writes nothing; numpy releases the GIL), best of `repeats`. Batch-1 decode reads
     every weight once a token, so this, not a copy, is its floor: a copy's read + write figure was beaten by the
-    fp32 decode (docs/gpt.md)."""
+    fp32 decode (docs/measurements/gpt.md)."""
     data = np.ones(mib << 18, np.float32)  # touched: no page faults in the timed reads
     samples = [data.nbytes / _threads_seconds(lambda lo, hi: data[lo:hi].max(), data.size, threads)
                for _ in range(repeats)]

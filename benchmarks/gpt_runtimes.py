@@ -6,8 +6,8 @@ tokens after the first (each measures inside its process, so process and session
 (`check.mjs generate --json`) and ExecuTorch (gpt.pte, when the folder has it). Each runner first makes WARMUP
 untimed generations of the same request in its own process (`--warmup`): V8 runs onnxruntime-web's wasm on its
 baseline compiler until its optimizing tier is done, so a fresh process's first generation says how long V8
-compiles, not how fast the runtime decodes (docs/gpt.md, "Tokens/s in every runtime"). Rounds interleave the
-runners with a settle pause; the figures are medians, and every runner's ids must equal Python's.
+compiles, not how fast the runtime decodes (docs/measurements/gpt.md, "Tokens/s in every runtime"). Rounds
+interleave the runners with a settle pause; the figures are medians, and every runner's ids must equal Python's.
 """
 from __future__ import annotations
 

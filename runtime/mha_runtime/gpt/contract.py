@@ -90,10 +90,10 @@ class Form:
 # fp32 rows: logits differ from eager by float reassociation only (worst seen 2.1e-6 on GPT_CONFIG_124M;
 # docs/gpt.md). Lossy forms are judged as llama.cpp judges its quants, by how far they move the next-token
 # distribution (`llama-perplexity --kl-divergence`), not by a logits tolerance: 0.1 x the logits' RMS refused a
-# Hugging Face GPT-2 of the real shape whose int8 form kept 99% of top tokens (docs/gpt.md, "Quality of the lossy
-# forms"). The bars, measured on the trained demo model over held-out text beside llama.cpp on the same weights
-# and text: int8 0.00024 mean KL, llama.cpp Q8_0 0.00028; int4 0.0226, Q4_0 0.0269. Each bar is llama.cpp's
-# figure for the same bit width there, rounded up to one significant figure.
+# Hugging Face GPT-2 of the real shape whose int8 form kept 99% of top tokens (docs/measurements/gpt.md,
+# "Quality of the lossy forms"). The bars, measured on the trained demo model over held-out text beside llama.cpp
+# on the same weights and text: int8 0.00024 mean KL, llama.cpp Q8_0 0.00028; int4 0.0226, Q4_0 0.0269. Each bar
+# is llama.cpp's figure for the same bit width there, rounded up to one significant figure.
 # A lossy form's golden generations are its own (ids it produced at export); its first-step logits are
 # re-checked at the fp32 rows' tolerance: the same file through the same kernels.
 LOSSY_GOLDEN = Tolerance(atol=1e-3, rtol=1e-4)

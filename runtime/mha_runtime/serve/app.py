@@ -49,8 +49,8 @@ class ContextDeployment:
 
     async def infer(self, x: np.ndarray) -> Answer:
         """One checked input (B, T, d_in) -> its Answer. A request alone in the replica runs at once, on the loop,
-        without `@serve.batch`'s queue and task hand-off (docs/serving.md, "The lone request skips the batcher"); a
-        batcher would run it alone anyway. It first lets the loop turn once: requests already read
+        without `@serve.batch`'s queue and task hand-off (docs/measurements/serving.md, "The lone request skips the
+        batcher"); a batcher would run it alone anyway. It first lets the loop turn once: requests already read
         come in, and then it batches with them. Without that turn, requests that queue in the sockets while one
         runs are taken one by one, each alone again, and behind HAProxy nothing was ever batched."""
         if self.bypass and self.in_flight == 1:
@@ -65,8 +65,8 @@ class ContextDeployment:
         """Requests of any lengths, padded into one ONNX Runtime call per length group (batching.py says why
         padding is exact, and when it is worth it). A batch of several runs on a thread so that this replica's
         event loop keeps accepting requests for the next batch; a lone request runs on the loop itself (the
-        thread hop cost more than its own run at T=16: docs/serving.md, "Quiet runs, and the lone request on the
-        loop")."""
+        thread hop cost more than its own run at T=16: docs/measurements/serving.md, "Quiet runs, and the lone
+        request on the loop")."""
         if len(xs) == 1:
             answers = run_grouped(self.runner.run, xs, self.cost)
         else:

@@ -5,7 +5,7 @@ Ray's defaults put HAProxy's files in /tmp/haproxy-serve (its admin socket there
 (8404), metrics (9101) and fallback proxy (8500, 9500) on fixed ports; each server here takes free ports and a
 private folder of its own. HAProxy's stats and metrics pages still listen on every interface (Ray's template
 binds them so), as Ray's own ports do on either ingress; it is the default for a GPT folder on a local instance
-(docs/serving.md, "Which ingress").
+(docs/measurements/serving.md, "Which ingress").
 """
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ class ServeOptions:
     @property
     def chosen_ingress(self) -> str:
         """`ingress`, or by default HAProxy for a GPT folder on a local Ray instance (its streamed tokens skip the
-        Python proxy: docs/serving.md, "Which ingress"), else the proxy."""
+        Python proxy: docs/measurements/serving.md, "Which ingress"), else the proxy."""
         if self.ingress is not None:
             return self.ingress
         return "haproxy" if self.gpt and self.address is None else "proxy"
