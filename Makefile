@@ -69,7 +69,7 @@ bench: $(STAMP) $(VOCAB_STAMP) llama-cpp
 	$(PY) -m benchmarks.gpt_runtimes --artifact artifacts/gpt-mini --artifact artifacts/gpt-124m --out artifacts/bench
 
 # llama.cpp (llama-bench, llama-quantize, llama-perplexity, llama-completion) built once into .cache/llama.cpp/
-# from the pinned llama-cpp-python source release, for the bench's llama.cpp peer (bench/llama_peer.py).
+# from the pinned llama-cpp-python source release, for the bench's llama.cpp peer (benchmarks/llama_peer.py).
 llama-cpp: $(STAMP)
 	tools/llama_cpp.sh
 

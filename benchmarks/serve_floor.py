@@ -102,6 +102,9 @@ class FloorProcess(ServerProcess):
         super().__init__(Path(os.devnull), log_dir, home=home, ready_timeout_s=ready_timeout_s)
         self.command = [sys.executable, "-m", "benchmarks.serve_floor", "--host", "127.0.0.1",
                         "--port", str(self.port)]
+        # benchmarks/ is not installed: the checkout it lives in goes on the child's path, wherever it runs from
+        checkout = str(Path(__file__).resolve().parents[1])
+        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, self.env.get("PYTHONPATH")) if p)
         self.env.update(env or {})
 
 

@@ -288,4 +288,4 @@ def test_bench_only_selects_runners(seed_dir: Path) -> None:
     assert {r["runner"] for r in run["results"]} == {"eager wrapper", "eager fused", "mha.onnx"}
     assert "decode" not in run and set(result["artifacts"]) == {"mha.onnx"}
     bad = _bench(seed_dir, "--only", "nope")
-    assert bad.exit_code == 1 and "--only: unknown runner 'nope'" in bad.stderr
+    assert bad.exit_code == 2 and "--only: unknown runner 'nope'" in bad.stderr

@@ -88,6 +88,15 @@ def test_check_fails_when_a_golden_output_is_wrong(seed_copy: Path) -> None:
     assert result.stdout.strip().splitlines()[-1] == f"{2 * artifacts} passed, {artifacts} failed"
 
 
+def test_check_json_target_is_refused_before_the_check_runs(seed_dir: Path, tmp_path: Path) -> None:
+    """A --json PATH that cannot be written is a bad value, refused in one line before any case runs."""
+    for target, says in ((tmp_path, "expected a file name, got a folder"),
+                         (tmp_path / "none" / "r.json", "expected a file in an existing folder")):
+        result = CliRunner().invoke(cli, ["check", str(seed_dir), "--json", str(target)])
+        assert result.exit_code == 2 and result.stdout == "" and says in result.stderr, result.output
+        assert result.stderr.count("\n") == 1 and f"--json {target}" in result.stderr
+
+
 def test_inspect(seed_dir: Path) -> None:
     result = CliRunner().invoke(cli, ["inspect", str(seed_dir)])
     assert result.exit_code == 0, result.output

@@ -83,7 +83,7 @@ def test_a_config_it_cannot_build_leaves_it_out_of_all_and_refuses_it_by_name(tm
     """The seed preset's d_out = 2: GroupQueryAttention needs d_out % 8 == 0."""
     by_name = CliRunner().invoke(cli, ["export", "--preset", "seed", "--variants", "decode-inplace",
                                        "--out", str(tmp_path)])
-    assert by_name.exit_code == 1 and "needs d_out % 8 == 0, got d_out=2" in by_name.stderr
+    assert by_name.exit_code == 2 and "needs d_out % 8 == 0, got d_out=2" in by_name.stderr
     assert not (tmp_path / "seed").exists()
 
 

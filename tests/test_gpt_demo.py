@@ -28,7 +28,9 @@ DEMO = [sys.executable, "-m", "examples.demo.train"]
 
 
 def demo(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DEMO, *map(str, args)], capture_output=True, text=True, timeout=600)
+    """examples/ is not installed: run from the checkout, as `make demo` does."""
+    return subprocess.run([*DEMO, *map(str, args)], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1])
 
 
 def tokenizer() -> BookTokenizer:

@@ -294,8 +294,8 @@ def test_browser_page_refuses_a_tampered_file(name: str, query: str, book_gpt: t
 @pytest.mark.slow  # on the folders `make test` writes first (gpt-mini by native-test, gpt-demo by make demo)
 @pytest.mark.parametrize("preset", ["gpt-mini", "gpt-demo"])
 def test_browser_page_on_the_made_folders_writes_the_portability_result(preset: str, tmp_path: Path) -> None:
-    """The page's golden check on artifacts/<preset>, saved as artifacts/web/<preset>.browser.json for the README's
-    portability table; on the trained demo model, also the README's screenshot of generated text."""
+    """The page's golden check on artifacts/<preset>, saved as artifacts/web/<preset>.browser.json for the
+    portability table (docs/portability.md); on the trained demo model, also the README's screenshot."""
     folder = REPO / "artifacts" / preset
     if not (folder / "golden" / "generations.json").is_file():
         pytest.skip(f"{folder}: not made yet ({'make demo' if preset == 'gpt-demo' else 'make export'})")

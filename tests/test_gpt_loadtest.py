@@ -152,11 +152,11 @@ def test_bad_options_are_one_line_before_any_request(server: ServerProcess,
     folder = str(book_gpt[1])
     code, _, stderr = _loadtest(server.url, "--generate", "--artifact", folder, "--prompt-tokens", "40",
                                 "--max-new-tokens", "16")
-    assert code == 1 and stderr.count("\n") == 1
+    assert code == 2 and stderr.count("\n") == 1
     assert "--prompt-tokens 40 + --max-new-tokens 16 = 56 runs past context_length 48" in stderr
     for args, says, status in (
-        (["--prompt-tokens", "0"], "--prompt-tokens: expected counts >= 1", 1),
-        (["--seed", "-1"], "--seed: expected an integer >= 0", 1),
+        (["--prompt-tokens", "0"], "--prompt-tokens: expected counts >= 1", 2),
+        (["--seed", "-1"], "--seed: expected an integer >= 0", 2),
         (["--tokens", "4"], "--tokens: not with --generate", 2),
         (["--stream", "1.5"], "'--stream'", 2),
     ):

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
-from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND
+from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND, load_manifest
 from mha_runtime.cli.main import cli
+from mha_runtime.gpt.manifest import load_gpt_manifest
 from mha_runtime.kinds import KINDS, kind_of
 from mha_runtime.serve.gpt_wire import GENERATE
 from mha_runtime.serve.service import CONTEXT
@@ -37,8 +40,12 @@ def test_inspect_and_check_take_both_kinds(seed_dir: Path, book_gpt: tuple[objec
 
 
 def test_a_manifest_over_the_limit_is_refused_for_either_kind(tmp_path: Path) -> None:
-    """One loader, one limit: a 5 MiB manifest is refused before it is parsed, whatever it says its kind is."""
-    for kind in ('"gpt"', '"attention"'):
-        (tmp_path / "manifest.json").write_text('{"kind": ' + kind + ', "pad": "' + "x" * (5 << 20) + '"}')
-        result = CliRunner().invoke(cli, ["inspect", str(tmp_path)])
+    """One reader, one limit: a 5 MiB manifest is refused before it is parsed, by each kind's loader and by the
+    command line."""
+    (tmp_path / "manifest.json").write_text('{"kind": "gpt", "pad": "' + "x" * (5 << 20) + '"}')
+    for load in (load_manifest, load_gpt_manifest):
+        with pytest.raises(ArtifactError, match="at most 4194304 bytes"):
+            load(tmp_path)
+    for command in (["inspect", str(tmp_path)], ["check", str(tmp_path)]):
+        result = CliRunner().invoke(cli, command)
         assert result.exit_code == 1 and "at most" in result.stderr and result.stderr.count("\n") == 1

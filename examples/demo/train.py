@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     except Interrupted as exc:
         fail(str(exc), 130)
     except MHAError as exc:
-        fail(str(exc), 1)
+        fail(str(exc), exc.exit_code)
     except ModuleNotFoundError as exc:
         hint = {"matplotlib": "pip install './export[bench]'",
                 "llms_from_scratch": "pip install --no-deps llms-from-scratch==1.0.19 (make venv does)"}

@@ -40,7 +40,7 @@ from mha_export.bench.runners import (
 )
 from mha_export.pipeline.seal import versions
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.artifact.errors import BadValueError
 from mha_runtime.artifact.manifest import Manifest, load_manifest
 from mha_runtime.artifact.registry import (
     DECODE,
@@ -87,12 +87,12 @@ def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Sh
     shapes = resolve_shapes(config, tokens, batches)
     threads = sorted(set(threads)) if threads is not None else default_threads()
     if not threads or threads[0] < 1:
-        raise ConfigError(f"--threads: expected thread counts >= 1, got {threads or 'none'}")
+        raise BadValueError(f"--threads: expected thread counts >= 1, got {threads or 'none'}")
     if only:
         names = runner_names(manifest)
         unknown = sorted(set(only) - set(names))
         if unknown:
-            raise ConfigError(f"--only: unknown runner {unknown[0]!r}; choose from {', '.join(names)}")
+            raise BadValueError(f"--only: unknown runner {unknown[0]!r}; choose from {', '.join(names)}")
     start_load = loadavg()
     notes: list[str] = missing_variants(manifest)
     by_threads: dict[str, Any] = {}

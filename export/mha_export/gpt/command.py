@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.gpt.config import GPT_PRESETS, GPTConfig, gpt_preset
 
 HF_CONFIG = "config.json"
@@ -49,7 +50,10 @@ def check_beside(config: GPTConfig, source: str, weights: Path | None) -> None:
     own_path = None if weights is None else Path(weights).parent / HF_CONFIG
     if own_path is None or not own_path.is_file() or own_path.resolve() == _resolved(source):
         return
-    own = GPTConfig.from_file(own_path, flag="the checkpoint's")
+    try:
+        own = GPTConfig.from_file(own_path, flag="the checkpoint's")
+    except ConfigError as exc:  # a file the user did not name: a bad file, exit 1, whatever is wrong in it
+        raise ConfigError(str(exc)) from None
     for field, hf_name in DECIDED.items():
         mine, theirs = getattr(config, field), getattr(own, field)
         if mine != theirs:

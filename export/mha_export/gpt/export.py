@@ -58,7 +58,7 @@ from mha_runtime.gpt.quality import QUALITY_FILE, Windows
 ALL_VARIANTS = "all"
 PROTOBUF_LIMIT = 2 << 30
 # Building and validating holds the eager model, one graph being written and one session: about 4x the fp32
-# parameters at most (measured in docs/gpt.md); refused before any work when memory is short of that.
+# parameters at most (measured in docs/measurements/gpt.md); refused before any work when memory is short of that.
 MEMORY_FACTOR = 4
 
 

@@ -8,7 +8,7 @@ per row. Only each row's last token reaches the head: decoding needs nothing els
 token up to its attention (GroupQueryAttention writes every prompt position's keys and values into the cache),
 then gathers the last token: its out projection, feed-forward and the head are position-wise, so the other rows
 could only be thrown away. A 128-token prefill skips 127 of 128 rows of the head and of the last block's out
-projection and feed-forward (docs/gpt.md, the 2026-12-02 `make bench` runs).
+projection and feed-forward (docs/measurements/gpt.md, the 2026-12-02 `make bench` runs).
 """
 from __future__ import annotations
 

@@ -87,9 +87,9 @@ def _quantizer(model: onnx.ModelProto, bits: int, exclude: list[str], plan: Quan
 
 def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan) -> None:
     """Quantize `source` in place by `plan` (its fp32 MatMul weights are replaced) and save it to `path`, streamed
-    (the bytes equal onnx.save's, whose serialized copy of the whole model was the export's peak: docs/gpt.md).
-    The caller keeps no other copy of the weights, so the peak is about the fp32 model once. Kept matrices at
-    int8 (in a 4-bit plan) are quantized by a second pass over what the first left as MatMul."""
+    (the bytes equal onnx.save's, whose serialized copy of the whole model was the export's peak:
+    docs/measurements/gpt.md). The caller keeps no other copy of the weights, so the peak is about the fp32 model
+    once. Kept matrices at int8 (in a 4-bit plan) are quantized by a second pass over what the first left as MatMul."""
     targets = matmul_weights(source)
     unknown = sorted(set(plan.kept) - set(targets))
     if unknown:

@@ -29,8 +29,8 @@ def decode_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.
     past_key/past_value (B, H, P, d_out), causal (unidirectional: query i sees keys up to P + i) ->
     context (B, N, H * d_out), present_key/present_value (B, H, P + N, d_out).
 
-    The same weights as DecodeMHA (the fused mapping); ONNX Runtime's kernel appends the cache and
-    attends in one node: three nodes instead of the 33 of DecodeMHA's trace, and faster per step
+    The same weights as the fused form (the fused mapping); ONNX Runtime's kernel appends the cache and attends in
+    one node: three nodes instead of the 33 of a traced eager cache module, and faster per step
     (docs/design-notes.md).
     """
     weight, bias = fused_initializers(wrapper, config)  # (d_in, 3 * H * d_out), (3 * H * d_out,) or None

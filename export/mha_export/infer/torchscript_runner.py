@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import ArtifactError, first_line
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.infer.runner import read_model
 
 CONFIG_EXTRA = "config.json"
@@ -38,4 +38,8 @@ def load_torchscript(path: Path) -> tuple[torch.jit.ScriptModule, MHAConfig]:
             module = torch.jit.load(io.BytesIO(data), map_location="cpu", _extra_files=extra)
     except Exception as exc:
         raise ArtifactError(f"{path}: torch.jit.load cannot read it ({first_line(exc)})") from None
-    return module.eval(), MHAConfig.from_json(extra[CONFIG_EXTRA])
+    try:
+        config = MHAConfig.from_json(extra[CONFIG_EXTRA])
+    except ConfigError as exc:  # a bad file, not a bad value of the user's
+        raise ArtifactError(f"{path}: its {CONFIG_EXTRA!r} is invalid: {exc}") from None
+    return module.eval(), config

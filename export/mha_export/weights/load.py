@@ -6,6 +6,7 @@ read, so one layer of a full GPT-2 checkpoint does not have to fit in memory), a
 """
 from __future__ import annotations
 
+import codecs
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,8 +54,9 @@ TORCH_MAGIC = (b"PK\x03\x04", b"\x80")
 
 
 def _is_text(head: bytes) -> bool:
+    """UTF-8 up to the cut (a character split at the end of `head` still counts)."""
     try:
-        head.decode()
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError:
         return False
     return True
@@ -84,6 +86,8 @@ class WeightFile:
     def _unreadable(self, exc: Exception) -> str:
         """Why torch could not read the file, in the user's terms (torch's own lines name its internals, and for a
         pickle that would run code, advise the one thing not to do)."""
+        if self._is_safetensors():
+            return f"cannot read it as safetensors ({first_line(exc)})"
         with open(self.path, "rb") as fh:
             head = fh.read(512)
         if not head.startswith(TORCH_MAGIC):  # first: torch calls any bytes it cannot unpickle "unsafe"

@@ -32,7 +32,8 @@ QUALITY_KIND = "gpt-quality-windows"
 QUALITY_FORMAT = 1
 # A re-measured mean KL divergence agrees with the recorded one within this share (plus KL_FLOOR): the same
 # tokens through the same kernels give the same figure on one host; another CPU's int8 kernels (VNNI, AVX-512)
-# sum in another order, which moves logits by float rounding only (docs/gpt.md, "Quality of the lossy forms").
+# sum in another order, which moves logits by float rounding only (docs/measurements/gpt.md, "Quality of the
+# lossy forms").
 KL_AGREEMENT = 0.1
 KL_FLOOR = 1e-9
 TOP_AGREEMENT = 0.02  # the same-top-token share, re-measured, within 2 points

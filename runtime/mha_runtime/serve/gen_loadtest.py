@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mha_runtime.artifact.errors import MHAError, RequestError, ServeError, first_line
+from mha_runtime.artifact.errors import BadValueError, MHAError, RequestError, ServeError, first_line
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.generate import Generation, Generator
 from mha_runtime.gpt.manifest import load_gpt_manifest
@@ -286,13 +286,13 @@ def check_lengths(config: GPTConfig, prompt_tokens: Sequence[int], max_new_token
     """Refuse, in one line and before anything is sent, lists that could ask for more than context_length."""
     context = config.context_length
     if not prompt_tokens or min(prompt_tokens) < 1:
-        raise ServeError(f"--prompt-tokens: expected counts >= 1, got {list(prompt_tokens)}")
+        raise BadValueError(f"--prompt-tokens: expected counts >= 1, got {list(prompt_tokens)}")
     if not max_new_tokens or min(max_new_tokens) < 1:
-        raise ServeError(f"--max-new-tokens: expected counts >= 1, got {list(max_new_tokens)}")
+        raise BadValueError(f"--max-new-tokens: expected counts >= 1, got {list(max_new_tokens)}")
     longest, most = max(prompt_tokens), max(max_new_tokens)
     if longest + most > context:
-        raise ServeError(f"--prompt-tokens {longest} + --max-new-tokens {most} = {longest + most} runs past "
-                         f"context_length {context}; keep every prompt + max_new_tokens within {context}")
+        raise BadValueError(f"--prompt-tokens {longest} + --max-new-tokens {most} = {longest + most} runs past "
+                            f"context_length {context}; keep every prompt + max_new_tokens within {context}")
 
 
 def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, prompt_tokens: Sequence[int],
@@ -303,10 +303,10 @@ def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, p
     local GPT folder `artifact` (or `generator`, already made from it)."""
     host, port = loopback_target(url)
     if seed < 0:
-        raise ServeError(f"--seed: expected an integer >= 0, got {seed}")
+        raise BadValueError(f"--seed: expected an integer >= 0, got {seed}")
     for name, share in (("--stream", stream_share), ("--sample", sample_share)):
         if not 0.0 <= share <= 1.0:
-            raise ServeError(f"{name}: expected a share in 0..1, got {share}")
+            raise BadValueError(f"{name}: expected a share in 0..1, got {share}")
     info = get_json(host, port, CONTRACT)  # nothing listening is one line, before the folder is loaded
     if not isinstance(info, dict) or info.get("kind") != "gpt":
         raise ServeError(f"{url} does not serve a GPT folder (its {CONTRACT} has no kind 'gpt'): load test an "

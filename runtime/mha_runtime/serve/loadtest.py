@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import MHAError, ServeError, first_line
+from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError, first_line
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.registry import spec_for
 from mha_runtime.artifact.tolerance import Tolerance, compare
@@ -215,14 +215,14 @@ def loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, token
     runner = OnnxRunner(artifact, model=model, provider="cpu", threads=threads)
     config = runner.config
     if not tokens or not all(1 <= t <= config.context_length for t in tokens):
-        raise ServeError(f"--tokens: expected counts in 1..{config.context_length} (context_length), "
-                         f"got {list(tokens)}")
+        raise BadValueError(f"--tokens: expected counts in 1..{config.context_length} (context_length), "
+                           f"got {list(tokens)}")
     if not batches or min(batches) < 1:
-        raise ServeError(f"--batch: expected sizes >= 1, got {list(batches)}")
+        raise BadValueError(f"--batch: expected sizes >= 1, got {list(batches)}")
     kept = requests * max(batches) * max(tokens) * config.d_model * (4 if fmt == "npy" else JSON_VALUE_BYTES)
     if kept > MAX_KEPT_BYTES:
-        raise ServeError(f"--requests {requests}: the answers kept for checking could reach {kept / 2**30:.1f} GiB "
-                         f"(limit {MAX_KEPT_BYTES / 2**30:.0f} GiB); send fewer requests, or fewer tokens")
+        raise BadValueError(f"--requests {requests}: the answers kept for checking could reach {kept / 2**30:.1f} GiB "
+                           f"(limit {MAX_KEPT_BYTES / 2**30:.0f} GiB); send fewer requests, or fewer tokens")
     record = manifest.artifacts.get(model)
     tolerance = record.tolerance if record is not None else spec_for(model).tolerance
     shots = good_shots(config, tokens=tokens, batches=batches, fmt=fmt, seed=seed)

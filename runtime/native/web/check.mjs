@@ -3,8 +3,8 @@
 // Every golden case of every artifact onnxruntime-web's WebAssembly backend can load, on one thread, with each
 // artifact's tolerance; an artifact it cannot load is listed with the runtime's reason and counted neither way.
 // One line per case (with the median milliseconds of N timed runs), ending with "N passed, N failed".
-// --json FILE writes the same results (pass counts, max errors, median ms per case) for the README's portability
-// table and `mha bench`, with "runtime": "wasm": the format the other runners' `check DIR --json FILE` write too
+// --json FILE writes the same results (pass counts, max errors, median ms per case) for the portability
+// table (docs/portability.md) and `mha bench`, with "runtime": "wasm": the format the other runners' `check DIR --json FILE` write too
 // (runtime/native/common/report.h).
 // On a GPT folder (manifest kind "gpt", made by `mha export --gpt`) the check runs every golden generation
 // (golden/generations.json) on gpt.onnx and gpt.inplace.onnx through runtime/native/common/gpt.mjs, and
