@@ -1,0 +1,489 @@
+"""Mutation testing of the GPT code: seed one plausible bug at a time and see whether the tests that own that
+behaviour catch it.
+
+Repository tooling, not part of either package. Each mutant is one exact substring of one file (`old`, found exactly
+once, else the mutant is "stale" and skipped) and its replacement (`new`). For each chosen mutant the file is
+rewritten, `python -m pytest -x -q -p no:cacheprovider -p no:randomly <tests>` runs under a timeout, and the
+original bytes (and mtime) are written back in a `finally`, on Ctrl-C and SIGTERM too. pytest's exit code 1 (a test
+failed) is "caught", 0 is "survived", anything else (2 interrupted/collection error, 4 usage, 5 no tests, a timeout,
+a failed build) is "error".
+
+A C mutant (runtime/native/c/*.c) is rebuilt with `PYTHON=<python> runtime/native/c/build.sh` before its tests and
+again after the restore. That script is not CMake and not incremental: it recompiles every binary under
+runtime/native/c/build/ (mha_check, its ASan/UBSan twin, json_fuzz_asan, example, gpt_example) with gcc -Werror,
+taking the ONNX Runtime headers it fetched once into build/apt, so each C mutant costs two full builds; a mutant
+that does not compile is an "error" (build failed), and a rebuild that fails after the restore stops the run.
+JavaScript mutants (runtime/native/common/*.mjs) need no build: Node and the wasm runner import the file itself.
+
+    python3 tools/seed_bugs.py --list                    # the table; whether each `old` is found exactly once
+    python3 tools/seed_bugs.py                           # every mutant (about 30-50 minutes on 2 cores)
+    python3 tools/seed_bugs.py --only quality-kl-reversed,c-step-position --json out.json --logs /tmp/mutants
+
+Run it on a clean tree and alone: it refuses to start when `git status --porcelain` shows a file it would mutate
+already modified (a crashed run is never mistaken for clean code), and a test run sharing the tree meanwhile would
+see the seeded bugs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+C_BUILD = "runtime/native/c/build.sh"
+DEFAULT_TIMEOUT_S = 900
+BUILD_TIMEOUT_S = 900
+PYTEST_FLAGS = ("-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly")
+
+# Frequently used selections.
+EDGES = "tests/test_gpt_edges.py"
+GOLDEN_CHECK = "tests/test_gpt_golden.py::test_mha_check_passes_every_generation_on_both_forms"
+NAMED_LOSSY = "tests/test_gpt_quality.py::test_named_lossy_form_that_misses_its_bar_fails_in_one_line"
+STOPS = "tests/test_gpt_generate.py::test_generation_stops_at_context_length_and_eos"
+STREAM = f"{EDGES}::test_streamed_text_never_shows_half_a_character"
+CONTEXT_STOP = f"{EDGES}::test_every_runner_stops_at_context_length_exactly"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One seeded bug: `old` (exactly once in `file`) becomes `new`; `tests` should catch it."""
+
+    name: str
+    file: str  # relative to the repository root
+    old: str
+    new: str
+    why: str  # what product behaviour breaks, in one line
+    tests: list[str] = field(default_factory=list)  # pytest node ids or test files
+
+    @property
+    def native(self) -> bool:
+        """A C mutant: the runners must be rebuilt around it."""
+        return self.file.endswith(".c")
+
+    def count(self, root: Path = REPO) -> int:
+        """How often `old` occurs in the file (-1: no such file)."""
+        path = root / self.file
+        return path.read_bytes().count(self.old.encode()) if path.is_file() else -1
+
+
+MUTANTS: list[Mutant] = [
+    # ---- runtime/mha_runtime/gpt/sampling.py
+    Mutant("sampling-topk-ties-dropped", "runtime/mha_runtime/gpt/sampling.py",
+           "return np.where(x < kth, np.float32(-np.inf), x)",
+           "return np.where(x <= kth, np.float32(-np.inf), x)",
+           "top-k keeps only logits strictly above the k-th: the k-th and its ties are dropped, unlike the book",
+           [f"{EDGES}::test_top_k_keeps_every_logit_tied_with_the_kth_as_the_book_does",
+            "tests/test_gpt_generate.py::test_probabilities_equal_the_books_sampling_rule"]),
+    Mutant("sampling-one-stream-per-batch", "runtime/mha_runtime/gpt/sampling.py",
+           "self.streams = [np.random.Generator(np.random.PCG64(self.seed)) for _ in range(rows)]",
+           "self.streams = [np.random.Generator(np.random.PCG64(self.seed))] * rows",
+           "rows of a batch share one PCG64 stream: a seeded row samples other tokens in a batch than alone",
+           ["tests/test_gpt_generate.py::test_a_seed_gives_the_same_tokens_and_rows_equal_their_solo_runs"]),
+    Mutant("sampling-no-temperature-max", "runtime/mha_runtime/gpt/sampling.py",
+           "(temperature == 0 or TEMPERATURE_MIN <= temperature <= TEMPERATURE_MAX)",
+           "(temperature == 0 or TEMPERATURE_MIN <= temperature)",
+           "a temperature past float32's range (1e39) is accepted: NaN probabilities instead of a refusal",
+           ["tests/test_gpt_generate.py::test_a_temperature_outside_the_range_where_the_books_rule_fails_is_refused"]),
+    # ---- runtime/mha_runtime/gpt/generate.py
+    Mutant("generate-negative-id-accepted", "runtime/mha_runtime/gpt/generate.py",
+           "out = next((t for t in prompt if not 0 <= t < config.vocab_size), None)",
+           "out = next((t for t in prompt if not t < config.vocab_size), None)",
+           "a negative token id in a prompt is accepted (ONNX Gather wraps it) instead of refused in one line",
+           [f"{EDGES}::test_a_negative_token_id_is_refused_before_anything_runs"]),
+    Mutant("generate-context-stop-late", "runtime/mha_runtime/gpt/generate.py",
+           "if prompt_tokens + len(ids) >= context_length:",
+           "if prompt_tokens + len(ids) > context_length:",
+           "generation runs one token past context_length (a token the model has no position for)",
+           [STOPS]),
+    Mutant("generate-eos-in-ids", "runtime/mha_runtime/gpt/generate.py",
+           '    if eos_id is not None and token == eos_id:\n        return "eos"\n    ids.append(token)\n',
+           '    ids.append(token)\n    if eos_id is not None and token == eos_id:\n        return "eos"\n',
+           "the eos id is returned among the new ids (the book's generate leaves it out)",
+           [STOPS]),
+    Mutant("generate-tokenizer-unverified", "runtime/mha_runtime/gpt/generate.py",
+           "data = read_gpt_file(self.folder, TOKENIZER_FILE, self.manifest)",
+           "data = (self.folder / TOKENIZER_FILE).read_bytes()",
+           "tokenizer.json is read without its sha256 check: an altered but valid tokenizer is used",
+           [f"{EDGES}::test_a_valid_but_altered_tokenizer_is_refused_for_its_sha256"]),
+    # ---- runtime/mha_runtime/gpt/decoder.py
+    Mutant("decoder-concat-position-off-by-one", "runtime/mha_runtime/gpt/decoder.py",
+           "positions = np.asarray(self.lengths, np.int64)[:, None]",
+           "positions = np.asarray(self.lengths, np.int64)[:, None] + 1",
+           "gpt.onnx steps feed position_ids one past each row's length: every token after the prompt is wrong",
+           ["tests/test_gpt_generate.py::test_greedy_ids_equal_the_books_generate_text_simple"]),
+    # ---- runtime/mha_runtime/gpt/tokenizer.py
+    Mutant("tokenizer-stream-fffd-emitted", "runtime/mha_runtime/gpt/tokenizer.py",
+           r'if text.endswith("\ufffd"):', r'if text == "\ufffd":',
+           "the streamed text emits a piece ending in U+FFFD when a later character is split across tokens",
+           [STREAM]),
+    # ---- runtime/mha_runtime/gpt/golden.py
+    Mutant("golden-logits-big-endian", "runtime/mha_runtime/gpt/golden.py",
+           'return np.frombuffer(data, dtype="<f4").astype(np.float32)',
+           'return np.frombuffer(data, dtype=">f4").astype(np.float32)',
+           "golden first-step logits are read big-endian: mha check fails every case of a sound folder",
+           [GOLDEN_CHECK]),
+    # ---- runtime/mha_runtime/gpt/golden_check.py
+    Mutant("golden-check-self-compare", "runtime/mha_runtime/gpt/golden_check.py",
+           "result = compare(logits, expected, tolerance)",
+           "result = compare(logits, logits, tolerance)",
+           "mha check compares the logits with themselves: wrong first-step logits pass the golden check",
+           [f"{EDGES}::test_mha_check_fails_when_a_golden_logits_file_differs_from_the_model"]),
+    # ---- runtime/mha_runtime/gpt/quality.py
+    Mutant("quality-kl-reversed", "runtime/mha_runtime/gpt/quality.py",
+           "return np.sum(np.exp(lp) * (lp - lq), axis=-1)",
+           "return np.sum(np.exp(lq) * (lq - lp), axis=-1)",
+           "the lossy forms are judged by KL(Q||P) instead of llama.cpp's KL(P_fp32||Q)",
+           ["tests/test_gpt_quality.py::test_kl_divergence_equals_scipy"]),
+    Mutant("quality-first-position-skipped", "runtime/mha_runtime/gpt/quality.py",
+           "for t in range(half, width):", "for t in range(half + 1, width):",
+           "the quality measure skips a window's first scored token and feeds the rest one position early",
+           ["tests/test_gpt_quality.py::test_recorded_quality_equals_scipy_on_transformers_logits"]),
+    # ---- runtime/mha_runtime/gpt/manifest.py
+    Mutant("manifest-generations-key-typo", "runtime/mha_runtime/gpt/manifest.py",
+           'generations=_optional_name(data, "generations", where))',
+           'generations=_optional_name(data, "generation", where))',
+           "a lossy form's own golden generations are not found: int8/int4 are checked against fp32's ids",
+           [GOLDEN_CHECK]),
+    # ---- runtime/mha_runtime/gpt/config.py
+    Mutant("config-context-length-1", "runtime/mha_runtime/gpt/config.py",
+           "if self.context_length < 2:", "if self.context_length < 1:",
+           "a GPT config with context_length 1 (no room for one new token) is accepted by mha export --gpt",
+           ["tests/test_export_refusals.py"]),
+    # ---- runtime/mha_runtime/gpt/contract.py
+    Mutant("contract-int8-bar-10x", "runtime/mha_runtime/gpt/contract.py",
+           "max_mean_kl=3e-4, bits=8", "max_mean_kl=3e-3, bits=8",
+           "the int8 form's quality bar is 10x looser than llama.cpp's Q8_0 figure: a poor int8 form ships",
+           [NAMED_LOSSY]),
+    # ---- runtime/mha_runtime/serve/gpt_engine.py (the batch engine)
+    Mutant("engine-cancel-uncounted", "runtime/mha_runtime/serve/gpt_engine.py",
+           "self.slots[slot] = None\n                    self.cancelled += 1\n",
+           "self.slots[slot] = None\n",
+           "a client that leaves mid-generation frees its slot but /v1/health never counts it as cancelled",
+           ["tests/test_gpt_serve.py::test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs"]),
+    Mutant("engine-age-limit-inverted", "runtime/mha_runtime/serve/gpt_engine.py",
+           "if time.perf_counter() - oldest.arrived >= AGE_LIMIT_S:",
+           "if time.perf_counter() - oldest.arrived < AGE_LIMIT_S:",
+           "the prefill lanes take the oldest prompt first and the shortest only after the age limit",
+           ["tests/test_gpt_serve.py::"
+            "test_the_shortest_waiting_prompt_is_prefilled_first_and_the_oldest_after_its_age_limit"]),
+    # ---- export/mha_export/gpt/weights.py
+    Mutant("weights-qkv-split-order", "export/mha_export/gpt/weights.py",
+           'for j, w in enumerate(("W_query", "W_key", "W_value")):',
+           'for j, w in enumerate(("W_key", "W_query", "W_value")):',
+           "GPT-2's fused c_attn is split as k|q|v: a Hugging Face checkpoint exports to a different model",
+           ["tests/test_gpt_export.py::test_hf_gpt2_every_form_equals_transformers"]),
+    Mutant("weights-lm-head-vs-wte", "export/mha_export/gpt/weights.py",
+           'not torch.equal(source.get("lm_head.weight"), state["tok_emb.weight"])',
+           'not torch.equal(source.get(f"{pre}wte.weight"), state["tok_emb.weight"])',
+           "a Hugging Face lm_head that differs from wte is accepted and silently exported tied (wrong head)",
+           [f"{EDGES}::test_a_hugging_face_head_not_tied_to_wte_is_refused"]),
+    # ---- export/mha_export/gpt/command.py
+    Mutant("command-n-heads-unchecked", "export/mha_export/gpt/command.py",
+           '"emb_dim": "n_embd", "n_heads": "n_head",', '"emb_dim": "n_embd",',
+           "--config with another n_heads than the config.json beside --weights exports a silently wrong model",
+           ["tests/test_gpt_cli_refusals.py::test_a_config_that_disagrees_with_the_checkpoints_own_is_refused"]),
+    Mutant("command-config-json-not-found", "export/mha_export/gpt/command.py",
+           "(Path(weights).parent / HF_CONFIG).is_file():", "(Path(weights) / HF_CONFIG).is_file():",
+           "the config.json beside a Hugging Face checkpoint is never found: --weights alone is refused",
+           ["tests/test_gpt_cli.py::test_export_hf_checkpoint_finds_config_json_beside_it"]),
+    # ---- export/mha_export/gpt/export.py
+    Mutant("export-gqa-head-size-check", "export/mha_export/gpt/export.py",
+           "if cfg.head_dim % 8:", "if cfg.head_dim % 4:",
+           "a head size GroupQueryAttention cannot take (12) is not left out of the in-place and lossy forms",
+           ["tests/test_gpt_cli_refusals.py::test_a_head_size_gqa_cannot_take_limits_only_the_in_place_forms"]),
+    Mutant("export-lossy-miss-swapped", "export/mha_export/gpt/export.py",
+           "(notes if lenient else failures).append(outcome.miss_line())",
+           "(failures if lenient else notes).append(outcome.miss_line())",
+           "a lossy form named in --variants that misses its bar becomes a note (exit 0), a default one fails",
+           [NAMED_LOSSY]),
+    # ---- export/mha_export/gpt/quantize.py
+    Mutant("quantize-second-pass-inverted", "export/mha_export/gpt/quantize.py",
+           "others = [n for w, n in targets.items() if w not in at8]",
+           "others = [n for w, n in targets.items() if w in at8]",
+           "a 4-bit plan's kept matrices are left fp32 instead of 8 bits (the second pass excludes them)",
+           ["tests/test_gpt_build.py::test_a_plan_keeps_its_matrices_at_the_higher_precision"]),
+    # ---- export/mha_export/gpt/lossy.py
+    Mutant("lossy-window-past-context", "export/mha_export/gpt/lossy.py",
+           "width = max(2, min(WIDTH, cfg.context_length))",
+           "width = max(2, min(WIDTH, cfg.context_length + 1))",
+           "quality windows one token longer than context_length: mha check refuses the folder's own windows",
+           [GOLDEN_CHECK]),
+    # ---- export/mha_export/gpt/tokenizer.py
+    Mutant("tokenizer-smaller-vocab-accepted", "export/mha_export/gpt/tokenizer.py",
+           "if size != vocab_size:", "if size > vocab_size:",
+           "--tokenizer with a smaller vocabulary than the model's is accepted (ids past it decode to nothing)",
+           ["tests/test_gpt_tokenizer.py::test_a_tokenizer_of_another_vocabulary_is_refused"]),
+    # ---- runtime/native/common/gpt.mjs (the JS runner)
+    Mutant("js-topk-ties-dropped", "runtime/native/common/gpt.mjs",
+           "if (x[i] < kth) x[i] = -Infinity;", "if (x[i] <= kth) x[i] = -Infinity;",
+           "the JS sampler drops the k-th logit and its ties: seeded top-k sampling differs from Python's",
+           ["tests/test_gpt_js.py::test_seeded_sampling_equals_python"]),
+    Mutant("js-context-stop-early", "runtime/native/common/gpt.mjs",
+           "if (promptTokens + ids.length >= contextLength) return 'context_length';",
+           "if (promptTokens + ids.length + 1 >= contextLength) return 'context_length';",
+           "Node and wasm stop one token before context_length (Python gives one more)",
+           [CONTEXT_STOP]),
+    Mutant("js-stream-fffd-emitted", "runtime/native/common/gpt.mjs",
+           r"if (text.endsWith('\ufffd')) return '';", r"if (text === '\ufffd') return '';",
+           "the JS TextStream shows half a character (U+FFFD) when a later character is split across tokens",
+           [STREAM]),
+    # ---- runtime/native/c/gpt.c (the C runner)
+    Mutant("c-topk-ties-dropped", "runtime/native/c/gpt.c",
+           "x[i] = logits[i] < kth ? -INFINITY : logits[i] / t;",
+           "x[i] = logits[i] <= kth ? -INFINITY : logits[i] / t;",
+           "the C sampler drops the k-th logit: mha_check generate --top-k samples other ids than Python",
+           ["tests/test_gpt_native.py::test_generate_equals_python"]),
+    Mutant("c-step-position", "runtime/native/c/gpt.c",
+           "if (run_forward(r, &token, 1, T + out->count - 1, why, n)) return 1;",
+           "if (run_forward(r, &token, 1, T + out->count, why, n)) return 1;",
+           "the C runner writes each new token one cache row too far: its generations leave the golden ids",
+           ["tests/test_gpt_native.py::test_check_passes_every_golden_generation"]),
+]
+
+
+@dataclass
+class Result:
+    """What one mutant came to."""
+
+    name: str
+    file: str
+    status: str  # caught | survived | error | stale
+    seconds: float
+    why: str
+    tests: list[str]
+    returncode: int | None = None  # pytest's; None for a timeout, a failed build or a stale mutant
+    note: str = ""
+
+    def line(self) -> str:
+        note = f" [{self.note}]" if self.note else ""
+        return f"{self.status:<8} {self.seconds:7.1f}s  {self.name:<36} {self.why}{note}"
+
+
+class Interrupted(Exception):
+    """SIGTERM/SIGHUP, turned into an exception so the `finally` that restores the file runs."""
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """End the process group this harness started for `proc` (its own session): TERM, then KILL."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_command(command: Sequence[str], timeout_s: float, env: dict[str, str] | None = None
+                ) -> tuple[int | None, str]:
+    """(exit code, or None on timeout; stdout and stderr together). The child gets its own session so that a
+    timeout or Ctrl-C ends it and everything it started (node, mha_check, mha subprocesses)."""
+    proc = subprocess.Popen(list(command), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, _ = proc.communicate()
+        return None, out
+    except BaseException:
+        _kill_group(proc)
+        proc.communicate()
+        raise
+
+
+def build_native(python: Path) -> tuple[bool, str]:
+    """runtime/native/c/build.sh with the given Python (the ONNX Runtime library comes from its wheel)."""
+    env = os.environ | {"PYTHON": str(python)}
+    code, out = run_command(["bash", str(REPO / C_BUILD)], BUILD_TIMEOUT_S, env)
+    return code == 0, out
+
+
+def _tail(text: str, lines: int = 1) -> str:
+    kept = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])[:200]
+
+
+def dirty_files(files: Sequence[str]) -> list[str]:
+    """`git status --porcelain` lines of those files (modified, staged, deleted, untracked)."""
+    out = subprocess.run(["git", "status", "--porcelain", "--", *files], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def missing_tests(mutant: Mutant) -> list[str]:
+    """Selections whose file or test function does not exist (a cheap check that reads text, no pytest)."""
+    bad = []
+    for test in mutant.tests:
+        file, _, node = test.partition("::")
+        path = REPO / file
+        function = re.sub(r"\[.*\]$", "", node.split("::")[-1]) if node else ""
+        if not path.is_file() or (function and not re.search(rf"^\s*def {re.escape(function)}\(", path.read_text(),
+                                                              re.MULTILINE)):
+            bad.append(test)
+    return bad
+
+
+def run_mutant(mutant: Mutant, *, python: Path, timeout_s: float, logs: Path | None) -> Result:
+    """Seed the bug, run its tests, restore the file (always), classify."""
+    start = time.perf_counter()
+    result = Result(mutant.name, mutant.file, "stale", 0.0, mutant.why, list(mutant.tests))
+    found = mutant.count()
+    if found != 1:
+        result.note = "no such file" if found < 0 else f"'old' found {found} times, expected once"
+        return result
+    path = REPO / mutant.file
+    original = path.read_bytes()
+    stat = path.stat()
+    output = ""
+    try:
+        path.write_bytes(original.replace(mutant.old.encode(), mutant.new.encode(), 1))
+        built = True
+        if mutant.native:
+            built, output = build_native(python)
+        if not built:
+            result.status, result.note = "error", f"build failed: {_tail(output)}"
+        else:
+            env = os.environ | {"PYTHONDONTWRITEBYTECODE": "1"}  # no .pyc of the mutant is left behind
+            code, output = run_command([str(python), "-m", "pytest", *PYTEST_FLAGS, *mutant.tests], timeout_s, env)
+            result.returncode = code
+            if code is None:
+                result.status, result.note = "error", f"timeout after {timeout_s:g} s"
+            else:
+                result.status = {1: "caught", 0: "survived"}.get(code, "error")
+                if result.status == "error":
+                    result.note = f"pytest exit {code}: {_tail(output)}"
+    finally:
+        path.write_bytes(original)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the original's .pyc stays valid
+        if path.read_bytes() != original:
+            raise RuntimeError(f"{mutant.file}: could not restore the original bytes")
+        if logs is not None:
+            logs.mkdir(parents=True, exist_ok=True)
+            (logs / f"{mutant.name}.log").write_text(output)
+    if mutant.native:  # the binaries back to the clean source before anything else runs
+        built, out = build_native(python)
+        if not built:
+            raise RuntimeError(f"rebuilding the C runners after {mutant.name} failed: {_tail(out, 3)}")
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def list_table(mutants: Sequence[Mutant]) -> int:
+    """Print the table; 1 when some `old` is not found exactly once or a test selection does not exist."""
+    bad = 0
+    for m in mutants:
+        found = m.count()
+        missing = missing_tests(m)
+        state = "ok" if found == 1 else ("no-file" if found < 0 else f"stale:{found}")
+        if found != 1 or missing:
+            bad += 1
+        print(f"{state:<8} {m.name:<36} {m.file}")
+        print(f"{'':<8} why:   {m.why}")
+        print(f"{'':<8} tests: {', '.join(m.tests)}" + (f"  (missing: {', '.join(missing)})" if missing else ""))
+    found_once = sum(m.count() == 1 for m in mutants)
+    print(f"{len(mutants)} mutants: {found_once} found exactly once, {len(mutants) - found_once} stale")
+    return 1 if bad else 0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list", action="store_true", help="print the table and whether each 'old' is found once")
+    parser.add_argument("--only", metavar="NAME,...", help="run only these mutants (comma-separated names)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                        help=f"per-mutant pytest timeout in seconds (default {DEFAULT_TIMEOUT_S})")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON here")
+    parser.add_argument("--logs", type=Path, metavar="DIR", help="write each mutant's pytest output to DIR/NAME.log")
+    parser.add_argument("--python", type=Path, default=VENV_PYTHON, metavar="PATH",
+                        help=f"the interpreter that runs pytest and build.sh (default {VENV_PYTHON})")
+    args = parser.parse_args(argv)
+    if args.timeout <= 0:
+        parser.error("--timeout: expected a number of seconds > 0")
+    return args
+
+
+def choose(only: str | None) -> list[Mutant]:
+    """All mutants, or those named (in the table's order); an unknown name is an error."""
+    if only is None:
+        return list(MUTANTS)
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    known = {m.name for m in MUTANTS}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise SystemExit(f"error: --only: unknown mutant {', '.join(unknown) or '(none given)'}; "
+                         f"known: {', '.join(sorted(known))}")
+    return [m for m in MUTANTS if m.name in names]
+
+
+def summary(results: Sequence[Result]) -> dict[str, float | int]:
+    ran = [r for r in results if r.status != "stale"]
+    caught = sum(r.status == "caught" for r in ran)
+    return {"caught": caught, "run": len(ran), "percent": round(100 * caught / len(ran), 1) if ran else 0.0,
+            "survived": sum(r.status == "survived" for r in ran), "error": sum(r.status == "error" for r in ran),
+            "stale": len(results) - len(ran)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    mutants = choose(args.only)
+    if args.list:
+        return list_table(mutants)
+    if not args.python.is_file():
+        print(f"error: --python {args.python}: not found (make venv)", file=sys.stderr)
+        return 2
+    dirty = dirty_files(sorted({m.file for m in mutants}))
+    if dirty:
+        print("error: refusing to run: files this run would mutate are already modified (a crashed run?):\n  "
+              + "\n  ".join(dirty) + "\nrestore them (git checkout -- FILE) or commit first", file=sys.stderr)
+        return 2
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    results: list[Result] = []
+    current: Mutant | None = None
+    try:
+        for i, m in enumerate(mutants, 1):
+            current = m
+            print(f"[{i}/{len(mutants)}] {m.name} ({m.file}): {len(m.tests)} selection(s) ...", file=sys.stderr,
+                  flush=True)
+            result = run_mutant(m, python=args.python, timeout_s=args.timeout, logs=args.logs)
+            results.append(result)
+            print(f"  -> {result.line()}", file=sys.stderr, flush=True)
+            current = None
+    except (KeyboardInterrupt, Interrupted) as exc:
+        print(f"interrupted ({type(exc).__name__} {exc}); every mutated file was restored", file=sys.stderr)
+        if current is not None and current.native:
+            print(f"the C runners may still hold {current.name}: rebuild them with PYTHON={args.python} {C_BUILD}",
+                  file=sys.stderr)
+    for r in results:
+        print(r.line())
+    totals = summary(results)
+    print(f"{totals['caught']} caught of {totals['run']} run ({totals['percent']:g}%)")
+    if args.json is not None:
+        doc = {"results": [r.__dict__ for r in results], "summary": totals, "complete": len(results) == len(mutants)}
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    return 0 if results and len(results) == len(mutants) and totals["caught"] == totals["run"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
