@@ -33,7 +33,7 @@ from mha_runtime.artifact.errors import MHAError
 from mha_runtime.cli.tables import table
 from mha_runtime.gpt.decoder import InPlaceDecoder
 from mha_runtime.gpt.generate import Generator
-from mha_runtime.serve.gen_loadtest import gen_loadtest
+from mha_runtime.serve.gpt.loadtest import gen_loadtest
 
 PROMPT_TOKENS = (8, 16, 32, 64, 128)
 NEW_TOKENS = 64

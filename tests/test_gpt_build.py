@@ -1,4 +1,4 @@
-"""The streamed writer (export/mha_export/gpt/stream_save.py) writes exactly protobuf's own serialization."""
+"""The streamed writer (export/mha_export/onnx_file/save.py) writes exactly protobuf's own serialization."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,10 +7,10 @@ import onnx
 import pytest
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-from mha_export.gpt.concat import concat_model
 from mha_export.gpt.eager import seeded_gpt
-from mha_export.gpt.inplace import inplace_model
-from mha_export.gpt.quantize import ACCURACY_LEVEL, BLOCK, QuantPlan, lossy_source, matmul_weights, quantize_to
+from mha_export.gpt.graphs.concat import concat_model
+from mha_export.gpt.graphs.inplace import inplace_model
+from mha_export.gpt.lossy.quantize import ACCURACY_LEVEL, BLOCK, QuantPlan, lossy_source, matmul_weights, quantize_to
 from mha_runtime.gpt.config import GPTConfig
 
 CFG = GPTConfig(vocab_size=97, context_length=16, emb_dim=16, n_heads=2, n_layers=2, qkv_bias=True)
@@ -62,7 +62,7 @@ def test_a_plan_keeps_its_matrices_at_the_higher_precision(tmp_path: Path) -> No
 
 
 def test_the_weightless_check_still_checks_the_graph() -> None:
-    """check.py gives the checker stubs for the weights; a broken graph is still refused."""
+    """onnx_file/check.py gives the checker stubs for the weights; a broken graph is still refused."""
     state = {k: v for k, v in seeded_gpt(CFG).state_dict().items() if not k.endswith(".mask")}
     built = inplace_model(state, CFG, tied=True)
     built.check()  # the sound graph passes

@@ -21,14 +21,9 @@ from gpt_sources import BOOK, book_model, save_book, vocab_dir
 from mha_export.gpt.export import export_gpt
 from mha_runtime.cli.main import cli
 from mha_runtime.gpt.generate import Generator
-from mha_runtime.serve.gen_loadtest import (
-    GenOutcome,
-    _send,
-    check_generations,
-    generate_requests,
-    reference_for,
-)
-from mha_runtime.serve.gpt_wire import GenerateRequest
+from mha_runtime.serve.gpt.answers import GenOutcome, check_generations, reference_for
+from mha_runtime.serve.gpt.loadtest import _send, generate_requests
+from mha_runtime.serve.gpt.wire import GenerateRequest
 
 LOAD = ["--prompt-tokens", "1,7,32", "--max-new-tokens", "1,5,16"]  # 32 + 16 = BOOK's context_length 48
 

@@ -178,8 +178,8 @@ def test_fallback_keeps_the_worst_matrices_until_the_bar_is_met(tmp_path: Path, 
     from dataclasses import replace
 
     from mha_export.gpt.export import load_gpt
-    from mha_export.gpt.inplace import inplace_model
-    from mha_export.gpt.lossy import build_lossy, quality_windows
+    from mha_export.gpt.graphs.inplace import inplace_model
+    from mha_export.gpt.lossy.build import build_lossy, quality_windows
     from mha_runtime.gpt.decoder import decoder_for, make_session
 
     weights = gpt2_checkpoint(tmp_path / "ckpt", initializer_range=0.2)

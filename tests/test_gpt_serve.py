@@ -23,8 +23,9 @@ from mha_export.gpt.export import export_gpt
 from mha_runtime.artifact.errors import RequestError, ServeError
 from mha_runtime.gpt.config import gpt_preset
 from mha_runtime.gpt.generate import Generator
-from mha_runtime.serve.gpt_engine import BatchEngine, Event, Job
-from mha_runtime.serve.gpt_wire import GenerateRequest, generate_body_limit, parse_generate, parse_sse
+from mha_runtime.serve.gpt.engine import BatchEngine
+from mha_runtime.serve.gpt.job import Event, Job
+from mha_runtime.serve.gpt.wire import GenerateRequest, generate_body_limit, parse_generate, parse_sse
 
 
 def solo(gen: Generator, r: GenerateRequest, eos_id: int | None) -> tuple[list[int], str]:
@@ -192,7 +193,7 @@ def test_the_shortest_waiting_prompt_is_prefilled_first_and_the_oldest_after_its
         book_gpt: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """The short prompt is prefilled first; with the age limit at 0 the oldest (the long one) is. Every answer
     equals its solo run."""
-    import mha_runtime.serve.gpt_engine as engine_module
+    import mha_runtime.serve.gpt.engine as engine_module
 
     ref = Generator(book_gpt[1])
     for age_limit, order in ((60.0, ["short", "long"]), (0.0, ["long", "short"])):
@@ -280,7 +281,7 @@ def test_a_prefill_goes_first_and_the_running_batch_waits_for_it_at_most_its_lim
     """While a prompt is prefilled the running generation takes no new step (a held prefill of 0.3 s, under the
     limit; a step already under way when the lane took the prompt may end meanwhile); with the limit at 0.05 s it
     steps anyway while the prefill is held (3 steps, waited for). Every answer equals its solo run."""
-    import mha_runtime.serve.gpt_engine as engine_module
+    import mha_runtime.serve.gpt.engine as engine_module
 
     ref = Generator(book_gpt[1])
     for limit, until_steps in ((10.0, None), (0.05, 3)):

@@ -13,7 +13,7 @@ from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND, load_manifes
 from mha_runtime.cli.main import cli
 from mha_runtime.gpt.manifest import load_gpt_manifest
 from mha_runtime.kinds import KINDS, kind_of
-from mha_runtime.serve.gpt_wire import GENERATE
+from mha_runtime.serve.gpt.wire import GENERATE
 from mha_runtime.serve.service import CONTEXT
 
 

@@ -14,10 +14,10 @@ import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 
-import mha_runtime.infer.optimized as optimized
+import mha_runtime.infer.pick_copy as optimized
 from helpers import REPO
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.optimized import Fingerprint
+from mha_runtime.artifact.optimized_records import Fingerprint
 from mha_runtime.artifact.registry import OFFLINE_OPTIMIZED_FILES, tolerance_for
 from mha_runtime.cli.main import cli
 from mha_runtime.infer.cpu_features import cpu_fingerprint, parse_cpuinfo

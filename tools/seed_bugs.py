@@ -164,13 +164,13 @@ MUTANTS: list[Mutant] = [
            "max_mean_kl=3e-4, bits=8", "max_mean_kl=3e-3, bits=8",
            "the int8 form's quality bar is 10x looser than llama.cpp's Q8_0 figure: a poor int8 form ships",
            [NAMED_LOSSY]),
-    # ---- runtime/mha_runtime/serve/gpt_engine.py (the batch engine)
-    Mutant("engine-cancel-uncounted", "runtime/mha_runtime/serve/gpt_engine.py",
+    # ---- runtime/mha_runtime/serve/gpt/engine.py (the batch engine)
+    Mutant("engine-cancel-uncounted", "runtime/mha_runtime/serve/gpt/engine.py",
            "self.slots[slot] = None\n                    self.cancelled += 1\n",
            "self.slots[slot] = None\n",
            "a client that leaves mid-generation frees its slot but /v1/health never counts it as cancelled",
            ["tests/test_gpt_serve.py::test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs"]),
-    Mutant("engine-age-limit-inverted", "runtime/mha_runtime/serve/gpt_engine.py",
+    Mutant("engine-age-limit-inverted", "runtime/mha_runtime/serve/gpt/engine.py",
            "if time.perf_counter() - oldest.arrived >= AGE_LIMIT_S:",
            "if time.perf_counter() - oldest.arrived < AGE_LIMIT_S:",
            "the prefill lanes take the oldest prompt first and the shortest only after the age limit",
@@ -206,14 +206,14 @@ MUTANTS: list[Mutant] = [
            "(failures if lenient else notes).append(outcome.miss_line())",
            "a lossy form named in --variants that misses its bar becomes a note (exit 0), a default one fails",
            [NAMED_LOSSY]),
-    # ---- export/mha_export/gpt/quantize.py
-    Mutant("quantize-second-pass-inverted", "export/mha_export/gpt/quantize.py",
+    # ---- export/mha_export/gpt/lossy/quantize.py
+    Mutant("quantize-second-pass-inverted", "export/mha_export/gpt/lossy/quantize.py",
            "others = [n for w, n in targets.items() if w not in at8]",
            "others = [n for w, n in targets.items() if w in at8]",
            "a 4-bit plan's kept matrices are left fp32 instead of 8 bits (the second pass excludes them)",
            ["tests/test_gpt_build.py::test_a_plan_keeps_its_matrices_at_the_higher_precision"]),
-    # ---- export/mha_export/gpt/lossy.py
-    Mutant("lossy-window-past-context", "export/mha_export/gpt/lossy.py",
+    # ---- export/mha_export/gpt/lossy/build.py
+    Mutant("lossy-window-past-context", "export/mha_export/gpt/lossy/build.py",
            "width = max(2, min(WIDTH, cfg.context_length))",
            "width = max(2, min(WIDTH, cfg.context_length + 1))",
            "quality windows one token longer than context_length: mha check refuses the folder's own windows",

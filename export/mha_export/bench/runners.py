@@ -32,7 +32,7 @@ from mha_runtime.artifact.registry import (
 )
 from mha_runtime.infer.decode_session import DecodeSession
 from mha_runtime.infer.inplace_session import InPlaceDecodeSession
-from mha_runtime.infer.optimized import choose
+from mha_runtime.infer.pick_copy import choose
 from mha_runtime.infer.runner import OnnxRunner
 
 PEAK_N = 2048

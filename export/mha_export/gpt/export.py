@@ -2,7 +2,7 @@
 moved into place (nothing under out/NAME changes unless everything was written and validated).
 
 The fp32 forms are judged against eager PyTorch's logits; the lossy forms (int8, int4) by their quality bar
-(mha_export.gpt.lossy). With the default variants a lossy form that cannot meet its bar is left out with one line
+(mha_export.gpt.lossy.build). With the default variants a lossy form that cannot meet its bar is left out with one line
 (`GPTExportResult.notes`), as a missing extra is; asked for by name, it fails the export."""
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ import onnxruntime
 import torch
 from safetensors.torch import save_file
 
-from mha_export.gpt.concat import concat_model
 from mha_export.gpt.eager import SEED, GPTModel, seeded_gpt
 from mha_export.gpt.genai import genai_json
 from mha_export.gpt.golden import form_generations, golden_generations, write_generations
-from mha_export.gpt.graph import Built
-from mha_export.gpt.inplace import inplace_model
-from mha_export.gpt.lossy import LossyOutcome, build_lossy, quality_windows
+from mha_export.gpt.graphs.concat import concat_model
+from mha_export.gpt.graphs.inplace import inplace_model
+from mha_export.gpt.graphs.shared import Built
+from mha_export.gpt.lossy.build import LossyOutcome, build_lossy, quality_windows
 from mha_export.gpt.tokenizer import TokenizerFiles, read_tokenizer
 from mha_export.gpt.validate import references, validate_form
 from mha_export.gpt.weights import read_gpt_weights
@@ -129,8 +129,8 @@ def load_gpt(cfg: GPTConfig, weights: Path | None) -> tuple[GPTModel, dict[str, 
 
 
 def _save(build: Callable[[], Built], path: Path) -> None:
-    """Build, check the graph (not re-reading the weights: check.py), then stream it to the file (the weights are
-    never copied into a ModelProto)."""
+    """Build, check the graph (not re-reading the weights: onnx_file/check.py), then stream it to the file (the
+    weights are never copied into a ModelProto)."""
     built = build()
     built.check()
     built.save(path)
@@ -186,7 +186,7 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     golden = golden_generations(model, config, encode)
     pte = None
     if want_pte:  # from the eager model, judged by executorch.runtime; written into the stage below
-        from mha_export.gpt.pte import build_pte
+        from mha_export.executorch.gpt import build_pte
 
         pte = build_pte(model, config, refs, golden)
     del model

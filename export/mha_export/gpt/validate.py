@@ -116,7 +116,7 @@ def validate_form(session: ort.InferenceSession, form: Form, refs: References, c
         result = compare(actual, expected, tolerance)
         cases += 1
         worst = max(worst, result.max_abs)
-        if not result.ok and not form.lossy:  # a lossy form is judged by its quality bar (lossy.py)
+        if not result.ok and not form.lossy:  # a lossy form is judged by its quality bar (lossy/build.py)
             failures.append(f"{form.file} {what}: max abs error {result.max_abs:.3g} beyond atol {tolerance.atol:g}")
 
     for case in refs.cases:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from mha_export.executorch.attention import build_pte
 from mha_export.graphs.blocks import build_blocks
 from mha_export.graphs.contrib import build_contrib
 from mha_export.graphs.convert import build_fp16, build_int8, build_ort
 from mha_export.graphs.decode import build_decode
 from mha_export.graphs.decode_inplace import build_decode_inplace
 from mha_export.graphs.onnx_trace import build_onnx
-from mha_export.graphs.pte import build_pte
 from mha_export.graphs.qblocks import build_qblocks
 from mha_export.graphs.sdpa import build_attention, build_fused
 from mha_export.graphs.torchscript import build_torchscript

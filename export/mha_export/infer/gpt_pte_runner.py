@@ -23,7 +23,7 @@ from mha_runtime.artifact.errors import ArtifactError, ContractError, first_line
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import PTE_FORM
 
-# The program's constant methods (written by mha_export.gpt.pte).
+# The program's constant methods (written by mha_export.executorch.gpt).
 CONFIG_METHOD, BOUNDS_METHOD = "gpt_config", "gpt_bounds"
 
 

@@ -14,16 +14,16 @@ from mha_export.graphs.onnx_trace import DEFAULT_OPSET, check_opset
 from mha_export.graphs.table import BUILDERS
 from mha_export.pipeline.budget import check_budget
 from mha_export.pipeline.fixtures import write_golden
-from mha_export.pipeline.optimize import optimized_records, write_optimized
 from mha_export.pipeline.progress import steps
 from mha_export.pipeline.seal import artifact_facts, write_manifest
 from mha_export.pipeline.validate import SWEEP_SEEDS, sweep_shapes, validate
+from mha_export.pipeline.write_optimized import optimized_records, write_optimized
 from mha_export.weights.load import load_model
 from mha_runtime.artifact.atomic import staged_folder
 from mha_runtime.artifact.config import MHAConfig, preset
 from mha_runtime.artifact.errors import BadValueError, cut
 from mha_runtime.artifact.manifest import Manifest
-from mha_runtime.artifact.optimized import is_copy
+from mha_runtime.artifact.optimized_records import is_copy
 from mha_runtime.artifact.registry import (
     ALL,
     EXECUTORCH_RUNTIME,

@@ -7,7 +7,7 @@ from mha_export.pipeline.validate import ArtifactReport, validate
 from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.manifest import load_manifest, verify_all
 from mha_runtime.artifact.registry import ArtifactSpec, spec_for
-from mha_runtime.infer.optimized import choose
+from mha_runtime.infer.pick_copy import choose
 
 
 def revalidate(folder: Path, *, progress: bool = False) -> dict[str, ArtifactReport]:

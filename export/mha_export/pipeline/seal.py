@@ -20,7 +20,7 @@ from mha_runtime.artifact.manifest import (
     WeightsRecord,
     sha256_file,
 )
-from mha_runtime.artifact.optimized import OptimizedSet
+from mha_runtime.artifact.optimized_records import OptimizedSet
 
 
 def file_table(folder: Path) -> dict[str, FileRecord]:

@@ -19,7 +19,7 @@ from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.artifact.errors import ValidationError
 from mha_runtime.artifact.manifest import ArtifactRecord
-from mha_runtime.artifact.optimized import is_copy
+from mha_runtime.artifact.optimized_records import is_copy
 from mha_runtime.artifact.registry import (
     DECODE_INPLACE_RUNTIME,
     DECODE_RUNTIME,
@@ -30,7 +30,7 @@ from mha_runtime.artifact.registry import (
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.infer.decode_session import SCHEDULES, DecodeSession, run_chunked
 from mha_runtime.infer.inplace_session import InPlaceDecodeSession
-from mha_runtime.infer.optimized import session_options
+from mha_runtime.infer.pick_copy import session_options
 from mha_runtime.infer.providers import session_providers
 from mha_runtime.infer.runner import OnnxRunner
 

@@ -10,7 +10,7 @@ from typing import Any
 from mha_runtime.artifact.config import MHAConfig, read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.artifact.fields import get, obj, plain_name
-from mha_runtime.artifact.optimized import OptimizedSet, optimized_from_dict
+from mha_runtime.artifact.optimized_records import OptimizedSet, optimized_from_dict
 from mha_runtime.artifact.tolerance import Tolerance
 
 MANIFEST_NAME = "manifest.json"
@@ -105,7 +105,7 @@ class Manifest:
     validation: dict[str, Any]
     artifacts: dict[str, ArtifactRecord]
     files: dict[str, FileRecord]
-    optimized: dict[str, OptimizedSet] = field(default_factory=dict)  # per provider (artifact/optimized.py)
+    optimized: dict[str, OptimizedSet] = field(default_factory=dict)  # per provider (artifact/optimized_records.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": MANIFEST_FORMAT, "name": self.name, "created": self.created, "config": self.config.to_dict(),

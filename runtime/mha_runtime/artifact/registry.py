@@ -68,8 +68,8 @@ class Variant:
     needs: tuple[str, ...] = ()
     core: bool = False  # always built (the faithful pair), not a --variants choice
     low_precision: bool = False
-    # ONNX Runtime's optimized graph of each file is saved beside it at export (artifact/optimized.py): the fastest
-    # fp32 forms only, since each copy holds the weights again (docs/bench.md, "offline-optimized sessions").
+    # ONNX Runtime's optimized graph of each file is saved beside it at export (artifact/optimized_records.py): the
+    # fastest fp32 forms only, since each copy holds the weights again (docs/bench.md, "offline-optimized sessions").
     offline_optimized: bool = False
     # Why a config's shape cannot be built (None: it can); `all` leaves such a variant out with a note.
     refuses: Callable[[MHAConfig], str | None] | None = None

@@ -96,7 +96,7 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
     if given:
         raise click.UsageError(f"{', '.join(given)}: {'not' if generate else 'only'} with --generate")
     if generate:
-        from mha_runtime.serve.gen_loadtest import gen_loadtest, gen_report_lines
+        from mha_runtime.serve.gpt.loadtest import gen_loadtest, gen_report_lines
 
         summary = gen_loadtest(url, artifact_dir, requests=requests, concurrency=concurrency,
                                prompt_tokens=_int_list(prompt_tokens, "--prompt-tokens"),

@@ -5,7 +5,7 @@ import functools
 import platform
 from pathlib import Path
 
-from mha_runtime.artifact.optimized import Fingerprint
+from mha_runtime.artifact.optimized_records import Fingerprint
 
 CPUINFO = Path("/proc/cpuinfo")
 # The SIMD levels MLAS selects kernels by (x86: SSE4.1 ... AVX-512, VNNI, AMX; Arm: NEON dot/fp16/i8mm/bf16, SVE).

@@ -12,7 +12,7 @@ from mha_runtime.artifact.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, 
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, Manifest, load_manifest, read_verified
 from mha_runtime.artifact.registry import ONNX
-from mha_runtime.infer.optimized import Choice, choose, say_once, session_options
+from mha_runtime.infer.pick_copy import Choice, choose, say_once, session_options
 from mha_runtime.infer.providers import resolve_provider, session_providers
 
 DEFAULT_MODEL = ONNX.file
@@ -25,7 +25,7 @@ class OnnxRunner:
     def __init__(self, artifact: str | Path, *, model: str = DEFAULT_MODEL, provider: str = "auto",
                  threads: int | None = None, offline_optimized: bool = True) -> None:
         """offline_optimized: load the folder's optimized copy of `model` where this machine can use it
-        (mha_runtime.infer.optimized); False always loads the plain file."""
+        (mha_runtime.infer.pick_copy); False always loads the plain file."""
         if not isinstance(artifact, (str, Path)) or not str(artifact):
             raise ArtifactError(f"artifact: expected a folder or an .onnx/.ort path, got {artifact!r}")
         if not isinstance(model, str) or not model:

@@ -87,7 +87,7 @@ def prepare(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Load and run the model once here (a bad artifact, or the decode form, fails before Ray starts);
     return the files the replicas load (manifest and model, sha256-checked) and what /v1/contract answers."""
     if options.gpt:
-        from mha_runtime.serve.gpt_prepare import prepare_gpt
+        from mha_runtime.serve.gpt.prepare import prepare_gpt
 
         return prepare_gpt(options.artifact, form=options.model, provider=options.provider,
                            threads=options.threads, max_batch=options.max_batch)
@@ -255,7 +255,7 @@ def _application(options: ServeOptions, files: dict[str, bytes], info: dict[str,
     settings = dict(num_replicas=options.replicas, graceful_shutdown_wait_loop_s=0.2,
                     graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S)
     if options.gpt:
-        from mha_runtime.serve.gpt_app import GenerateDeployment
+        from mha_runtime.serve.gpt.app import GenerateDeployment
 
         # Requests past the slots wait in the replica's engine queue (they join at the next free slot), so Serve
         # may hand a replica more than max_batch at once; Ray's default 5 would queue them in the proxy instead.

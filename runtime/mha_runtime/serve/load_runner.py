@@ -1,6 +1,6 @@
 """The one load runner of `mha loadtest`, for every kind of request: `count` requests sent by `concurrency` threads,
 one kept-alive connection each, until all are sent or `max_seconds` pass. What a request is, how it is sent and
-judged, is the caller's (loadtest.py: attention shots; gen_loadtest.py: generations)."""
+judged, is the caller's (loadtest.py: attention shots; gpt/loadtest.py: generations)."""
 from __future__ import annotations
 
 import http.client

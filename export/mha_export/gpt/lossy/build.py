@@ -24,7 +24,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from mha_export.gpt.quantize import FP32, QuantPlan, lossy_source, matmul_weights, quantize_to, weight_error
+from mha_export.gpt.lossy.quantize import FP32, QuantPlan, lossy_source, matmul_weights, quantize_to, weight_error
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import Form
 from mha_runtime.gpt.decoder import Decoder, decoder_for, make_session

@@ -16,7 +16,7 @@ import onnxruntime as ort
 from mha_export.pipeline.validate import ArtifactReport
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import ExportError
-from mha_runtime.artifact.optimized import LEVEL, OptimizedFile, OptimizedSet, optimized_name
+from mha_runtime.artifact.optimized_records import LEVEL, OptimizedFile, OptimizedSet, optimized_name
 from mha_runtime.artifact.registry import OFFLINE_OPTIMIZED_FILES, ArtifactSpec
 from mha_runtime.infer.cpu_features import cpu_fingerprint
 from mha_runtime.infer.providers import session_providers

@@ -1,7 +1,7 @@
 """The GPT's HTTP API without the server: routes, body limit, status codes, the stream. Ray Serve wraps it
-(gpt_app.py); tests drive it directly.
+(app.py); tests drive it directly.
 
-    POST /v1/generate  gpt_wire.py's request -> one JSON answer, or Server-Sent Events with "stream": true
+    POST /v1/generate  wire.py's request -> one JSON answer, or Server-Sent Events with "stream": true
     GET  /v1/health    {"status": "ok", "running", "queued", "steps", "cancelled": counts of the engine}
     GET  /v1/contract  the model's name, files, config, I/O contract, tolerance and server limits
 
@@ -20,8 +20,9 @@ from typing import Any
 
 from mha_runtime.artifact.errors import RequestError, first_line
 from mha_runtime.gpt.config import GPTConfig
-from mha_runtime.serve.gpt_engine import BatchEngine, Event, Job
-from mha_runtime.serve.gpt_wire import (
+from mha_runtime.serve.gpt.engine import BatchEngine
+from mha_runtime.serve.gpt.job import Event, Job
+from mha_runtime.serve.gpt.wire import (
     DONE_EVENT,
     ERROR_EVENT,
     GENERATE,

@@ -4,7 +4,7 @@ An export saves, for each artifact its variant marks `offline_optimized`, the gr
 (`SessionOptions.optimized_model_filepath`) under `optimized/<provider>/<file>`. The copy is listed in `files` with
 its sha256 like every file; this record says which plain file it optimizes, with which ONNX Runtime and level, on
 which CPU (its fingerprint), and how it did over the validation sweep. A runner loads it only where the ONNX Runtime
-version and the CPU fingerprint are the export's (mha_runtime.infer.optimized).
+version and the CPU fingerprint are the export's (mha_runtime.infer.pick_copy).
 """
 from __future__ import annotations
 

@@ -126,13 +126,13 @@ class Built:
         return model
 
     def save(self, path: Path) -> None:
-        from mha_export.gpt.stream_save import save_streamed
+        from mha_export.onnx_file.save import save_streamed
 
         save_streamed(self.model, self.arrays, path)
 
     def check(self) -> None:
         """onnx.checker on the graph, the initializers as stubs of their names, types and shapes (check.py)."""
-        from mha_export.gpt.check import check_without_weights
+        from mha_export.onnx_file.check import check_without_weights
 
         check_without_weights(self.model, ((n, list(np.shape(a)), oh.np_dtype_to_tensor_dtype(np.asarray(a).dtype))
                                            for n, a in self.arrays))

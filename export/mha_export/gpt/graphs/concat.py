@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import torch
 
-from mha_export.gpt.graph import Built, Graph, add_embeddings, add_head, add_weights, make_model, numpy_state
+from mha_export.gpt.graphs.shared import Built, Graph, add_embeddings, add_head, add_weights, make_model, numpy_state
 from mha_runtime.gpt.config import LAYER_NORM_EPS, GPTConfig
 from mha_runtime.gpt.contract import (
     ATTENTION_MASK,

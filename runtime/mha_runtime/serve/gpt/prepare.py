@@ -9,7 +9,7 @@ from mha_runtime.artifact.manifest import MANIFEST_NAME
 from mha_runtime.gpt.contract import FASTEST, FORMS, TOKENIZER_FILE
 from mha_runtime.gpt.generate import MAX_BATCH, Generator
 from mha_runtime.gpt.manifest import read_gpt_file
-from mha_runtime.serve.gpt_wire import DEFAULT_MAX_NEW_TOKENS, GENERATE, REQUEST_KEYS, generate_body_limit
+from mha_runtime.serve.gpt.wire import DEFAULT_MAX_NEW_TOKENS, GENERATE, REQUEST_KEYS, generate_body_limit
 
 # A replica preallocates the whole cache of every slot; more than this per replica is refused before Ray starts.
 MAX_CACHE_BYTES = 4 << 30

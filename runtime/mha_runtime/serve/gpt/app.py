@@ -15,8 +15,8 @@ from starlette.responses import Response, StreamingResponse
 
 from mha_runtime.gpt.decoder import InPlaceDecoder
 from mha_runtime.gpt.generate import Generator
-from mha_runtime.serve.gpt_engine import BatchEngine
-from mha_runtime.serve.gpt_service import GenerateService, StreamReply
+from mha_runtime.serve.gpt.engine import BatchEngine
+from mha_runtime.serve.gpt.service import GenerateService, StreamReply
 from mha_runtime.serve.request_body import request_body
 
 

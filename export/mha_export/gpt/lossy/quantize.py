@@ -8,7 +8,7 @@ further from fp32 for a similar speed (docs/gpt.md). The head is a MatMul on its
 handed to the quantizer (graph.add_head); embeddings, LayerNorms and attention stay fp32.
 
 A plan may keep some matrices at a higher precision (fp32 in the 8-bit form, 8 bits in the 4-bit form): the
-export chooses them by measurement when the whole-model form misses its quality bar (mha_export.gpt.lossy).
+export chooses them by measurement when the whole-model form misses its quality bar (mha_export.gpt.lossy.build).
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from mha_export.gpt.check import check_model_light
-from mha_export.gpt.inplace import inplace_model
-from mha_export.gpt.stream_save import save_streamed
+from mha_export.gpt.graphs.inplace import inplace_model
+from mha_export.onnx_file.check import check_model_light
+from mha_export.onnx_file.save import save_streamed
 from mha_runtime.gpt.config import GPTConfig
 
 BLOCK = 32

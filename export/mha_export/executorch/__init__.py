@@ -1,0 +1,1 @@
+"""ExecuTorch programs (.pte) of both model kinds, lowered to XNNPACK."""
