@@ -83,9 +83,14 @@ serve-bench: $(STAMP) $(VOCAB_STAMP)
 	$(PY) -m benchmarks.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench
 	$(PY) -m benchmarks.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench --ingress haproxy
 
-# The whole suite, then its 25 slowest tests (so a slow test added tomorrow is seen).
+# The whole suite, shuffled by pytest-randomly in the order of TEST_SEED (a seed CI has run green; no test may
+# depend on another's order: `make test TEST_SEED=<any integer>` runs another order), then its 25 slowest tests
+# (so a slow test added tomorrow is seen). Last, docs/portability.md's table must equal what the check outputs
+# say: those of native-test and web-test, and the browser results the suite writes (in whatever order it ran).
+TEST_SEED ?= 20261203
 test: lint vocab native-test web-test
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -p randomly --randomly-seed=$(TEST_SEED) --durations=25
+	$(PY) tools/portability.py --check docs/portability.md
 
 # For development: the Python suite without the tests marked slow (CI runs everything through make test).
 test-fast: $(STAMP) $(VOCAB_STAMP)

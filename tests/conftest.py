@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from helpers import MID
+from helpers import MID, copy_packages
 from mha_export.pipeline.export import export_preset
 
 if TYPE_CHECKING:
@@ -66,3 +68,17 @@ def hf_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, P
     weights = save_hf(model, root / "hf", safetensors=True)
     config = GPTConfig.from_file(weights.parent / "config.json")
     return model, export_gpt("hf", root, config=config, weights=weights).folder
+
+
+@pytest.fixture(scope="session")
+def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(a fresh venv made by the README's `pip install ./runtime`, the copy of the checkout it was run in): the
+    torch-free install, shared by test_install.py and test_packaging.py. pip may use its cache."""
+    src = copy_packages(tmp_path_factory.mktemp("runtime-install") / "checkout")
+    venv = src.parent / "venv"
+    assert subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True).returncode == 0
+    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                                "--disable-pip-version-check", "./runtime"], capture_output=True, text=True,
+                               timeout=900, cwd=src)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    return venv, src

@@ -16,7 +16,7 @@ import torch
 from click.testing import CliRunner
 
 from gpt_sources import BOOK, book_model, save_book, vocab_dir
-from mha_export.gpt.export import parse_gpt_variants
+from mha_export.gpt.plan import parse_gpt_variants
 from mha_export.infer.gpt_pte_runner import PteGPT
 from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.artifact.tolerance import compare

@@ -1,6 +1,10 @@
-"""The README's install table, row by row: each `pip install` into a fresh venv gives what the row says.
+"""The README's install table, row by row: each `pip install` gives what the row says.
 
-pip may use its cache and takes torch 2.13.0 from this machine's disk; each row costs about a minute.
+The rows share what they can and are still run as written: `pip install ./runtime` is the session's runtime venv
+(conftest.py's `runtime_venv`, which test_packaging.py also uses); the serve row gets a fresh venv; the three torch
+rows upgrade one venv in the table's order (export, then bench, then executorch), each row's check run right after
+its own install, so what a row must not bring yet is checked before the next row adds it. pip may use its cache and
+takes torch 2.13.0 from this machine's disk.
 """
 from __future__ import annotations
 
@@ -10,8 +14,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from helpers import REPO, copy_packages
 
@@ -75,26 +77,50 @@ def check_executorch(venv: Path, cwd: Path, seed_dir: Path) -> None:
     assert "left out" not in made.stderr
 
 
+RUNTIME_ROW = "pip install ./runtime"
+SERVE_ROW = "pip install './runtime[serve]'"
+TORCH_ROWS = ("pip install ./runtime ./export", "pip install ./runtime './export[bench]'",
+              "pip install ./runtime './export[executorch]'")  # each adds to the one before
 CHECKS: dict[str, Callable[[Path, Path, Path], None]] = {
-    "pip install ./runtime": check_runtime,
-    "pip install './runtime[serve]'": check_serve,
-    "pip install ./runtime ./export": check_export,
-    "pip install ./runtime './export[bench]'": check_bench,
-    "pip install ./runtime './export[executorch]'": check_executorch,
+    RUNTIME_ROW: check_runtime,
+    SERVE_ROW: check_serve,
+    TORCH_ROWS[0]: check_export,
+    TORCH_ROWS[1]: check_bench,
+    TORCH_ROWS[2]: check_executorch,
 }
+
+
+def _venv(at: Path) -> Path:
+    assert subprocess.run([sys.executable, "-m", "venv", at], capture_output=True).returncode == 0
+    return at
+
+
+def _install(venv: Path, command: str, src: Path) -> None:
+    args = command.split(" ", 2)[2]
+    installed = subprocess.run(f"{venv}/bin/python -m pip install -q --disable-pip-version-check {args}", shell=True,
+                               capture_output=True, text=True, timeout=900, cwd=src)
+    assert installed.returncode == 0, installed.stderr[-2000:]
 
 
 def test_every_install_row_has_a_check() -> None:
     assert ROWS and set(ROWS) == set(CHECKS), "README's install table and tests/test_install.py disagree"
 
 
-@pytest.mark.parametrize("command", ROWS)
-def test_the_readme_install_row_gives_what_it_says(command: str, seed_dir: Path, tmp_path: Path) -> None:
+def test_the_runtime_row(runtime_venv: tuple[Path, Path], seed_dir: Path) -> None:
+    venv, src = runtime_venv  # made by `pip install ./runtime` in a copy of the checkout
+    check_runtime(venv, src, seed_dir)
+
+
+def test_the_serve_row(seed_dir: Path, tmp_path: Path) -> None:
     src = copy_packages(tmp_path / "checkout")  # pip builds in the source tree: a copy keeps the checkout clean
-    venv = tmp_path / "venv"
-    assert subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True).returncode == 0
-    args = command.split(" ", 2)[2]
-    installed = subprocess.run(f"{venv}/bin/python -m pip install -q --disable-pip-version-check {args}", shell=True,
-                               capture_output=True, text=True, timeout=900, cwd=src)
-    assert installed.returncode == 0, installed.stderr[-2000:]
-    CHECKS[command](venv, src, seed_dir)
+    venv = _venv(tmp_path / "venv")
+    _install(venv, SERVE_ROW, src)
+    check_serve(venv, src, seed_dir)
+
+
+def test_the_torch_rows_in_order_in_one_venv(seed_dir: Path, tmp_path: Path) -> None:
+    src = copy_packages(tmp_path / "checkout")
+    venv = _venv(tmp_path / "venv")
+    for command in TORCH_ROWS:
+        _install(venv, command, src)
+        CHECKS[command](venv, src, seed_dir)

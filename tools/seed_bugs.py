@@ -197,13 +197,13 @@ MUTANTS: list[Mutant] = [
            "the config.json beside a Hugging Face checkpoint is never found: --weights alone is refused",
            ["tests/test_gpt_cli.py::test_export_hf_checkpoint_finds_config_json_beside_it"]),
     # ---- export/mha_export/gpt/export.py
-    Mutant("export-gqa-head-size-check", "export/mha_export/gpt/export.py",
+    Mutant("export-gqa-head-size-check", "export/mha_export/gpt/plan.py",
            "if cfg.head_dim % 8:", "if cfg.head_dim % 4:",
            "a head size GroupQueryAttention cannot take (12) is not left out of the in-place and lossy forms",
            ["tests/test_gpt_cli_refusals.py::test_a_head_size_gqa_cannot_take_limits_only_the_in_place_forms"]),
     Mutant("export-lossy-miss-swapped", "export/mha_export/gpt/export.py",
-           "(notes if lenient else failures).append(outcome.miss_line())",
-           "(failures if lenient else notes).append(outcome.miss_line())",
+           "(notes if self.plan.lenient else self.failures).append(outcome.miss_line())",
+           "(self.failures if self.plan.lenient else notes).append(outcome.miss_line())",
            "a lossy form named in --variants that misses its bar becomes a note (exit 0), a default one fails",
            [NAMED_LOSSY]),
     # ---- export/mha_export/gpt/lossy/quantize.py

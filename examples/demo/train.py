@@ -279,9 +279,10 @@ def sample(folder: Path, prompt: str, new: int) -> dict[str, str]:
 
 def run(out: Path, s: Settings, *, tokenizer_dir: Path, prompt: str, new: int, force: bool = False,
         variants: tuple[str, ...] | None = None) -> dict[str, Any]:
-    from mha_export.gpt.export import ALL_VARIANTS, PTE_VARIANT, export_gpt, parse_gpt_variants
+    from mha_export.gpt.export import export_gpt
+    from mha_export.gpt.plan import ALL_VARIANTS, parse_gpt_variants
     from mha_export.gpt.tokenizer import read_tokenizer
-    from mha_runtime.gpt.contract import FORMS, PTE_FORM
+    from mha_runtime.gpt.contract import FORMS, PTE_FORM, PTE_VARIANT
 
     s.check()
     chosen = parse_gpt_variants(None) if variants is None else variants
@@ -359,7 +360,7 @@ def train_cmd(out: Path, tokenizer_dir: Path, variants: str, prompt: str, new: i
         settings["max_chars"] = None
     s = Settings(**settings)
     s.check()
-    from mha_export.gpt.export import parse_gpt_variants
+    from mha_export.gpt.plan import parse_gpt_variants
 
     run(out, s, tokenizer_dir=tokenizer_dir, prompt=prompt, new=new, force=force,
         variants=parse_gpt_variants(variants))

@@ -78,7 +78,8 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
     selection: Selection = VariantList().convert(variants or ALL, None, None)
     from mha_export.graphs.onnx_trace import check_opset
     from mha_export.pipeline.budget import check_budget
-    from mha_export.pipeline.export import check_folder_name, export_preset
+    from mha_export.pipeline.export import export_preset
+    from mha_export.pipeline.run import check_folder_name
     from mha_export.weights.load import check_weights_path
     from mha_runtime.artifact.atomic import check_folder_target
     from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, table

@@ -73,9 +73,10 @@ def _show(value: object) -> str:
 
 def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
                        weights: Path | None, variants: str | None, tokenizer: Path | None) -> None:
-    from mha_export.gpt.export import check_gpt_budget, check_gpt_forms, export_gpt, parse_gpt_variants
+    from mha_export.gpt.export import export_gpt
+    from mha_export.gpt.plan import check_gpt_budget, check_gpt_forms, parse_gpt_variants
     from mha_export.gpt.tokenizer import read_tokenizer
-    from mha_export.pipeline.export import check_folder_name
+    from mha_export.pipeline.run import check_folder_name
     from mha_export.weights.load import check_weights_path
     from mha_runtime.artifact.atomic import check_folder_target
     from mha_runtime.artifact.errors import ConfigError

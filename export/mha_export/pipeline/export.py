@@ -1,10 +1,8 @@
-"""One artifact folder end to end: model, artifacts, fixtures, validation, manifest; staged, then moved into place."""
+"""The attention folder's export: its steps in the one pipeline (run.py) and the builders its variants need."""
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,13 +13,12 @@ from mha_export.graphs.table import BUILDERS
 from mha_export.pipeline.budget import check_budget
 from mha_export.pipeline.fixtures import write_golden
 from mha_export.pipeline.progress import steps
-from mha_export.pipeline.seal import artifact_facts, write_manifest
+from mha_export.pipeline.run import ExportResult, run_export
+from mha_export.pipeline.seal import artifact_facts, attention_manifest
 from mha_export.pipeline.validate import SWEEP_SEEDS, sweep_shapes, validate
 from mha_export.pipeline.write_optimized import optimized_records, write_optimized
 from mha_export.weights.load import load_model
-from mha_runtime.artifact.atomic import staged_folder
 from mha_runtime.artifact.config import MHAConfig, preset
-from mha_runtime.artifact.errors import BadValueError, cut
 from mha_runtime.artifact.manifest import Manifest
 from mha_runtime.artifact.optimized_records import is_copy
 from mha_runtime.artifact.registry import (
@@ -34,19 +31,6 @@ from mha_runtime.artifact.registry import (
     buildable,
     with_needs,
 )
-
-# A folder name under --out: one path part, never '.' or '..', short enough for the staging folder's suffix to
-# stay under the file systems' 255-byte limit.
-MAX_NAME = 100
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def check_folder_name(name: str) -> None:
-    """Refuse a --name that is not one plain folder name (a usage error)."""
-    if not _NAME.fullmatch(name) or len(name) > MAX_NAME:
-        raise BadValueError(f"--name: expected a folder name of 1 to {MAX_NAME} letters, digits, '.', '_' or '-' "
-                            f"that starts with a letter or digit, got {cut(name)!r}"
-                            + (f" ({len(name)} characters)" if len(name) > MAX_NAME else ""))
 
 
 def build_all(model: torch.nn.Module, config: MHAConfig, folder: Path, variants: tuple[str, ...], *,
@@ -62,50 +46,55 @@ def build_all(model: torch.nn.Module, config: MHAConfig, folder: Path, variants:
     return seconds
 
 
-@dataclass(frozen=True)
-class ExportResult:
-    name: str
-    folder: Path
-    manifest: Manifest
-    seconds: float
-    notes: tuple[str, ...] = ()  # variants of `all` this config cannot build, and why
+class AttentionExport:
+    """The attention folder's steps in the one pipeline (run.py): the seed's weights or one layer of `weights`,
+    every builder its variants need, the offline-optimized copies, the golden fixtures, the sweep, the manifest."""
+
+    def __init__(self, name: str, *, config: MHAConfig | None, weights: Path | None, layer: int | None,
+                 opset: int, variants: Selection) -> None:
+        self.name, self.config_arg, self.weights, self.layer = name, config, weights, layer
+        self.opset, self.selection = opset, variants
+        self.notes: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        self.config = self.config_arg or preset(self.name)
+        check_opset(self.opset)
+        check_budget(self.config)
+        self.variants, notes = buildable(self.config, self.selection)
+        self.notes = tuple(notes)
+        self.artifacts = artifact_specs(self.variants)
+
+    def load(self) -> None:
+        self.model, self.weights_info = load_model(self.config, self.weights, layer=self.layer)
+
+    def build(self, stage: Path, *, progress: bool, label: str) -> None:
+        save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(stage / WEIGHTS_FILE))
+        self.seconds = build_all(self.model, self.config, stage, self.variants, opset=self.opset,
+                                 progress=progress, label=label)
+        self.copies = write_optimized(stage, self.artifacts)
+        write_golden(self.model, self.config, stage, self.artifacts)
+
+    def validate(self, stage: Path, *, progress: bool, label: str) -> None:
+        every = (*self.artifacts, *(spec for by_source in self.copies.values() for spec in by_source.values()))
+        self.reports = validate(stage, self.model, self.config, every, progress=progress, label=label)
+
+    def seal(self, stage: Path) -> Manifest:
+        return attention_manifest(
+            stage, name=self.name, config=self.config, opset=self.opset, weights=self.weights_info,
+            artifacts={file: report.record(**artifact_facts(stage / file),
+                                           export_seconds=round(self.seconds[file], 3),
+                                           batch_max=PTE_MAX_BATCH if report.spec.runtime == EXECUTORCH_RUNTIME
+                                           else None)
+                       for file, report in self.reports.items() if not is_copy(file)},
+            optimized=optimized_records(self.copies, self.reports),
+            sweep={"shapes": [list(s) for s in sweep_shapes(self.config)], "seeds": list(SWEEP_SEEDS)},
+        )
 
 
 def export_preset(name: str, out_root: Path, *, config: MHAConfig | None = None, weights: Path | None = None,
                   layer: int | None = None, opset: int = DEFAULT_OPSET, progress: bool = False,
                   variants: Selection = ALL, announce: Callable[[], None] | None = None) -> ExportResult:
     """Export preset `name` (or `config` under that folder name) into `out_root/name`, with the seed's weights
-    or one layer of `weights`.
-
-    Everything that can be refused is refused before any file is written, and nothing under `out_root/name`
-    changes unless every artifact was written and validated. `announce` is called once the weights are read: the
-    work starts.
-    """
-    start = time.perf_counter()
-    check_folder_name(name)
-    config = config or preset(name)
-    check_opset(opset)
-    check_budget(config)
-    variants, notes = buildable(config, variants)
-    model, weights_info = load_model(config, weights, layer=layer)
-    if announce is not None:
-        announce()
-    artifacts = artifact_specs(variants)
-    with staged_folder(Path(out_root) / name) as stage:
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(stage / WEIGHTS_FILE))
-        seconds = build_all(model, config, stage, variants, opset=opset, progress=progress,
-                            label=f"building {name}")
-        copies = write_optimized(stage, artifacts)
-        write_golden(model, config, stage, artifacts)
-        every = (*artifacts, *(spec for by_source in copies.values() for spec in by_source.values()))
-        reports = validate(stage, model, config, every, progress=progress, label=f"validating {name}")
-        manifest = write_manifest(
-            stage, name=name, config=config, opset=opset, weights=weights_info,
-            artifacts={file: report.record(**artifact_facts(stage / file), export_seconds=round(seconds[file], 3),
-                                           batch_max=PTE_MAX_BATCH if report.spec.runtime == EXECUTORCH_RUNTIME
-                                           else None)
-                       for file, report in reports.items() if not is_copy(file)},
-            optimized=optimized_records(copies, reports),
-            sweep={"shapes": [list(s) for s in sweep_shapes(config)], "seeds": list(SWEEP_SEEDS)},
-        )
-    return ExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start, tuple(notes))
+    or one layer of `weights`, through the one pipeline (run.py: refusals first, staged, placed when valid)."""
+    kind = AttentionExport(name, config=config, weights=weights, layer=layer, opset=opset, variants=variants)
+    return run_export(name, out_root, kind, progress=progress, announce=announce)

@@ -1,8 +1,7 @@
-"""Writing manifest.json: config, contract, files with sha256 and size, versions, validation figures."""
+"""The manifest's records: config, contract, files with sha256 and size, versions, validation figures."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +47,13 @@ def versions() -> dict[str, str]:
     return {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
 
 
-def write_manifest(folder: Path, *, name: str, config: MHAConfig, opset: int, weights: WeightsRecord,
-                   artifacts: dict[str, ArtifactRecord], sweep: dict[str, Any],
-                   optimized: dict[str, OptimizedSet] | None = None) -> Manifest:
-    """Hash every file in `folder` and write manifest.json beside them."""
-    manifest = Manifest(
+def attention_manifest(folder: Path, *, name: str, config: MHAConfig, opset: int, weights: WeightsRecord,
+                       artifacts: dict[str, ArtifactRecord], sweep: dict[str, Any],
+                       optimized: dict[str, OptimizedSet] | None = None) -> Manifest:
+    """The attention folder's manifest, every file in `folder` hashed (run.py writes it)."""
+    return Manifest(
         name=name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), config=config,
         contract=IOContract(config).to_dict(), opset=opset, versions=versions(), weights=weights,
         validation={"reference": "eager MultiHeadAttentionWrapper (torch, CPU)", "sweep": sweep},
         artifacts=artifacts, files=file_table(folder), optimized=optimized or {},
     )
-    (Path(folder) / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
-    return manifest

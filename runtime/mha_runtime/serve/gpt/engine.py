@@ -74,6 +74,7 @@ class BatchEngine:
         self.waiting: list[Job] = []  # submitted, not yet taken by a prefill lane (in no order)
         self.prefilling = 0  # generations being prefilled (one per busy lane)
         self.steps = 0  # decode steps run (tests read it: generations must share steps)
+        self.yielding = False  # the step thread is waiting for a prefill (tests wait on it, not on a clock)
         self.cancelled = 0  # generations whose client left before the end, their slot freed early
         self.closed = False
         for lane in self.lanes:  # warm-up of every binding: the first requests are not slow
@@ -191,11 +192,15 @@ class BatchEngine:
         """Prefill first: while a lane prefills, wait (at most PREFILL_FIRST_MAX_S) before the next step."""
         deadline = time.perf_counter() + PREFILL_FIRST_MAX_S
         with self.room:
-            while self.prefilling and self.busy() and not self.closed:
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    return
-                self.room.wait(timeout=left)
+            try:
+                while self.prefilling and self.busy() and not self.closed:
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        return
+                    self.yielding = True
+                    self.room.wait(timeout=left)
+            finally:
+                self.yielding = False
 
     def _join(self, block: bool) -> None:
         """Paste every handed-over prefix into the lowest free slot (waiting for one when nothing runs)."""
