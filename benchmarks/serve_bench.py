@@ -47,8 +47,8 @@ from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.registry import spec_for
 from mha_runtime.cli.tables import table
 from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
+from mha_runtime.serve.attention.loadtest import Shot, check_answers, good_shots, run_load, summarize
 from mha_runtime.serve.haproxy import haproxy_env
-from mha_runtime.serve.loadtest import Shot, check_answers, good_shots, run_load, summarize
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND, load_manifes
 from mha_runtime.cli.main import cli
 from mha_runtime.gpt.manifest import load_gpt_manifest
 from mha_runtime.kinds import KINDS, kind_of
+from mha_runtime.serve.attention.service import CONTEXT
 from mha_runtime.serve.gpt.wire import GENERATE
-from mha_runtime.serve.service import CONTEXT
 
 
 def test_each_folder_is_its_kind(seed_dir: Path, book_gpt: tuple[object, Path], tmp_path: Path) -> None:

@@ -30,10 +30,10 @@ from mha_runtime.artifact.errors import ContractError, RequestError, ServeError
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.cli.main import cli
 from mha_runtime.infer.runner import OnnxRunner
-from mha_runtime.serve.batching import length_groups, pad_batch, run_grouped, run_padded, work
-from mha_runtime.serve.loadtest import Shot, check_answers, good_shots, loopback_target, run_load, summarize
-from mha_runtime.serve.service import Answer, ContextService, Reply
-from mha_runtime.serve.wire import (
+from mha_runtime.serve.attention.batching import length_groups, pad_batch, run_grouped, run_padded, work
+from mha_runtime.serve.attention.loadtest import Shot, check_answers, good_shots, loopback_target, run_load, summarize
+from mha_runtime.serve.attention.service import Answer, ContextService
+from mha_runtime.serve.attention.wire import (
     NPY,
     NPY_MAGIC,
     body_limit,
@@ -43,6 +43,7 @@ from mha_runtime.serve.wire import (
     encode_request,
     npy_body,
 )
+from mha_runtime.serve.http import Reply
 
 SEED = MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6)
 
@@ -551,8 +552,8 @@ def test_a_client_that_leaves_mid_upload_is_a_request_error_not_an_internal_one(
 
     from starlette.requests import Request
 
-    from mha_runtime.serve.request_body import request_body
-    from mha_runtime.serve.service import read_limited
+    from mha_runtime.serve.http import read_limited
+    from mha_runtime.serve.replica import request_body
 
     messages = [{"type": "http.request", "body": b'{"x": [[', "more_body": True}, {"type": "http.disconnect"}]
 

@@ -13,7 +13,8 @@ from ray.exceptions import RayTaskError
 
 from mha_runtime.artifact.errors import ServeError, cause_line
 from mha_runtime.serve import launcher
-from mha_runtime.serve.launcher import HAProxyStartError, ServeOptions
+from mha_runtime.serve.launcher import HAProxyStartError
+from mha_runtime.serve.options import ServeOptions
 
 NOTICE = "[NOTICE]   (9) : haproxy version is 2.8.25"
 ALERT = "[ALERT]    (9) : Binding [/x/haproxy.cfg:95] for proxy stats: cannot bind socket (Address already in use)"

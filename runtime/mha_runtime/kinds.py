@@ -1,6 +1,7 @@
 """The table of model kinds (torch-free): per kind, what makes its folders, how `mha check` judges its golden cases,
-how `mha inspect` shows it, and the HTTP route it is served on. A folder's kind is read from its manifest
-(artifact.manifest.folder_kind); the commands look the kind up here instead of asking "is it a GPT?".
+how `mha inspect` shows it, the HTTP route it is served on, how `mha serve` prepares it and its Ray deployment. A
+folder's kind is read from its manifest (artifact.manifest.folder_kind); the commands look the kind up here instead
+of asking "is it a GPT?".
 
 The functions are named, not imported, so that looking a kind up loads nothing (inspect needs no ONNX Runtime)."""
 from __future__ import annotations
@@ -21,12 +22,22 @@ class ModelKind:
     route: str  # where `mha serve` answers
     checker: str  # "module:function"(folder, provider=, threads=) -> list[CaseResult]
     inspector: str  # "module:function"(folder, as_json=) -> None
+    preparer: str  # "module:function"(ServeOptions) -> (files for the replicas, /v1/contract's answer)
+    deployment: str  # "module:function"(options, files, info, settings) -> the bound Serve application
 
     def check(self, folder: Path, *, provider: str, threads: int | None) -> list[Any]:
         return _load(self.checker)(folder, provider=provider, threads=threads)  # type: ignore[no-any-return]
 
     def inspect(self, folder: Path, *, as_json: bool) -> None:
         _load(self.inspector)(folder, as_json=as_json)
+
+    def prepare_serving(self, options: Any) -> tuple[dict[str, bytes], dict[str, Any]]:
+        return _load(self.preparer)(options)  # type: ignore[no-any-return]
+
+    def application(self, options: Any, files: dict[str, bytes], info: dict[str, Any],
+                    settings: dict[str, Any]) -> Any:
+        """Imports Ray: only after the launcher has set Ray's environment."""
+        return _load(self.deployment)(options, files, info, settings)
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -38,10 +49,13 @@ def _load(target: str) -> Callable[..., Any]:
 KINDS: dict[str, ModelKind] = {
     ATTENTION_KIND: ModelKind(ATTENTION_KIND, "`mha export`", "/v1/context",
                               "mha_runtime.infer.golden_check:check_golden",
-                              "mha_runtime.cli.attention_inspect:inspect_attention"),
+                              "mha_runtime.cli.attention_inspect:inspect_attention",
+                              "mha_runtime.serve.attention.prepare:prepare_attention",
+                              "mha_runtime.serve.attention.app:application"),
     GPT_KIND: ModelKind(GPT_KIND, "`mha export --gpt`", "/v1/generate",
                         "mha_runtime.gpt.golden_check:check_generations",
-                        "mha_runtime.cli.gpt_inspect:inspect_gpt"),
+                        "mha_runtime.cli.gpt_inspect:inspect_gpt",
+                        "mha_runtime.serve.gpt.prepare:prepare_gpt", "mha_runtime.serve.gpt.app:application"),
 }
 
 

@@ -37,7 +37,8 @@ def serve_cmd(artifact_dir: Path, model: str | None, replicas: int, max_batch: i
               port: int, address: str | None, provider: str, threads: int, ingress: str | None) -> None:
     """Serve an artifact over HTTP with Ray Serve until SIGTERM, which drains it: POST /v1/context, or for a GPT
     folder POST /v1/generate."""
-    from mha_runtime.serve.launcher import ServeOptions, serve
+    from mha_runtime.serve.launcher import serve
+    from mha_runtime.serve.options import ServeOptions
 
     serve(ServeOptions(artifact=artifact_dir, model=model, replicas=replicas, max_batch=max_batch,
                        batch_wait_ms=batch_wait_ms, host=host, port=port, address=address, provider=provider,
@@ -86,7 +87,7 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
                  prompt_tokens: str, max_new_tokens: str, stream_share: float, sample_share: float) -> None:
     """Bounded load on a loopback `mha serve`: throughput, latency percentiles, and every answer checked."""
     from mha_runtime.artifact.atomic import write_file_atomic
-    from mha_runtime.serve.loadtest import loadtest, report_lines
+    from mha_runtime.serve.attention.loadtest import loadtest, report_lines
 
     # Options of the other kind of load are refused rather than ignored.
     other = ("tokens", "batches", "fmt") if generate else ("prompt_tokens", "max_new_tokens", "stream_share",

@@ -23,18 +23,13 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-
 from mha_runtime.artifact.errors import ServeError, cause_line, first_line
-from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
-from mha_runtime.artifact.registry import spec_for
-from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
-from mha_runtime.kinds import GPT_KIND, kind_of
-from mha_runtime.serve.wire import FORMATS, body_limit
+from mha_runtime.kinds import kind_of
+from mha_runtime.serve.options import ServeOptions
 
 APP_NAME = "mha"
 # Before `import ray` (read at import) and inherited by the raylet and workers.
@@ -49,64 +44,10 @@ RAY_ENV = {
 DRAIN_TIMEOUT_S = 20.0  # Ray's default: requests still running after this are cut with their replica
 
 
-@dataclass(frozen=True, kw_only=True)
-class ServeOptions:
-    """What `mha serve` was asked for."""
-
-    artifact: Path
-    model: str | None = None  # None: mha.onnx for an attention artifact, the fastest in-place form for a GPT
-    replicas: int = 1
-    max_batch: int = 16
-    batch_wait_ms: float = 0.0
-    host: str = "127.0.0.1"
-    port: int = 8000
-    address: str | None = None
-    provider: str = "cpu"
-    threads: int | None = 1
-    ingress: str | None = None  # "proxy": Ray Serve's HTTP proxy; "haproxy": HAProxy in front (serve/haproxy.py)
-
-    @property
-    def chosen_ingress(self) -> str:
-        """`ingress`, or by default HAProxy for a GPT folder on a local Ray instance (its streamed tokens skip the
-        Python proxy: docs/measurements/serving.md, "Which ingress"), else the proxy."""
-        if self.ingress is not None:
-            return self.ingress
-        return "haproxy" if self.gpt and self.address is None else "proxy"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def gpt(self) -> bool:
-        """A GPT folder (manifest kind "gpt"): served on /v1/generate."""
-        return kind_of(self.artifact).name == GPT_KIND
-
-
 def prepare(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """Load and run the model once here (a bad artifact, or the decode form, fails before Ray starts);
-    return the files the replicas load (manifest and model, sha256-checked) and what /v1/contract answers."""
-    if options.gpt:
-        from mha_runtime.serve.gpt.prepare import prepare_gpt
-
-        return prepare_gpt(options.artifact, form=options.model, provider=options.provider,
-                           threads=options.threads, max_batch=options.max_batch)
-    model = options.model or DEFAULT_MODEL
-    manifest = load_manifest(options.artifact)
-    runner = OnnxRunner(options.artifact, model=model, provider=options.provider, threads=options.threads)
-    try:
-        runner.run(np.zeros((1, 1, runner.config.d_in), np.float32))
-    except Exception as exc:
-        raise ServeError(f"{options.artifact / model}: cannot serve it ({first_line(exc)})") from None
-    record = manifest.artifacts.get(model)
-    tolerance = record.tolerance if record is not None else spec_for(model).tolerance
-    info = {"name": manifest.name, "model": model, "sha256": manifest.files[model].sha256,
-            "config": runner.config.to_dict(), "contract": runner.contract.to_dict(),
-            "tolerance": tolerance.to_dict(), "max_batch": options.max_batch,
-            "body_limit_bytes": {fmt: body_limit(runner.config, options.max_batch, fmt) for fmt in FORMATS}}
-    files = {MANIFEST_NAME: (options.artifact / MANIFEST_NAME).read_bytes(),
-             model: read_verified(options.artifact, model, manifest)}
-    return files, info
+    """Load and run the model once here (a bad artifact, or the decode form, fails before Ray starts); return the
+    files the replicas load (sha256-checked) and what /v1/contract answers: the kind's own preparation."""
+    return kind_of(options.artifact).prepare_serving(options)
 
 
 def check_port(host: str, port: int) -> None:
@@ -249,29 +190,10 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
 
 
 def _application(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any]) -> Any:
-    """The bound Serve application: the attention deployment, or the GPT's generate deployment."""
-    import ray
-
+    """The bound Serve application of the folder's kind (its deployment, with the settings every kind shares)."""
     settings = dict(num_replicas=options.replicas, graceful_shutdown_wait_loop_s=0.2,
                     graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S)
-    if options.gpt:
-        from mha_runtime.serve.gpt.app import GenerateDeployment
-
-        # Requests past the slots wait in the replica's engine queue (they join at the next free slot), so Serve
-        # may hand a replica more than max_batch at once; Ray's default 5 would queue them in the proxy instead.
-        # A GPT's files go to the object store first and the deployment gets their refs: bound as bytes they would
-        # be pickled into the application's config, which Ray refuses for a 124M model (650 MB).
-        refs = {name: ray.put(data) for name, data in files.items()}
-        return GenerateDeployment.options(max_ongoing_requests=max(4 * options.max_batch, 32), **settings).bind(
-            refs, form=info["model"], provider=options.provider, threads=options.threads,
-            max_batch=options.max_batch, info=info)
-    from mha_runtime.serve.app import ContextDeployment
-
-    return ContextDeployment.options(
-        max_ongoing_requests=max(2 * options.max_batch, 32),  # Ray's default 5 would cap every batch at 5
-        **settings,
-    ).bind(files, model=info["model"], provider=options.provider, threads=options.threads,
-           max_batch=options.max_batch, batch_wait_s=options.batch_wait_ms / 1000.0, info=info)
+    return kind_of(options.artifact).application(options, files, info, settings)
 
 
 def _shutdown(local: bool) -> None:

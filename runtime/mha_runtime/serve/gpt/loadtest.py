@@ -26,15 +26,11 @@ from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.manifest import load_gpt_manifest
+from mha_runtime.serve.attention.loadtest import get_json, loopback_target
 from mha_runtime.serve.gpt.answers import GenOutcome, check_generations, reference_for
-from mha_runtime.serve.gpt.wire import (
-    GENERATE,
-    SSE,
-    GenerateRequest,
-)
+from mha_runtime.serve.gpt.wire import GENERATE, GenerateRequest
+from mha_runtime.serve.http import CONTRACT, SSE
 from mha_runtime.serve.load_runner import run_pool
-from mha_runtime.serve.loadtest import get_json, loopback_target
-from mha_runtime.serve.service import CONTRACT
 
 REQUEST_TIMEOUT_S = 300.0
 # A sampled request draws its temperature and top_k from these (top_k capped at the vocabulary).

@@ -10,6 +10,7 @@ from mha_runtime.gpt.contract import FASTEST, FORMS, TOKENIZER_FILE
 from mha_runtime.gpt.generate import MAX_BATCH, Generator
 from mha_runtime.gpt.manifest import read_gpt_file
 from mha_runtime.serve.gpt.wire import DEFAULT_MAX_NEW_TOKENS, GENERATE, REQUEST_KEYS, generate_body_limit
+from mha_runtime.serve.options import ServeOptions
 
 # A replica preallocates the whole cache of every slot; more than this per replica is refused before Ray starts.
 MAX_CACHE_BYTES = 4 << 30
@@ -21,10 +22,10 @@ def cache_bytes(gen: Generator, slots: int) -> int:
     return slots * c.n_layers * 2 * c.n_heads * c.context_length * c.head_dim * 4
 
 
-def prepare_gpt(folder: Path, *, form: str | None, provider: str, threads: int | None,
-                max_batch: int) -> tuple[dict[str, bytes], dict[str, Any]]:
+def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Load the folder (every file it uses verified), refuse what cannot be served, generate one token here."""
-    form = form or FASTEST
+    folder, form, max_batch = options.artifact, options.model or FASTEST, options.max_batch
+    provider, threads = options.provider, options.threads
     if form in FORMS and FORMS[form].kind != "inplace":
         raise ServeError(f"--model {form}: serving batches generations over the in-place cache; choose "
                          f"{' or '.join(f for f, spec in FORMS.items() if spec.kind == 'inplace')}")

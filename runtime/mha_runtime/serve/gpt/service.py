@@ -1,5 +1,5 @@
-"""The GPT's HTTP API without the server: routes, body limit, status codes, the stream. Ray Serve wraps it
-(app.py); tests drive it directly.
+"""The GPT's HTTP route in the one skeleton (serve/http.py: health, contract, refusals, the 500 line): body limit,
+the answer or the stream. Ray Serve wraps it (gpt/app.py); tests drive it directly.
 
     POST /v1/generate  wire.py's request -> one JSON answer, or Server-Sent Events with "stream": true
     GET  /v1/health    {"status": "ok", "running", "queued", "steps", "cancelled": counts of the engine}
@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from mha_runtime.artifact.errors import RequestError, first_line
+from mha_runtime.artifact.errors import RequestError
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.serve.gpt.engine import BatchEngine
 from mha_runtime.serve.gpt.job import Event, Job
@@ -26,56 +24,35 @@ from mha_runtime.serve.gpt.wire import (
     DONE_EVENT,
     ERROR_EVENT,
     GENERATE,
-    SSE,
     GenerateRequest,
     generate_body_limit,
     limit_reason,
     parse_generate,
     sse_event,
 )
-from mha_runtime.serve.service import CONTRACT, HEALTH, Reply, error_reply, read_limited, route_refusal
-
-ROUTES = {GENERATE: "POST", HEALTH: "GET", CONTRACT: "GET"}
-log = logging.getLogger(__name__)
+from mha_runtime.serve.http import KindService, Reply, StreamReply, error_reply, read_limited
 
 
-@dataclass(frozen=True)
-class StreamReply:
-    """A 200 whose body is produced as the generation runs."""
+class GenerateService(KindService):
+    """The GPT's route; generations go to `engine`."""
 
-    chunks: AsyncIterator[bytes]
-    content_type: str = SSE
-
-
-class GenerateService:
-    """Routes one HTTP request; generations go to `engine`."""
+    route = GENERATE
 
     def __init__(self, *, config: GPTConfig, info: dict[str, Any], engine: BatchEngine,
                  encode: Callable[[str], list[int]] | None) -> None:
-        self.config, self.info, self.engine, self.encode = config, info, engine, encode
+        super().__init__(info)
+        self.config, self.engine, self.encode = config, engine, encode
         self.limit = generate_body_limit(config)
 
-    async def handle(self, method: str, path: str, headers: Mapping[str, str],
-                     body: AsyncIterator[bytes]) -> Reply | StreamReply:
-        path = path.rstrip("/") or "/"
-        refused = route_refusal(method, path, ROUTES)
-        if refused is not None:
-            return refused
-        try:
-            if path == HEALTH:
-                return Reply(200, json.dumps({"status": "ok", **self.engine.status()}).encode())
-            if path == CONTRACT:
-                return Reply(200, json.dumps(self.info).encode())
-            kind = (headers.get("content-type") or "").split(";")[0].strip().lower()
-            if kind not in ("", "application/json"):
-                raise RequestError(f"Content-Type: expected application/json, got {kind!r}")
-            data = await read_limited(headers, body, self.limit, limit_reason(self.config))
-            request = parse_generate(data, self.encode, self.config)
-        except RequestError as exc:
-            return error_reply(exc.status, str(exc))
-        except Exception as exc:  # an internal failure: one line to the client, the traceback to the log
-            log.exception("internal error on %s %s", method, path)
-            return error_reply(500, f"internal error: {type(exc).__name__}: {first_line(exc)}")
+    def health(self) -> dict[str, Any]:
+        return self.engine.status()
+
+    async def work(self, headers: Mapping[str, str], body: AsyncIterator[bytes]) -> Reply | StreamReply:
+        kind = (headers.get("content-type") or "").split(";")[0].strip().lower()
+        if kind not in ("", "application/json"):
+            raise RequestError(f"Content-Type: expected application/json, got {kind!r}")
+        data = await read_limited(headers, body, self.limit, limit_reason(self.config))
+        request = parse_generate(data, self.encode, self.config)
         if request.stream:
             return StreamReply(self._stream(request))
         return await self._whole(request)

@@ -21,10 +21,9 @@ from typing import Any
 from mha_runtime.artifact.errors import RequestError, cut, first_line
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.sampling import TEMPERATURE_RULE, temperature_ok
-from mha_runtime.serve.wire import load_json
+from mha_runtime.serve.attention.wire import load_json
 
 GENERATE = "/v1/generate"
-SSE = "text/event-stream"
 DEFAULT_MAX_NEW_TOKENS = 32
 REQUEST_KEYS = ("prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k", "seed", "stream")
 # Keys of the answer object (non-streaming body, and the data of the final `done` event).

@@ -26,9 +26,10 @@ from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.registry import spec_for
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.infer.runner import OnnxRunner
+from mha_runtime.serve.attention.service import BATCH_REQUESTS, BATCH_TOKENS, CONTEXT
+from mha_runtime.serve.attention.wire import JSON_VALUE_BYTES, decode_answer, encode_request
+from mha_runtime.serve.http import CONTRACT
 from mha_runtime.serve.load_runner import run_pool
-from mha_runtime.serve.service import BATCH_REQUESTS, BATCH_TOKENS, CONTEXT, CONTRACT
-from mha_runtime.serve.wire import JSON_VALUE_BYTES, decode_answer, encode_request
 
 REQUEST_TIMEOUT_S = 120.0
 MAX_KEPT_BYTES = 2 * 2**30  # answers kept until the load is over and they are checked

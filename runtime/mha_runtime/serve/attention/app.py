@@ -5,8 +5,6 @@ Imports ray at module level: only `mha_runtime.serve.launcher` (after setting Ra
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,17 +13,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mha_runtime.infer.runner import OnnxRunner
-from mha_runtime.serve.batching import run_grouped, work
-from mha_runtime.serve.request_body import request_body
-from mha_runtime.serve.service import Answer, ContextService
+from mha_runtime.serve.attention.batching import run_grouped, work
+from mha_runtime.serve.attention.service import Answer, ContextService
+from mha_runtime.serve.options import ServeOptions
+from mha_runtime.serve.replica import request_body, shipped_folder, to_response
 
 
 def runner_from_files(files: dict[str, bytes], *, model: str, provider: str, threads: int | None) -> OnnxRunner:
-    """An OnnxRunner from the artifact's manifest and model bytes, shipped by the driver through Ray's object
-    store (a replica on another node needs no copy of the artifact folder). The sha256 is checked again here."""
-    with tempfile.TemporaryDirectory(prefix="mha-serve-") as folder:
-        for name, data in files.items():
-            Path(folder, name).write_bytes(data)
+    """An OnnxRunner from the artifact's manifest and model bytes, shipped by the driver (replica.py)."""
+    with shipped_folder(files) as folder:
         return OnnxRunner(folder, model=model, provider=provider, threads=threads)  # the session keeps the bytes
 
 
@@ -79,4 +75,11 @@ class ContextDeployment:
             reply = await self.service.handle(request.method, request.url.path, request.headers, request_body(request))
         finally:
             self.in_flight -= 1
-        return Response(reply.body, status_code=reply.status, media_type=reply.content_type, headers=reply.headers)
+        return to_response(reply)
+
+
+def application(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any], settings: dict[str, Any]) -> Any:
+    """The attention's bound deployment: Ray's default of 5 requests in flight would cap every batch at 5."""
+    return ContextDeployment.options(max_ongoing_requests=max(2 * options.max_batch, 32), **settings).bind(
+        files, model=info["model"], provider=options.provider, threads=options.threads, max_batch=options.max_batch,
+        batch_wait_s=options.batch_wait_ms / 1000.0, info=info)

@@ -14,9 +14,9 @@ import numpy as np
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.artifact.errors import RequestError, cut, first_line
+from mha_runtime.serve.http import JSON
 
 NPY = "application/x-npy"
-JSON = "application/json"
 FORMATS = {"npy": NPY, "json": JSON}
 # The body limit, per format: max_batch x context_length x d_in values at VALUE_BYTES[format] each, plus
 # HEADER_BYTES of room for the npy header or JSON brackets. JSON: a float32 written as text,

@@ -1,0 +1,115 @@
+"""The HTTP skeleton every model kind is served through, without the server: routes, the health and contract
+routes, the refusals and the 500 line. A kind gives its one POST route (`KindService.route`) and its handler
+(`work`); Ray Serve wraps the service (app.py, gpt/app.py), tests drive it directly.
+
+    POST <route>       the kind's work: /v1/context (attention), /v1/generate (GPT)
+    GET  /v1/health    {"status": "ok", ...the kind's counts}
+    GET  /v1/contract  the model's name, files, config, I/O contract, tolerance and server limits
+
+A malformed request is 400 (a RequestError or a ContractError), an unknown path 404, a wrong method 405, a body
+over its limit 413; anything else 500 with one line, the traceback going to the replica's log. The body of every
+refusal is {"error": "<one line>"}.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mha_runtime.artifact.errors import ContractError, RequestError, cut, first_line
+
+HEALTH, CONTRACT = "/v1/health", "/v1/contract"
+JSON = "application/json"
+SSE = "text/event-stream"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StreamReply:
+    """A 200 whose body is produced as the work runs (a GPT's Server-Sent Events)."""
+
+    chunks: AsyncIterator[bytes]
+    content_type: str = SSE
+
+
+def error_reply(status: int, message: str) -> Reply:
+    """{"error": message}, a message of several lines joined into one."""
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    return Reply(status, json.dumps({"error": line}).encode())
+
+
+def route_refusal(method: str, path: str, routes: Mapping[str, str]) -> Reply | None:
+    """404 for a path not in `routes` (path -> method), 405 for the wrong method; None when it is routed."""
+    if path not in routes:
+        return error_reply(404, f"no route {cut(path, 80)}; routes: {', '.join(f'{m} {p}' for p, m in routes.items())}")
+    if method != routes[path]:
+        return error_reply(405, f"{method} {path}: expected {routes[path]}")
+    return None
+
+
+async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], limit: int, reason: str) -> bytes:
+    """The whole body, or RequestError 413 as soon as it is known to be over `limit`: from Content-Length before
+    reading anything, else while streaming (a chunked or lying body). `reason` says how the limit is made."""
+    declared = headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise RequestError(f"Content-Length: expected an integer, got {declared!r}") from None
+        if size > limit:
+            raise RequestError(f"body of {size} bytes is over the limit of {limit} bytes ({reason})", status=413)
+    chunks, total = [], 0
+    async for chunk in body:
+        total += len(chunk)
+        if total > limit:
+            raise RequestError(f"body is over the limit of {limit} bytes ({reason})", status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class KindService:
+    """One model kind's HTTP service: subclasses set `route` and implement `work` (and `health` for counts)."""
+
+    route: str  # the kind's POST route
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        self.info = info
+        self.routes = {self.route: "POST", HEALTH: "GET", CONTRACT: "GET"}
+
+    def health(self) -> dict[str, Any]:
+        """The kind's counts beside {"status": "ok"}."""
+        return {}
+
+    async def work(self, headers: Mapping[str, str], body: AsyncIterator[bytes]) -> Reply | StreamReply:
+        """The POST route: one request's answer (RequestError or ContractError for a malformed one)."""
+        raise NotImplementedError
+
+    async def handle(self, method: str, path: str, headers: Mapping[str, str],
+                     body: AsyncIterator[bytes]) -> Reply | StreamReply:
+        path = path.rstrip("/") or "/"
+        refused = route_refusal(method, path, self.routes)
+        if refused is not None:
+            return refused
+        try:
+            if path == HEALTH:
+                return Reply(200, json.dumps({"status": "ok", **self.health()}).encode())
+            if path == CONTRACT:
+                return Reply(200, json.dumps(self.info).encode())
+            return await self.work(headers, body)
+        except RequestError as exc:
+            return error_reply(exc.status, str(exc))
+        except ContractError as exc:
+            return error_reply(400, str(exc))
+        except Exception as exc:  # an internal failure: one line to the client, the traceback to the replica's log
+            log.exception("internal error on %s %s", method, path)
+            return error_reply(500, f"internal error: {type(exc).__name__}: {first_line(exc)}")

@@ -1,0 +1,41 @@
+"""What `mha serve` was asked for (torch-free, Ray-free: read by the launcher and by each kind's preparation)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mha_runtime.kinds import GPT_KIND, kind_of
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions:
+    """What `mha serve` was asked for."""
+
+    artifact: Path
+    model: str | None = None  # None: mha.onnx for an attention artifact, the fastest in-place form for a GPT
+    replicas: int = 1
+    max_batch: int = 16
+    batch_wait_ms: float = 0.0
+    host: str = "127.0.0.1"
+    port: int = 8000
+    address: str | None = None
+    provider: str = "cpu"
+    threads: int | None = 1
+    ingress: str | None = None  # "proxy": Ray Serve's HTTP proxy; "haproxy": HAProxy in front (serve/haproxy.py)
+
+    @property
+    def chosen_ingress(self) -> str:
+        """`ingress`, or by default HAProxy for a GPT folder on a local Ray instance (its streamed tokens skip the
+        Python proxy: docs/measurements/serving.md, "Which ingress"), else the proxy."""
+        if self.ingress is not None:
+            return self.ingress
+        return "haproxy" if self.gpt and self.address is None else "proxy"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def gpt(self) -> bool:
+        """A GPT folder (manifest kind "gpt"): served on /v1/generate."""
+        return kind_of(self.artifact).name == GPT_KIND
