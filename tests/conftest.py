@@ -4,6 +4,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,3 +84,27 @@ def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
                                timeout=900, cwd=src)
     assert installed.returncode == 0, installed.stderr[-2000:]
     return venv, src
+
+
+@pytest.fixture(scope="session")
+def gpt_mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gpt-mini preset with every default form and GPT-2's tokenizer (seeded weights), exported once."""
+    from gpt_sources import vocab_dir
+    from mha_export.gpt.export import export_gpt
+    from mha_runtime.gpt.config import GPT_PRESETS
+
+    return export_gpt("gpt-mini", tmp_path_factory.mktemp("gpt-mini"), config=GPT_PRESETS["gpt-mini"],
+                      tokenizer=vocab_dir()).folder
+
+
+@pytest.fixture(scope="session")
+def ray_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """HOME and Ray's temp dir for the servers: under the test tmp dir, unless that is too long for Ray's socket
+    paths (107 characters, Ray adds about 70), then a short folder under /tmp, removed afterwards."""
+    home = tmp_path_factory.mktemp("ray")
+    if len(str(home)) <= 36:
+        yield home
+        return
+    short = Path(tempfile.mkdtemp(prefix="mha-ray-", dir="/tmp"))
+    yield short
+    shutil.rmtree(short, ignore_errors=True)

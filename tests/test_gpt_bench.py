@@ -8,25 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from click.testing import CliRunner
 
 from benchmarks.gpt_bench import GENAI, HF, TORCH_KV, main
 from benchmarks.gpt_floors import child_peak, prefill_flops
 from benchmarks.gpt_quant_bench import NOT_BUILT
 from benchmarks.llama_peer import llama_bin
-from gpt_sources import vocab_dir
-from mha_export.gpt.export import export_gpt
 from mha_runtime.gpt.config import GPT_PRESETS
 from mha_runtime.gpt.contract import CONCAT_FORM, INPLACE_FORM, INT4_FORM, INT8_FORM
 
 NEW = 8
-
-
-@pytest.fixture(scope="module")
-def mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_gpt("gpt-mini", tmp_path_factory.mktemp("gpt"), config=GPT_PRESETS["gpt-mini"],
-                      tokenizer=vocab_dir()).folder
 
 
 def _numbers(value: Any) -> list[float]:
@@ -42,8 +33,8 @@ def _positive(*values: float) -> None:
         assert math.isfinite(v) and v > 0, v
 
 
-def test_gpt_bench_writes_every_figure(mini: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["--artifact", str(mini), "--out", str(tmp_path), "--threads", "1",
+def test_gpt_bench_writes_every_figure(gpt_mini: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["--artifact", str(gpt_mini), "--out", str(tmp_path), "--threads", "1",
                                        "--rounds", "1", "--new-tokens", str(NEW)])
     assert result.exit_code == 0, result.output
     assert "tokens/s" in result.output and "first token" in result.output

@@ -7,8 +7,6 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,18 +24,6 @@ from mha_runtime.serve.gpt.loadtest import _send, generate_requests
 from mha_runtime.serve.gpt.wire import GenerateRequest
 
 LOAD = ["--prompt-tokens", "1,7,32", "--max-new-tokens", "1,5,16"]  # 32 + 16 = BOOK's context_length 48
-
-
-@pytest.fixture(scope="module")
-def ray_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """HOME and Ray's temp dir: short enough for Ray's socket paths (107 characters, Ray adds about 70)."""
-    home = tmp_path_factory.mktemp("ray")
-    if len(str(home)) <= 36:
-        yield home
-        return
-    short = Path(tempfile.mkdtemp(prefix="mha-ray-", dir="/tmp"))
-    yield short
-    shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import random
-import shutil
 import socket
 import tempfile
 import threading
@@ -19,7 +18,6 @@ import pytest
 from tokenizers import Tokenizer
 
 from benchmarks.process import ServerProcess, free_port
-from mha_export.gpt.export import export_gpt
 from mha_runtime.artifact.errors import RequestError, ServeError
 from mha_runtime.gpt.config import gpt_preset
 from mha_runtime.gpt.generate import Generator
@@ -295,25 +293,8 @@ def test_a_prefill_goes_first_and_the_running_batch_waits_for_it_at_most_its_lim
 # ---- real servers ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The small GPT preset, exported with GPT-2's tokenizer (the in-place form only: what serving runs)."""
-    from gpt_sources import vocab_dir
-
-    return export_gpt("gpt-mini", tmp_path_factory.mktemp("gpt-serve"), config=gpt_preset("gpt-mini"),
-                      tokenizer=vocab_dir(), variants=("inplace",)).folder
-
-
-@pytest.fixture(scope="module")
-def ray_home() -> Iterator[Path]:
-    """A short HOME for Ray's socket paths (they must stay under 107 characters)."""
-    home = Path(tempfile.mkdtemp(prefix="mha-ray-", dir="/tmp"))
-    yield home
-    shutil.rmtree(home, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def server(mini: Path, ray_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(mini, tmp_path_factory.mktemp("gpt-server-log"), "--max-batch", "4", home=ray_home)
+def server(gpt_mini: Path, ray_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(gpt_mini, tmp_path_factory.mktemp("gpt-server-log"), "--max-batch", "4", home=ray_home)
     with process:
         yield process
     assert process.returncode == 0, process.stderr()
@@ -342,10 +323,10 @@ def served_answer(status: int, kind: str, text: str) -> dict[str, Any]:
     return json.loads(text)  # type: ignore[no-any-return]
 
 
-def test_contract_and_health(server: ServerProcess, mini: Path) -> None:
+def test_contract_and_health(server: ServerProcess, gpt_mini: Path) -> None:
     status, _, text = call(server.port, "GET", "/v1/contract")
     info = json.loads(text)
-    manifest = json.loads((mini / "manifest.json").read_text())
+    manifest = json.loads((gpt_mini / "manifest.json").read_text())
     assert status == 200 and info["kind"] == "gpt" and info["model"] == "gpt.inplace.onnx"
     assert info["sha256"] == manifest["files"]["gpt.inplace.onnx"]["sha256"] and info["eos_id"] == 50256
     assert info["config"] == manifest["config"] and info["max_batch"] == 4 and info["tokenizer"] is True
@@ -355,10 +336,10 @@ def test_contract_and_health(server: ServerProcess, mini: Path) -> None:
     assert call(server.port, "POST", "/v1/context", b"{}")[0] == 404
 
 
-def test_mixed_load_every_answer_right_every_refusal_one_line(server: ServerProcess, mini: Path) -> None:
+def test_mixed_load_every_answer_right_every_refusal_one_line(server: ServerProcess, gpt_mini: Path) -> None:
     """24 generations (streamed or not, greedy or seeded, text or ids) and 9 bad requests interleaved, 6 at a
     time: every good answer equals the local solo generation, every bad one is its 4xx in one line, none lost."""
-    gen = Generator(mini)
+    gen = Generator(gpt_mini)
     config = gen.config
     rng = random.Random(1)
     good: list[dict[str, Any]] = []
@@ -421,10 +402,10 @@ def test_mixed_load_every_answer_right_every_refusal_one_line(server: ServerProc
         assert status == code and says in line and "\n" not in line and kind.startswith("application/json"), text
 
 
-def test_a_client_that_leaves_mid_stream_frees_its_slot(server: ServerProcess, mini: Path) -> None:
+def test_a_client_that_leaves_mid_stream_frees_its_slot(server: ServerProcess, gpt_mini: Path) -> None:
     """A stream of 255 tokens is dropped after its first event; the engine counts it cancelled and frees the slot
     long before 255 steps, and generations beside it are answered, right."""
-    gen = Generator(mini)
+    gen = Generator(gpt_mini)
     _, _, before = call(server.port, "GET", "/v1/health")
     cancelled = json.loads(before)["cancelled"]
     body = json.dumps({"prompt_ids": [7], "max_new_tokens": 255, "stream": True}).encode()
@@ -449,16 +430,16 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server: ServerProcess, m
     assert answer["ids"] == solo(gen, GenerateRequest([3, 4], 30), gen.manifest.eos_id)[0]
 
 
-def test_sigterm_drains_the_generations_in_flight(mini: Path, ray_home: Path, tmp_path: Path) -> None:
+def test_sigterm_drains_the_generations_in_flight(gpt_mini: Path, ray_home: Path, tmp_path: Path) -> None:
     """One slot, six streams of 200 tokens: SIGTERM lands while one runs and two or more wait (a window that stays
     open for four whole generations, so a slow host's health polls still see it); all six end with their `done`
     event, equal to their solo runs, then the server exits 0 and leaves no Ray process, and no file of the HAProxy
     it runs behind by default."""
     haproxy_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*"))
-    gen = Generator(mini)
+    gen = Generator(gpt_mini)
     reqs = [GenerateRequest([11 + i, 5], 200, stream=True) for i in range(6)]
     results: dict[int, tuple[int, str, str]] = {}
-    process = ServerProcess(mini, tmp_path / "log", "--max-batch", "1", home=ray_home, port=free_port())
+    process = ServerProcess(gpt_mini, tmp_path / "log", "--max-batch", "1", home=ray_home, port=free_port())
 
     def send(i: int) -> None:
         try:
@@ -495,20 +476,20 @@ def test_sigterm_drains_the_generations_in_flight(mini: Path, ray_home: Path, tm
 
 
 def test_haproxy_that_cannot_start_is_one_line_when_asked_for_and_the_default_falls_back_to_the_proxy(
-        mini: Path, ray_home: Path, tmp_path: Path) -> None:
+        gpt_mini: Path, ray_home: Path, tmp_path: Path) -> None:
     """HAProxy's stats port (set by the user) is taken. With `--ingress haproxy` the server exits 1 with one line
     that carries HAProxy's own [ALERT], not only the Ray actor method that failed. By default it says so in one
     warning line and serves through Ray Serve's proxy, answers equal to the solo run. Neither leaves a process or
     a HAProxy folder."""
     haproxy_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*"))
-    gen = Generator(mini)
+    gen = Generator(gpt_mini)
     request = GenerateRequest([7, 8, 9], 12)
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        asked = ServerProcess(mini, tmp_path / "asked", "--ingress", "haproxy", home=ray_home)
-        default = ServerProcess(mini, tmp_path / "default", home=ray_home)
+        asked = ServerProcess(gpt_mini, tmp_path / "asked", "--ingress", "haproxy", home=ray_home)
+        default = ServerProcess(gpt_mini, tmp_path / "default", home=ray_home)
         for process in (asked, default):
             process.env["RAY_SERVE_HAPROXY_STATS_PORT"] = str(port)
         with pytest.raises(ServeError):

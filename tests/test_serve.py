@@ -7,12 +7,10 @@ import http.client
 import io
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -299,19 +297,6 @@ def listening_port() -> Iterator[int]:
 
 
 # ---- a real server --------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def ray_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """HOME and Ray's temp dir for the servers: under the test tmp dir, unless that is too long for Ray's socket
-    paths (107 characters, Ray adds about 70), then a short folder under /tmp, removed afterwards."""
-    home = tmp_path_factory.mktemp("ray")
-    if len(str(home)) <= 36:
-        yield home
-        return
-    short = Path(tempfile.mkdtemp(prefix="mha-ray-", dir="/tmp"))
-    yield short
-    shutil.rmtree(short, ignore_errors=True)
-
 
 @pytest.fixture(scope="module")
 def server(seed_dir: Path, ray_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:

@@ -178,8 +178,8 @@ MUTANTS: list[Mutant] = [
             "test_the_shortest_waiting_prompt_is_prefilled_first_and_the_oldest_after_its_age_limit"]),
     # ---- export/mha_export/gpt/weights.py
     Mutant("weights-qkv-split-order", "export/mha_export/gpt/weights.py",
-           'for j, w in enumerate(("W_query", "W_key", "W_value")):',
-           'for j, w in enumerate(("W_key", "W_query", "W_value")):',
+           'zip(("W_query", "W_key", "W_value"), split_qkv(fused, bias), strict=True)',
+           'zip(("W_key", "W_query", "W_value"), split_qkv(fused, bias), strict=True)',
            "GPT-2's fused c_attn is split as k|q|v: a Hugging Face checkpoint exports to a different model",
            ["tests/test_gpt_export.py::test_hf_gpt2_every_form_equals_transformers"]),
     Mutant("weights-lm-head-vs-wte", "export/mha_export/gpt/weights.py",
@@ -237,17 +237,97 @@ MUTANTS: list[Mutant] = [
            r"if (text.endsWith('\ufffd')) return '';", r"if (text === '\ufffd') return '';",
            "the JS TextStream shows half a character (U+FFFD) when a later character is split across tokens",
            [STREAM]),
-    # ---- runtime/native/c/gpt.c (the C runner)
-    Mutant("c-topk-ties-dropped", "runtime/native/c/gpt.c",
+    # ---- runtime/native/c/gpt_sample.c, gpt_session.c (the C runner)
+    Mutant("c-topk-ties-dropped", "runtime/native/c/gpt_sample.c",
            "x[i] = logits[i] < kth ? -INFINITY : logits[i] / t;",
            "x[i] = logits[i] <= kth ? -INFINITY : logits[i] / t;",
            "the C sampler drops the k-th logit: mha_check generate --top-k samples other ids than Python",
            ["tests/test_gpt_native.py::test_generate_equals_python"]),
-    Mutant("c-step-position", "runtime/native/c/gpt.c",
+    Mutant("c-step-position", "runtime/native/c/gpt_session.c",
            "if (run_forward(r, &token, 1, T + out->count - 1, why, n)) return 1;",
            "if (run_forward(r, &token, 1, T + out->count, why, n)) return 1;",
            "the C runner writes each new token one cache row too far: its generations leave the golden ids",
            ["tests/test_gpt_native.py::test_check_passes_every_golden_generation"]),
+    # ---- runtime/mha_runtime/gpt/executorch.py
+    Mutant("executorch-full-context-refused", "runtime/mha_runtime/gpt/executorch.py",
+           'if len(prompt) + max_new_tokens > bounds["context_length"]:',
+           'if len(prompt) + max_new_tokens >= bounds["context_length"]:',
+           "gpt.pte refuses a prompt + max_new_tokens that exactly fills context_length (the ONNX forms run it)",
+           ["tests/test_gpt_pte.py::test_greedy_ids_equal_the_books_generate_text_simple[1]"]),
+    # ---- export/mha_export/gpt/eager.py
+    Mutant("eager-key-built-before-query", "export/mha_export/gpt/eager.py",
+           "        self.W_query = nn.Linear(e, e, bias=cfg.qkv_bias)\n"
+           "        self.W_key = nn.Linear(e, e, bias=cfg.qkv_bias)\n",
+           "        self.W_key = nn.Linear(e, e, bias=cfg.qkv_bias)\n"
+           "        self.W_query = nn.Linear(e, e, bias=cfg.qkv_bias)\n",
+           "W_key is built before W_query: an export without --weights is not the book's GPTModel under seed 123",
+           ["tests/test_gpt_export.py::test_seeded_export_is_the_books_model_under_seed_123"]),
+    # ---- export/mha_export/gpt/genai.py
+    Mutant("genai-past-key-value-swapped", "export/mha_export/gpt/genai.py",
+           '"past_key_names": "past_key_values.%d.key",\n'
+           '                          "past_value_names": "past_key_values.%d.value"}',
+           '"past_key_names": "past_key_values.%d.value",\n'
+           '                          "past_value_names": "past_key_values.%d.key"}',
+           "genai_config.json feeds GenAI's key cache as gpt.onnx's past values: GenAI generates other ids",
+           ["tests/test_gpt_tokenizer.py::test_onnxruntime_genai_runs_the_folder_with_the_same_greedy_ids"]),
+    # ---- export/mha_export/gpt/golden.py
+    Mutant("golden-last-step-logits", "export/mha_export/gpt/golden.py",
+           "first = logits[0] if first is None else first", "first = logits[0]",
+           "golden/*.logits.bin hold the last step's logits, not the first: mha check fails a sound folder",
+           [GOLDEN_CHECK]),
+    # ---- export/mha_export/gpt/validate.py
+    Mutant("validate-step-reference-shifted", "export/mha_export/gpt/validate.py",
+           "check(got, case.expected[:, t - split + 1], ", "check(got, case.expected[:, t - split], ",
+           "each single step is compared with the previous position's eager logits: every sound export is refused",
+           ["tests/test_gpt_export.py::test_manifest_records_every_form_and_file"]),
+    # ---- export/mha_export/gpt/graphs/concat.py
+    Mutant("concat-mask-hides-own-token", "export/mha_export/gpt/graphs/concat.py",
+           'causal = g.one("LessOrEqual", ', 'causal = g.one("Less", ',
+           "gpt.onnx's causal mask is s < P + t: a token cannot attend to itself (the first to nothing)",
+           ["tests/test_gpt_export.py::test_book_gpt_every_form_equals_the_books_model[gpt.onnx]"]),
+    # ---- export/mha_export/gpt/graphs/inplace.py
+    Mutant("inplace-last-token-gathered-early", "export/mha_export/gpt/graphs/inplace.py",
+           "if i == cfg.n_layers - 1:", "if i == 0:",
+           "gpt.inplace.onnx keeps only the last token after the first block: later blocks lose the prompt's keys",
+           ["tests/test_gpt_export.py::test_book_gpt_every_form_equals_the_books_model[gpt.inplace.onnx]"]),
+    # ---- export/mha_export/gpt/graphs/shared.py
+    Mutant("shared-out-proj-untransposed", "export/mha_export/gpt/graphs/shared.py",
+           'out=(g.init(f"h{i}.out.weight", w[f"{p}att.out_proj.weight"].T),',
+           'out=(g.init(f"h{i}.out.weight", w[f"{p}att.out_proj.weight"]),',
+           "the attention's out projection is stored untransposed (square, so it loads): every form computes wrong",
+           ["tests/test_gpt_export.py::test_book_gpt_every_form_equals_the_books_model[gpt.onnx]"]),
+    # ---- export/mha_export/gpt/plan.py
+    Mutant("plan-lossy-forms-kept", "export/mha_export/gpt/plan.py",
+           'left = [f for f in FORMS if f in chosen and FORMS[f].kind == "inplace"]',
+           'left = [f for f in FORMS if f in chosen and f == INPLACE_FORM]',
+           "a head size GQA cannot take leaves out gpt.inplace.onnx but keeps int8/int4: the default export fails",
+           ["tests/test_gpt_cli_refusals.py::test_a_head_size_gqa_cannot_take_limits_only_the_in_place_forms"]),
+    # ---- runtime/mha_runtime/serve/gpt/wire.py
+    Mutant("wire-bool-token-id", "runtime/mha_runtime/serve/gpt/wire.py",
+           "bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int)), None)",
+           "bad = next((t for t in ids if not isinstance(t, int)), None)",
+           "POST /v1/generate takes true/false in prompt_ids as token ids 1/0 instead of a 400",
+           ["tests/test_gpt_serve.py::test_bad_generate_requests_are_one_line_each"]),
+    Mutant("wire-full-context-refused", "runtime/mha_runtime/serve/gpt/wire.py",
+           "if len(ids) + max_new > context:", "if len(ids) + max_new >= context:",
+           "POST /v1/generate refuses a prompt + max_new_tokens that exactly fills context_length (a 400 it documents "
+           "as fitting)",
+           ["tests/test_gpt_seeded.py::test_a_request_that_exactly_fills_context_length_is_taken"]),
+    # ---- runtime/mha_runtime/serve/gpt/job.py
+    Mutant("job-drawn-seed-not-reported", "runtime/mha_runtime/serve/gpt/job.py",
+           "SEED: self.sampler.seed})", "SEED: self.request.seed})",
+           "an unseeded sampled answer reports seed null, not the seed it drew: the client cannot reproduce it",
+           ["tests/test_gpt_seeded.py::test_a_served_answer_reports_the_seed_that_reproduces_it_and_its_counts"]),
+    # ---- runtime/mha_runtime/serve/gpt/answers.py
+    Mutant("answers-stream-ids-only-counted", "runtime/mha_runtime/serve/gpt/answers.py",
+           "if streamed != done[IDS]:", "if len(streamed) != len(done[IDS]):",
+           "mha loadtest --generate passes a stream whose token events' ids differ from its done event's ids",
+           ["tests/test_gpt_seeded.py::test_loadtest_judge_flags_each_tampered_answer"]),
+    # ---- export/mha_export/onnx_file/save.py
+    Mutant("save-raw-data-length-in-elements", "export/mha_export/onnx_file/save.py",
+           "+ _key(TENSOR_RAW_DATA) + _varint(array.nbytes)", "+ _key(TENSOR_RAW_DATA) + _varint(array.size)",
+           "the streamed writer gives raw_data its element count as length: every exported .onnx is corrupt",
+           ["tests/test_gpt_build.py::test_streamed_files_equal_onnx_save"]),
 ]
 
 

@@ -32,10 +32,10 @@ import torch
 from torch import nn
 
 from mha_export.gpt.eager import GPTModel
-from mha_export.gpt.validate import GREEDY_NEW, References, agreement
+from mha_export.gpt.validate import GREEDY_NEW, References, Tally, agreement
 from mha_export.infer.gpt_pte_runner import BOUNDS_METHOD, CONFIG_METHOD, PteGPT
 from mha_runtime.artifact.errors import ExportError
-from mha_runtime.artifact.tolerance import Tolerance, compare
+from mha_runtime.artifact.tolerance import Tolerance
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import PTE, PTE_FORM, pte_bounds
 from mha_runtime.gpt.golden import GoldenGeneration
@@ -182,16 +182,8 @@ def validate_pte(program: PteGPT, refs: References, golden: tuple[list[GoldenGen
                  cfg: GPTConfig, tolerance: Tolerance) -> PteReport:
     """The export's references, row by row (batch 1 is the bound): prefills at every length, a shorter prefill and
     single steps, greedy tokens; then every golden generation (first-step logits and ids, sampled ones too)."""
-    failures: list[str] = []
-    cases, worst = 0, 0.0
-
-    def check(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
-        nonlocal cases, worst
-        result = compare(actual, expected, tolerance)
-        cases += 1
-        worst = max(worst, result.max_abs)
-        if not result.ok:
-            failures.append(f"{PTE_FORM} {what}: max abs error {result.max_abs:.3g} beyond atol {tolerance.atol:g}")
+    tally = Tally(PTE_FORM, tolerance)
+    check, failures = tally.check, tally.failures
 
     for case in refs.cases:
         for r, row in enumerate(case.ids):
@@ -226,7 +218,7 @@ def validate_pte(program: PteGPT, refs: References, golden: tuple[list[GoldenGen
             logits = program.forward([ids[-1]], len(case.prompt_ids) + len(ids) - 1)
         if ids != case.ids:
             failures.append(f"{PTE_FORM} golden {case.name}: ids {ids} differ from the golden {case.ids}")
-    return PteReport(cases, worst, share, tuple(failures))
+    return PteReport(tally.cases, tally.worst, share, tuple(failures))
 
 
 @dataclass(frozen=True)

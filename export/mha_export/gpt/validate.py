@@ -6,7 +6,7 @@ The files are driven by the runtime's own decoders (mha_runtime.gpt.decoder), so
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnxruntime as ort
@@ -21,6 +21,27 @@ from mha_runtime.gpt.decoder import decoder_for
 VALIDATION_SEED = 7
 STEPS = 4  # single steps after each prefill
 GREEDY_NEW = 16
+
+
+@dataclass
+class Tally:
+    """Comparisons against one tolerance row: how many, the worst max abs error, one line per case beyond it
+    (none when `judged` is false: the figures are recorded only)."""
+
+    file: str
+    tolerance: Tolerance
+    judged: bool = True
+    cases: int = 0
+    worst: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    def check(self, actual: np.ndarray, expected: np.ndarray, what: str) -> None:
+        result = compare(actual, expected, self.tolerance)
+        self.cases += 1
+        self.worst = max(self.worst, result.max_abs)
+        if not result.ok and self.judged:
+            self.failures.append(f"{self.file} {what}: max abs error {result.max_abs:.3g} beyond atol "
+                                 f"{self.tolerance.atol:g}")
 
 
 @dataclass(frozen=True)
@@ -108,16 +129,9 @@ def references(model: GPTModel, cfg: GPTConfig) -> References:
 
 def validate_form(session: ort.InferenceSession, form: Form, refs: References, cfg: GPTConfig, *,
                   tolerance: Tolerance) -> FormReport:
-    failures: list[str] = []
-    cases, worst = 0, 0.0
-
-    def check(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
-        nonlocal cases, worst
-        result = compare(actual, expected, tolerance)
-        cases += 1
-        worst = max(worst, result.max_abs)
-        if not result.ok and not form.lossy:  # a lossy form is judged by its quality bar (lossy/build.py)
-            failures.append(f"{form.file} {what}: max abs error {result.max_abs:.3g} beyond atol {tolerance.atol:g}")
+    # A lossy form's logits are recorded, not judged: its quality bar is (lossy/build.py).
+    tally = Tally(form.file, tolerance, judged=not form.lossy)
+    check, failures = tally.check, tally.failures
 
     for case in refs.cases:
         ids, split, batch, n = case.ids, case.split, len(case.ids), len(case.ids[0])
@@ -142,4 +156,4 @@ def validate_form(session: ort.InferenceSession, form: Form, refs: References, c
     share = float(np.mean([agreement(g, e) for g, e in zip(greedy, refs.greedy, strict=True)]))
     if form.dtype == "fp32" and share < 1.0:
         failures.append(f"{form.file}: greedy tokens differ from eager PyTorch (agreement {share:.2f})")
-    return FormReport(cases, worst, share, not failures, tuple(failures))
+    return FormReport(tally.cases, tally.worst, share, not failures, tuple(failures))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from mha_export.weights.gpt2 import C_ATTN_BIAS, C_ATTN_WEIGHT, C_PROJ_BIAS, C_PROJ_WEIGHT, split_qkv
 from mha_export.weights.load import WeightFile
 from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.gpt.config import GPTConfig
@@ -87,14 +88,14 @@ def _hf_names(cfg: GPTConfig, pre: str) -> dict[str, str]:
              "out_head.weight": f"{pre}wte.weight"}
     for i in range(cfg.n_layers):
         b, h = f"trf_blocks.{i}.", f"{pre}h.{i}."
-        names |= {f"{b}att.out_proj.weight": f"{h}attn.c_proj.weight", f"{b}att.out_proj.bias": f"{h}attn.c_proj.bias",
+        names |= {f"{b}att.out_proj.weight": f"{h}{C_PROJ_WEIGHT}", f"{b}att.out_proj.bias": f"{h}{C_PROJ_BIAS}",
                   f"{b}ff.layers.0.weight": f"{h}mlp.c_fc.weight", f"{b}ff.layers.0.bias": f"{h}mlp.c_fc.bias",
                   f"{b}ff.layers.2.weight": f"{h}mlp.c_proj.weight", f"{b}ff.layers.2.bias": f"{h}mlp.c_proj.bias",
                   f"{b}norm1.scale": f"{h}ln_1.weight", f"{b}norm1.shift": f"{h}ln_1.bias",
                   f"{b}norm2.scale": f"{h}ln_2.weight", f"{b}norm2.shift": f"{h}ln_2.bias"}
         for w in ("W_query", "W_key", "W_value"):
-            names[f"{b}att.{w}.weight"] = f"{h}attn.c_attn.weight"
-            names[f"{b}att.{w}.bias"] = f"{h}attn.c_attn.bias"
+            names[f"{b}att.{w}.weight"] = f"{h}{C_ATTN_WEIGHT}"
+            names[f"{b}att.{w}.bias"] = f"{h}{C_ATTN_BIAS}"
     return names
 
 
@@ -114,21 +115,21 @@ def _hf(source: WeightFile, cfg: GPTConfig, pre: str) -> GPTWeights:
             raise ConfigError(f"weights: missing key {hf!r} (Hugging Face GPT-2 with {_describe(cfg)})")
     for i in range(cfg.n_layers):
         b, h = f"trf_blocks.{i}.", f"{pre}h.{i}."
-        fused = source.get(f"{h}attn.c_attn.weight")
+        fused = source.get(f"{h}{C_ATTN_WEIGHT}")
         if tuple(fused.shape) != (e, 3 * e):
-            raise ConfigError(f"weights: {h + 'attn.c_attn.weight'!r} has shape {list(fused.shape)}, expected "
+            raise ConfigError(f"weights: {h + C_ATTN_WEIGHT!r} has shape {list(fused.shape)}, expected "
                               f"{[e, 3 * e]} for {_describe(cfg)}")
-        bias = source.get(f"{h}attn.c_attn.bias") if f"{h}attn.c_attn.bias" in keys else None
+        bias = source.get(f"{h}{C_ATTN_BIAS}") if f"{h}{C_ATTN_BIAS}" in keys else None
         if (bias is not None) != cfg.qkv_bias:
             state = "holds" if bias is not None else "has no"
-            raise ConfigError(f"weights: the file {state} {h + 'attn.c_attn.bias'!r} but the config says "
+            raise ConfigError(f"weights: the file {state} {h + C_ATTN_BIAS!r} but the config says "
                               f"qkv_bias={str(cfg.qkv_bias).lower()}")
         if bias is not None and tuple(bias.shape) != (3 * e,):
-            raise ConfigError(f"weights: {h + 'attn.c_attn.bias'!r} has shape {list(bias.shape)}, expected [{3 * e}]")
-        for j, w in enumerate(("W_query", "W_key", "W_value")):
-            state[f"{b}att.{w}.weight"] = fused[:, j * e:(j + 1) * e].T  # Conv1D (in, out) -> Linear (out, in)
-            if bias is not None:
-                state[f"{b}att.{w}.bias"] = bias[j * e:(j + 1) * e]
+            raise ConfigError(f"weights: {h + C_ATTN_BIAS!r} has shape {list(bias.shape)}, expected [{3 * e}]")
+        for w, (weight, part) in zip(("W_query", "W_key", "W_value"), split_qkv(fused, bias), strict=True):
+            state[f"{b}att.{w}.weight"] = weight  # Conv1D (in, out) -> Linear (out, in)
+            if part is not None:
+                state[f"{b}att.{w}.bias"] = part
         for book in ("att.out_proj.weight", "ff.layers.0.weight", "ff.layers.2.weight"):
             state[b + book] = source.get(names[b + book]).T
         for book in ("att.out_proj.bias", "ff.layers.0.bias", "ff.layers.2.bias", "norm1.scale", "norm1.shift",

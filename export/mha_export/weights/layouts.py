@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mha_export.weights.gpt2 import split_qkv
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import BadValueError, ConfigError
 
@@ -139,8 +140,8 @@ def book_mha_state(tensors: Tensors, config: MHAConfig, prefix: str = "") -> Ten
 
 
 def hf_gpt2_state(tensors: Tensors, config: MHAConfig, prefix: str = "") -> Tensors:
-    """GPT-2's Conv1D c_attn: weight (d_in, 3 * H * d_out) = [q | k | v] on the output axis, head h of each
-    at columns h*d_out .. (h+1)*d_out; weights are transposed into Linear's (out, in). c_proj likewise."""
+    """GPT-2's Conv1D c_attn split into q, k and v (weights/gpt2.py), head h of each at rows h*d_out ..
+    (h+1)*d_out of Linear's (out, in); c_proj transposed likewise."""
     layer = _Layer(tensors, config, prefix)
     layer.flags("c_attn.bias", "c_proj.weight")
     layer.width("c_attn.weight", 1, parts=3)
@@ -148,12 +149,12 @@ def hf_gpt2_state(tensors: Tensors, config: MHAConfig, prefix: str = "") -> Tens
     weight = layer.expect("c_attn.weight", (config.d_in, 3 * width), "GPT-2's fused q|k|v")
     bias = layer.expect("c_attn.bias", (3 * width,), "qkv_bias is true") if config.qkv_bias else None
     state: Tensors = {}
-    for i, p in enumerate(PROJECTIONS):
+    for p, (w, b) in zip(PROJECTIONS, split_qkv(weight, bias), strict=True):  # w: (H * d_out, d_in)
         for h in range(config.num_heads):
-            cols = slice(i * width + h * d, i * width + (h + 1) * d)
-            state[f"heads.{h}.W_{p}.weight"] = weight[:, cols].T  # (d_out, d_in)
-            if bias is not None:
-                state[f"heads.{h}.W_{p}.bias"] = bias[cols]
+            rows = slice(h * d, (h + 1) * d)
+            state[f"heads.{h}.W_{p}.weight"] = w[rows]  # (d_out, d_in)
+            if b is not None:
+                state[f"heads.{h}.W_{p}.bias"] = b[rows]
     return state | layer.out_proj("c_proj.weight", "c_proj.bias", transpose=True)
 
 

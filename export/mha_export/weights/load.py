@@ -17,7 +17,8 @@ import torch
 
 from mha_export.model.wrapper import MultiHeadAttentionWrapper, build_wrapper
 from mha_export.weights.layouts import MASK_KEYS, Located, layer_keys, locate, to_wrapper_state
-from mha_runtime.artifact.config import MHAConfig, file_kind
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.config_fields import file_kind
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import Manifest, WeightsRecord, sha256_file
 from mha_runtime.artifact.registry import WEIGHTS_FILE

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mha_runtime.artifact.errors import BadValueError, ConfigError, first_line
+from mha_runtime.artifact.config_fields import flags, from_fields, positive_ints, rate, read_config_json
+from mha_runtime.artifact.errors import BadValueError, ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,15 +26,9 @@ class MHAConfig:
     out_proj: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("d_in", "d_out", "num_heads", "context_length"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise BadValueError(f"config field {name!r}: expected a positive integer, got {value!r}")
-        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
-            raise BadValueError(f"config field 'dropout': expected a float in [0, 1), got {self.dropout!r}")
-        for name in ("qkv_bias", "out_proj"):
-            if not isinstance(getattr(self, name), bool):
-                raise BadValueError(f"config field {name!r}: expected true or false, got {getattr(self, name)!r}")
+        positive_ints(self, ("d_in", "d_out", "num_heads", "context_length"), "config")
+        rate(self.dropout, "dropout", "config")
+        flags(self, ("qkv_bias", "out_proj"), "config")
 
     @property
     def d_model(self) -> int:
@@ -54,31 +48,20 @@ class MHAConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MHAConfig:
-        fields = dataclasses.fields(cls)
-        known = {f.name for f in fields}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise BadValueError(f"config: unknown field {unknown[0]!r}; expected only {sorted(known)}")
-        required = [f.name for f in fields if f.default is dataclasses.MISSING]
-        missing = [name for name in required if name not in data]
-        if missing:
-            raise BadValueError(f"config: missing field {missing[0]!r}; required: {', '.join(required)}")
-        return cls(**data)
+        return from_fields(cls, data, label="config", noun="field", expected="expected only")
 
     @classmethod
     def from_file(cls, path: Path) -> MHAConfig:
         """A config from a JSON file; every problem is one ConfigError line naming the file."""
+        data = read_config_json(path, flag="--config", what="a JSON file of config fields")
         try:
-            return cls.from_json(read_regular(Path(path), MAX_CONFIG_BYTES).decode())
-        except FileNotFoundError:
-            raise ConfigError(f"--config {path}: expected a JSON file of config fields, found nothing there") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"--config {path}: cannot read it ({first_line(exc)})") from None
+            return cls.from_dict(data)
         except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
             raise type(exc)(f"--config {path}: {exc}") from None
 
     @classmethod
     def from_json(cls, text: str) -> MHAConfig:
+        """The config an artifact carries in its metadata."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -89,29 +72,6 @@ class MHAConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"config: expected a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)
-
-
-# A config is a handful of fields: a larger file is not one (and is not read whole).
-MAX_CONFIG_BYTES = 1 << 16
-
-
-def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes. A FIFO, a device (/dev/zero) or a folder is refused
-    before any read, as is a larger file: ConfigError naming what it is."""
-    mode = path.stat().st_mode  # FileNotFoundError for the caller to word
-    if not stat.S_ISREG(mode):
-        raise ConfigError(f"expected a regular file, got {file_kind(mode)}")
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise ConfigError(f"expected a file of at most {limit} bytes, got a larger one")
-    return data
-
-
-def file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 PRESETS: dict[str, MHAConfig] = {

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mha_runtime.artifact.config import MHAConfig, read_regular
+from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.config_fields import read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.artifact.fields import get, obj, plain_name
 from mha_runtime.artifact.optimized_records import OptimizedSet, optimized_from_dict

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mha_runtime.artifact.config import MAX_CONFIG_BYTES, read_regular
-from mha_runtime.artifact.errors import BadValueError, ConfigError, first_line
+from mha_runtime.artifact.config_fields import flags, from_fields, positive_ints, rate, read_config_json
+from mha_runtime.artifact.errors import BadValueError, ConfigError
 
 # GPT-2's <|endoftext|>, written as eos_token_id into genai_config.json and used by `mha generate --eos`.
 GPT2_EOS_ID = 50256
@@ -33,15 +33,9 @@ class GPTConfig:
     qkv_bias: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise BadValueError(f"gpt config field {name!r}: expected a positive integer, got {value!r}")
-        if isinstance(self.drop_rate, bool) or not isinstance(self.drop_rate, (int, float)) \
-                or not 0.0 <= self.drop_rate < 1.0:
-            raise BadValueError(f"gpt config field 'drop_rate': expected a float in [0, 1), got {self.drop_rate!r}")
-        if not isinstance(self.qkv_bias, bool):
-            raise BadValueError(f"gpt config field 'qkv_bias': expected true or false, got {self.qkv_bias!r}")
+        positive_ints(self, ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"), "gpt config")
+        rate(self.drop_rate, "drop_rate", "gpt config")
+        flags(self, ("qkv_bias",), "gpt config")
         if self.emb_dim % self.n_heads:
             raise BadValueError(f"gpt config: emb_dim {self.emb_dim} is not divisible by n_heads {self.n_heads}")
         if self.context_length < 2:
@@ -75,15 +69,7 @@ class GPTConfig:
         """The book's keys, or a Hugging Face GPT-2 config.json (recognised by `n_embd`)."""
         if "n_embd" in data:
             return cls.from_hf(data)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise BadValueError(f"gpt config: unknown key {unknown[0]!r}; expected the book's keys {sorted(known)}")
-        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
-        missing = [k for k in required if k not in data]
-        if missing:
-            raise BadValueError(f"gpt config: missing key {missing[0]!r}; required: {', '.join(required)}")
-        return cls(**data)
+        return from_fields(cls, data, label="gpt config", noun="key", expected="expected the book's keys")
 
     @classmethod
     def from_hf(cls, data: dict[str, Any]) -> GPTConfig:
@@ -105,19 +91,7 @@ class GPTConfig:
     @classmethod
     def from_file(cls, path: Path, *, flag: str = "--config") -> GPTConfig:
         """gpt.json or config.json; every problem is one ConfigError line naming the file."""
-        try:
-            data = json.loads(read_regular(Path(path), MAX_CONFIG_BYTES).decode())
-        except FileNotFoundError:
-            raise ConfigError(f"{flag} {path}: expected a JSON file of the book's GPT config keys, found nothing "
-                              "there") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{flag} {path}: cannot read it ({first_line(exc)})") from None
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise ConfigError(f"{flag} {path}: expected JSON, got a parse error ({first_line(exc)})") from None
-        except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
-            raise type(exc)(f"{flag} {path}: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{flag} {path}: expected a JSON object, got {type(data).__name__}")
+        data = read_config_json(path, flag=flag, what="a JSON file of the book's GPT config keys")
         try:
             return cls.from_dict(data)
         except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not

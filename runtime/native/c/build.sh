@@ -37,7 +37,10 @@ mkdir -p "$build/lib"
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so.1"  # the library's SONAME
 ln -sf "$ort_lib" "$build/lib/libonnxruntime.so"
 common="$here/../common"
-sources=("$here/mha_check.c" "$here/gpt.c" "$common/artifact.c" "$common/json.c" "$common/report.c" "$common/sha256.c")
+# mha_check: the attention side (mha_check.c), the GPT side (gpt_*.c) and what both share (cli.c)
+sources=("$here/mha_check.c" "$here/cli.c" "$here/gpt_manifest.c" "$here/gpt_sample.c" "$here/gpt_contract.c"
+         "$here/gpt_session.c" "$here/gpt_generate.c" "$here/gpt_check.c"
+         "$common/artifact.c" "$common/json.c" "$common/report.c" "$common/sha256.c")
 warn=(-std=c11 -Wall -Wextra -Werror -Wshadow -Wformat=2)
 gcc "${warn[@]}" -O2 -I"$include" -I"$common" "${sources[@]}" -o "$build/mha_check" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib" -lm

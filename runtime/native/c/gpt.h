@@ -14,14 +14,15 @@
  * Sampling (temperature > 0) follows runtime/mha_runtime/gpt/sampling.py exactly: top-k keeps the logits >= the
  * k-th largest, divide by the temperature (float32), softmax in float32 (numpy's pairwise sum), then
  * u = numpy's PCG64(SeedSequence(seed)).random() per token and the first id whose float64 cumulative probability
- * exceeds u * total. Greedy (temperature 0) is the first maximum. */
+ * exceeds u * total. Greedy (temperature 0) is the first maximum.
+ *
+ * Its files (gpt_manifest.c, gpt_sample.c, gpt_contract.c, gpt_session.c, gpt_generate.c, gpt_check.c) share
+ * gpt_private.h; what they share with mha_check.c is in cli.h. */
 #ifndef MHA_GPT_H
 #define MHA_GPT_H
 
 #include <stddef.h>
 #include <stdint.h>
-
-#include <onnxruntime_c_api.h>
 
 #include "artifact.h"
 
@@ -75,8 +76,8 @@ size_t mha_gpt_scratch_bytes(long long vocab);
 long long mha_gpt_next_id(const float *logits, long long vocab, double temperature, long long top_k, MhaPcg64 *rng,
                           void *scratch);
 
-/* The two commands; ort, env and cpu made by main(). Return the exit status. */
-int mha_gpt_generate(const OrtApi *ort, OrtEnv *env, OrtMemoryInfo *cpu, int argc, char **argv);
-int mha_gpt_check(const OrtApi *ort, OrtEnv *env, OrtMemoryInfo *cpu, const char *dir, const char *json_path);
+/* The two commands, run with the ONNX Runtime handles of cli.h (made by main()). Return the exit status. */
+int mha_gpt_generate(int argc, char **argv);
+int mha_gpt_check(const char *dir, const char *json_path);
 
 #endif

@@ -6,7 +6,8 @@
  *   mha_check generate GPT_DIR --prompt-ids 1,2,3 [--max-new-tokens N] ...   new token ids of a GPT folder (gpt.h)
  *
  * On a GPT folder (manifest.json of kind "gpt"), `check` runs the golden generations of golden/generations.json
- * instead (gpt.c); every other folder gets the attention check below, unchanged.
+ * instead (gpt_check.c); every other folder gets the attention check below, unchanged. What this file shares with
+ * the GPT side (the ONNX Runtime handles, one-line messages, "C"-locale lines, the ends of a check) is in cli.h.
  *
  * `check` trusts nothing it has not verified: manifest.json is required, and cases.json, every golden
  * file and every model are checked against its size and sha256 before use (cases.json before it is
@@ -34,7 +35,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <locale.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,28 +44,14 @@
 #include <onnxruntime_c_api.h>
 
 #include "artifact.h"
+#include "cli.h"
 #include "gpt.h"
-#include "json.h"
 #include "report.h"
 #include "sha256.h"
 
 #if ORT_API_VERSION < 16
 #error "onnxruntime_c_api.h older than API 16: need headers from onnxruntime >= 1.16"
 #endif
-
-static const OrtApi *ort;
-static OrtEnv *env;
-static OrtMemoryInfo *cpu;
-
-/* ORT's message for a failed call, as one line in why; 1 when the call failed. */
-static int failed(OrtStatus *status, const char *what, char *why, size_t n) {
-    if (status == NULL) return 0;
-    const char *msg = ort->GetErrorMessage(status);
-    size_t len = strcspn(msg, "\n");
-    snprintf(why, n, "%s: %.*s", what, (int)(len > 300 ? 300 : len), msg);
-    ort->ReleaseStatus(status);
-    return 1;
-}
 
 /* A session from model bytes already read (and verified when a manifest is given); the config from its
  * "mha.config" metadata, which must equal the manifest's. NULL with the reason in why; *unloadable (when
@@ -363,19 +349,6 @@ static void load(Loaded *l, const char *dir, const char *file, const MhaManifest
     free(bytes);
 }
 
-/* printf with the "C" locale's '.' whatever setlocale chose: the lines are parsed by other programs. */
-static void print_c(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void print_c(const char *fmt, ...) {
-    char line[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    int w = json_vsnprintf_c(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (w < 0) { fputs("error: cannot format a line in the \"C\" locale\n", stdout); return; }
-    fputs(line, stdout);
-    if ((size_t)w >= sizeof line) fputc('\n', stdout);  /* cut short: still one line */
-}
-
 /* One (artifact, case) pair of cases.json: 1 passed, 0 failed (its line printed, and reported, either way). */
 static int check_case(const char *dir, const MhaManifest *m, Loaded *l, const MhaCase *c, MhaReport *report) {
     char why[1024] = "";
@@ -419,15 +392,6 @@ static int check_case(const char *dir, const MhaManifest *m, Loaded *l, const Mh
 static int ours(const char *runtime) {
     return strcmp(runtime, MHA_ONNX_RUNTIME) == 0 || strcmp(runtime, MHA_DECODE_RUNTIME) == 0 ||
            strcmp(runtime, MHA_DECODE_INPLACE_RUNTIME) == 0;
-}
-
-/* A check that stops before any case: one line on stderr, and (with --json) the error as the result. */
-static int stop(const char *dir, const char *json_path, const char *why) {
-    fprintf(stderr, "error: %s\n", why);
-    char err[1024];
-    if (json_path && mha_report_write_error("c", dir, why, json_path, err, sizeof err))
-        fprintf(stderr, "error: %s\n", err);
-    return 1;
 }
 
 static int check_dir(const char *dir, const char *json_path) {
@@ -489,30 +453,9 @@ static int check_dir(const char *dir, const char *json_path) {
     mha_manifest_free(&m);
     printf("%d passed, %d failed\n", passed, failures);
     if (passed + failures == 0) fprintf(stderr, "error: %s: no ONNX case found\n", path);
-    int rc = failures > 0 || passed == 0;
-    if (json_path) {
-        fflush(stdout);
-        if (report.passed != passed || report.failed != failures) {
-            fprintf(stderr, "error: %s: the results kept (%d passed, %d failed) differ from the count; not written\n",
-                    json_path, report.passed, report.failed);
-            rc = 1;
-        } else if (mha_report_write(&report, json_path, err, sizeof err)) {
-            fprintf(stderr, "error: %s\n", err);
-            rc = 1;
-        }
-    }
+    int rc = finish(&report, passed, failures, json_path, err, sizeof err);
     mha_report_free(&report);
     return rc;
-}
-
-/* A whole decimal argument in [lo, hi]. */
-static int arg_int(const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    if (!*s || !(*s == '-' || (*s >= '0' && *s <= '9'))) return 0;
-    long long v = strtoll(s, &end, 10);
-    if (*end || v < lo || v > hi) return 0;
-    *out = v;
-    return 1;
 }
 
 /* count floats to path as little-endian float32 (whatever the host), through a unique temporary file beside it
@@ -636,8 +579,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", why);
         return 1;
     }
-    int rc = generate ? mha_gpt_generate(ort, env, cpu, argc, argv)
-             : check && mha_is_gpt_folder(dir) ? mha_gpt_check(ort, env, cpu, dir, json_path)  /* golden generations */
+    int rc = generate ? mha_gpt_generate(argc, argv)
+             : check && mha_is_gpt_folder(dir) ? mha_gpt_check(dir, json_path)  /* golden generations */
              : check ? check_dir(dir, json_path) : run_one(argv);
     ort->ReleaseMemoryInfo(cpu);
     ort->ReleaseEnv(env);

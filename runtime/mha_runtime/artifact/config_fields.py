@@ -1,0 +1,90 @@
+"""What every model kind's config shares: its JSON file read (size-capped, a regular file, one line per problem),
+its keys checked (unknown, missing) and its values checked (positive integers, a rate, flags). The config types
+themselves (MHAConfig, GPTConfig) keep their own fields and rules."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import stat
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mha_runtime.artifact.errors import BadValueError, ConfigError, first_line
+
+# A config is a handful of fields: a larger file is not one (and is not read whole).
+MAX_CONFIG_BYTES = 1 << 16
+T = TypeVar("T")
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes. A FIFO, a device (/dev/zero) or a folder is refused
+    before any read, as is a larger file: ConfigError naming what it is."""
+    mode = path.stat().st_mode  # FileNotFoundError for the caller to word
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"expected a regular file, got {file_kind(mode)}")
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError(f"expected a file of at most {limit} bytes, got a larger one")
+    return data
+
+
+def file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def positive_ints(config: object, names: tuple[str, ...], label: str) -> None:
+    """Each field a positive int (not a bool): BadValueError "<label> field 'x': expected a positive integer"."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BadValueError(f"{label} field {name!r}: expected a positive integer, got {value!r}")
+
+
+def rate(value: object, name: str, label: str) -> None:
+    """A float in [0, 1) (a dropout rate)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise BadValueError(f"{label} field {name!r}: expected a float in [0, 1), got {value!r}")
+
+
+def flags(config: object, names: tuple[str, ...], label: str) -> None:
+    for name in names:
+        if not isinstance(getattr(config, name), bool):
+            raise BadValueError(f"{label} field {name!r}: expected true or false, got {getattr(config, name)!r}")
+
+
+def from_fields(cls: type[T], data: dict[str, Any], *, label: str, noun: str, expected: str) -> T:
+    """`cls(**data)` once no key is unknown or missing: "<label>: unknown <noun> 'k'; <expected> [...]"."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    known = {f.name for f in fields}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise BadValueError(f"{label}: unknown {noun} {unknown[0]!r}; {expected} {sorted(known)}")
+    required = [f.name for f in fields if f.default is dataclasses.MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise BadValueError(f"{label}: missing {noun} {missing[0]!r}; required: {', '.join(required)}")
+    return cls(**data)
+
+
+def read_config_json(path: Path, *, flag: str, what: str) -> dict[str, Any]:
+    """The JSON object in a config file; every problem is one ConfigError line naming the flag and the file
+    (`what`: the file the flag expects, for the line when nothing is there)."""
+    try:
+        data = json.loads(read_regular(Path(path), MAX_CONFIG_BYTES).decode())
+    except FileNotFoundError:
+        raise ConfigError(f"{flag} {path}: expected {what}, found nothing there") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{flag} {path}: cannot read it ({first_line(exc)})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{flag} {path}: expected JSON, got a parse error ({first_line(exc)})") from None
+    except RecursionError:
+        raise ConfigError(f"{flag} {path}: expected a flat JSON object of config fields, got nesting too deep to "
+                          "parse") from None
+    except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
+        raise type(exc)(f"{flag} {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{flag} {path}: expected a JSON object, got {type(data).__name__}")
+    return data
