@@ -61,3 +61,21 @@ def reseal(folder: Path, *names: str) -> None:
         data = (folder / name).read_bytes()
         doc["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def book_wrapper(folder: Path) -> tuple[object, MHAConfig]:
+    """(the book's own MultiHeadAttentionWrapper, llms_from_scratch.ch03, with the folder's weights file, its
+    config): a reference no one here wrote, for a folder without an output projection. Its masks are its own."""
+    from llms_from_scratch.ch03 import MultiHeadAttentionWrapper
+    from safetensors.torch import load_file
+
+    from mha_runtime.artifact.manifest import load_manifest
+    from mha_runtime.artifact.registry import WEIGHTS_FILE
+
+    config = load_manifest(folder).config
+    assert not config.out_proj, "the book's wrapper has no output projection"
+    model = MultiHeadAttentionWrapper(config.d_in, config.d_out, config.context_length, 0.0, config.num_heads,
+                                      qkv_bias=config.qkv_bias)
+    missing, unexpected = model.load_state_dict(load_file(str(Path(folder) / WEIGHTS_FILE)), strict=False)
+    assert not unexpected and all(k.endswith(".mask") for k in missing), (missing, unexpected)
+    return model.eval(), config

@@ -8,6 +8,7 @@ import onnx
 import pytest
 import torch
 
+from helpers import book_wrapper
 from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.errors import ContractError
 from mha_runtime.artifact.manifest import load_manifest
@@ -22,8 +23,11 @@ def test_uneven_schedule() -> None:
     assert all(sum(s(t)) == t for s in SCHEDULES.values() for t in range(1, 40))
 
 
-def _ort_every_schedule(folder: Path, lengths: list[int], batches: tuple[int, ...] = (1, 2)) -> None:
-    model, config = load_artifact_model(folder, load_manifest(folder))
+def _ort_every_schedule(folder: Path, lengths: list[int], batches: tuple[int, ...] = (1, 2), *,
+                        book: bool = False) -> None:
+    """Every chunking schedule against the full sequence of the export's wrapper, or with `book` the book's own
+    (llms_from_scratch)."""
+    model, config = book_wrapper(folder) if book else load_artifact_model(folder, load_manifest(folder))
     session = DecodeSession(folder, provider="cpu")
     for tokens in lengths:
         for batch in batches:
@@ -46,7 +50,7 @@ def test_ort_decode_mid_every_length(mid_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_ort_decode_gpt2_up_to_1024(gpt2_dir: Path) -> None:
-    _ort_every_schedule(gpt2_dir, [1, 2, 100, 1024], batches=(1,))
+    _ort_every_schedule(gpt2_dir, [1, 2, 100, 1024], batches=(1,), book=True)
 
 
 def test_decode_file_axes_are_symbolic(seed_dir: Path) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import book_wrapper
 from mha_export.infer.torchscript_runner import load_torchscript
 from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.config import MHAConfig
@@ -59,9 +60,10 @@ def test_manifest_records_measured_errors(seed_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_gpt2_small_export_size_and_parity(gpt2_dir: Path) -> None:
+    """Against the book's own wrapper (llms_from_scratch), not the export's copy its validation already used."""
     size = (gpt2_dir / "mha.onnx").stat().st_size
     assert size <= 12 * 2**20, f"mha.onnx is {size / 2**20:.1f} MiB; the per-head masks were not shared"
-    model, config = _eager(gpt2_dir)
+    model, config = book_wrapper(gpt2_dir)
     runner = OnnxRunner(gpt2_dir, provider="cpu")
     script, _ = load_torchscript(gpt2_dir / "mha.pt")
     for batch, tokens in [(1, 1), (2, 2), (1, 511), (1, 512), (3, 513), (1, 1023), (1, 1024)]:
