@@ -14,7 +14,7 @@ from mha_runtime.artifact.errors import ContractError
 # Temperatures besides 0 (greedy): the logits are divided by the temperature in float32, so a tiny one overflows
 # them (inf - inf is NaN: every probability NaN) and one past float32's range is inf (-inf / inf is NaN under
 # top-k). The book's torch rule fails the same way (torch.multinomial refuses NaN). The bounds leave logits up to
-# 1e34 finite and are the same in every runtime (runtime/native/common/gpt.mjs, runtime/native/c/gpt_sample.c).
+# 1e34 finite and are the same in every runtime (runtime/native/common/gpt/sampling.mjs, runtime/native/c/gpt_sample.c).
 TEMPERATURE_MIN, TEMPERATURE_MAX = 1e-4, 1e4
 TEMPERATURE_RULE = "0 (greedy) or a number in 0.0001..10000"
 

@@ -1,6 +1,7 @@
 // Rules every JavaScript runner applies the same way (runtime/native/node with onnxruntime-node, runtime/native/web
 // with onnxruntime-web in Node.js and the browser): the golden comparison and the decode schedule check. Plain ES
-// module with no imports: the page imports it, and mha.js require()s it (Node >= 20.19 loads ES modules that way).
+// module with no imports: attention.mjs and gpt.mjs import it, the pages through them, and Node's mha.js and gpt.js
+// require() those (Node >= 20.19 loads ES modules that way).
 
 // The same rule as mha_runtime.tolerance.compare (and the C runner): |got - want| <= atol + rtol * |want|
 // everywhere, all finite, and, where the row has one, relative L2 error <= rel_l2. The max abs error and the

@@ -1,34 +1,28 @@
 'use strict';
-// Load and run the mha-export ONNX artifacts from Node.js with onnxruntime-node.
-// The contract (d_in, context_length, heads) comes from the folder's manifest.json (checked field by field),
-// and every file used (model, cases.json, golden .bin) is checked against the manifest's size and sha256
-// before use; golden cases and decode schedules are validated against the config before any buffer is sized.
+// Load and run the mha-export ONNX artifacts from Node.js with onnxruntime-node: the Node host of the attention runner
+// runtime/native/common/attention.mjs (the input contract and the sessions of the three forms, shared with the web
+// runner). This file opens the folder: the contract (d_in, context_length, heads) comes from its manifest.json
+// (checked field by field), and every file used (model, cases.json, golden .bin) is checked against the manifest's
+// size and sha256 before use; golden cases and decode schedules are validated against the config before any buffer is sized.
 // check() runs the cases.json artifacts of the runtimes onnxruntime, onnxruntime-decode and onnxruntime-decode-inplace,
 // and returns its results in the format of runtime/native/web/check.mjs --json (cli.js `check DIR --json FILE`).
 const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
 const ort = require('onnxruntime-node');
-const { checkSchedule, compare } = require('../common/rules.mjs');  // shared with the web runner
+// Node >= 20.19 require()s an ES module with no top-level await synchronously: this module's API stays synchronous
+// to load (require('./mha')), as it was.
+const attention = require('../common/attention.mjs');
 
-class ContractError extends Error {}
-class ArtifactError extends Error {}
+const {
+  ArtifactError, ContractError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, RUNTIMES, checkInput, checkSchedule, compare,
+  isObject, nonFinite, plainName,
+} = attention;
 
 const MANIFEST_FORMAT = 2;
 const CASES_FORMAT = 1;
-const ONNX_RUNTIME = 'onnxruntime', DECODE_RUNTIME = 'onnxruntime-decode';
-const DECODE_INPLACE_RUNTIME = 'onnxruntime-decode-inplace';
-const RUNTIMES = [ONNX_RUNTIME, DECODE_RUNTIME, DECODE_INPLACE_RUNTIME];  // the cases.json runtimes check() runs
 const MAX_DIM = 2 ** 24;  // any one of d_in, d_out, num_heads, context_length (as the C runner)
 const CONFIG_KEYS = ['d_in', 'd_out', 'num_heads', 'context_length'];
-
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
-
-// A file name inside the artifact folder: no absolute path, no '.', '..' or empty part, no backslash.
-function plainName(name) {
-  return typeof name === 'string' && name !== '' && !name.startsWith('/') && !name.includes('\\')
-    && name.split('/').every((p) => p !== '' && p !== '.' && p !== '..');
-}
 
 function checkConfig(config, where) {
   if (!isObject(config)) throw new ArtifactError(`${where}: expected a config object, got ${JSON.stringify(config)}`);
@@ -76,14 +70,8 @@ function verifiedBytes(dir, name, manifest) {
   if (!entry) throw new ArtifactError(`${name}: expected it listed in ${path.join(dir, 'manifest.json')}, found no entry`);
   if (!fs.existsSync(file)) throw new ArtifactError(`${file}: listed in the manifest but missing`);
   const bytes = fs.readFileSync(file);
-  if (bytes.length !== entry.size) {
-    throw new ArtifactError(`${file}: expected ${entry.size} bytes (manifest), found ${bytes.length}; file truncated or replaced`);
-  }
-  const digest = crypto.createHash('sha256').update(bytes).digest('hex');
-  if (digest !== entry.sha256) {
-    throw new ArtifactError(`${file}: sha256 ${digest.slice(0, 12)}... differs from the manifest's `
-      + `${entry.sha256.slice(0, 12)}...; the file was altered: re-export it with \`mha export\``);
-  }
+  attention.checkSize(file, entry, bytes);
+  attention.checkDigest(file, entry, crypto.createHash('sha256').update(bytes).digest('hex'));
   return bytes;
 }
 
@@ -92,35 +80,10 @@ function floats(bytes, count, where) {
   if (bytes.length !== count * 4) {
     throw new ArtifactError(`${where}: expected ${count} float32 values (${count * 4} bytes), found ${bytes.length} bytes`);
   }
-  const out = new Float32Array(count);
-  for (let i = 0; i < count; i++) {
-    out[i] = bytes.readFloatLE(4 * i);
-    if (!Number.isFinite(out[i])) {
-      throw new ContractError(`${where}: expected finite float32 values, found ${out[i] > 0 ? 'inf' : out[i] < 0 ? '-inf' : 'nan'} at index ${i}`);
-    }
-  }
+  const out = attention.f32(bytes, where);
+  const bad = out.findIndex((v) => !Number.isFinite(v));
+  if (bad >= 0) throw new ContractError(`${where}: expected finite float32 values, found ${nonFinite(out[bad])} at index ${bad}`);
   return out;
-}
-
-// Refuse what breaks the contract before ONNX Runtime sees it. dims: [batch, tokens, d_in].
-function checkInput(data, dims, config, pastTokens = 0) {
-  if (!(data instanceof Float32Array)) throw new ContractError(`input 'x': expected a Float32Array, got ${data?.constructor?.name}`);
-  if (!Array.isArray(dims) || dims.length !== 3) throw new ContractError(`input 'x': expected rank 3 [batch, tokens, ${config.d_in}], got rank ${dims?.length}`);
-  if (!dims.every(Number.isSafeInteger)) throw new ContractError(`input 'x': expected integer dims [batch, tokens, d_in], got ${JSON.stringify(dims)}`);
-  const [batch, tokens, dIn] = dims;
-  const maxTokens = config.context_length - pastTokens;
-  if (dIn !== config.d_in) throw new ContractError(`input 'x': expected last axis d_in=${config.d_in}, got ${dIn}`);
-  if (batch < 1) throw new ContractError(`input 'x': expected batch >= 1, got ${batch}`);
-  if (tokens < 1 || tokens > maxTokens) {
-    const limit = pastTokens ? `context_length - past_tokens = ${maxTokens}` : `context_length=${config.context_length}`;
-    throw new ContractError(`input 'x': expected 1 <= tokens <= ${limit}, got ${tokens}`);
-  }
-  if (data.length !== batch * tokens * dIn) throw new ContractError(`input 'x': expected ${batch * tokens * dIn} values for ${JSON.stringify(dims)}, got ${data.length}`);
-  const bad = data.findIndex((v) => !Number.isFinite(v));
-  if (bad >= 0) {
-    const v = data[bad];
-    throw new ContractError(`input 'x': expected finite float32 values, found ${v > 0 ? 'inf' : v < 0 ? '-inf' : 'nan'} at index ${bad}`);
-  }
 }
 
 async function openSession(artifact, model) {
@@ -140,116 +103,27 @@ async function openSession(artifact, model) {
   return { session, config: manifest.config, file: name };
 }
 
-class MhaRunner {
+// The shared sessions, opened from an artifact folder (or a model file in one) on onnxruntime-node.
+class MhaRunner extends attention.PlainSession {
   static async create(artifact, { model = 'mha.onnx' } = {}) {
-    const r = new MhaRunner();
-    Object.assign(r, await openSession(artifact, model));
-    return r;
-  }
-
-  // x: Float32Array of [batch, tokens, d_in] -> { data: Float32Array, dims: [batch, tokens, heads * d_out] }
-  async run(data, dims) {
-    checkInput(data, dims, this.config);
-    const out = await this.session.run({ x: new ort.Tensor('float32', data, dims) });
-    return { data: out.context.data, dims: out.context.dims };
+    const { session, config, file } = await openSession(artifact, model);
+    return new MhaRunner(ort, session, config, file);
   }
 }
 
-class DecodeSession {
+class DecodeSession extends attention.DecodeSession {
   static async create(artifact, { model = 'mha.decode.onnx' } = {}) {
-    const d = new DecodeSession();
-    Object.assign(d, await openSession(artifact, model));
-    d.reset();
-    return d;
-  }
-
-  reset() { this.pastKey = null; this.pastValue = null; }
-
-  get pastTokens() { return this.pastKey ? this.pastKey.dims[2] : 0; }
-
-  // Feed new tokens; the cache grows only when the step succeeds.
-  async step(data, dims) {
-    checkInput(data, dims, this.config, this.pastTokens);
-    const { num_heads: h, d_out: d } = this.config;
-    const empty = new ort.Tensor('float32', new Float32Array(0), [dims[0], h, 0, d]);
-    if (this.pastKey && this.pastKey.dims[0] !== dims[0]) {
-      throw new ContractError(`input 'x': expected batch ${this.pastKey.dims[0]} (the cache's), got ${dims[0]}`);
-    }
-    const out = await this.session.run({
-      x: new ort.Tensor('float32', data, dims), past_key: this.pastKey || empty, past_value: this.pastValue || empty,
-    });
-    this.pastKey = out.present_key;
-    this.pastValue = out.present_value;
-    return { data: out.context.data, dims: out.context.dims };
+    const { session, config, file } = await openSession(artifact, model);
+    return new DecodeSession(ort, session, config, file);
   }
 }
 
-// The in-place decode form (mha.decode-inplace.onnx): one key and one value buffer of [batch, heads,
-// context_length, d_out], zeroed, fed as past_key/past_value and passed to the same run as the preallocated
-// present_key/present_value outputs (run(feeds, fetches)): onnxruntime-node writes its outputs into the tensors it
-// is given, over their own memory, so GroupQueryAttention sees one buffer and writes only the new rows into it.
-// past_tokens ([batch] int32) says how many rows hold a past; rows after it are never read. onnxruntime-node also
-// returns copies of the outputs: step() checks that the context and the new cache rows landed in its buffers.
-// A chunk of more than one token after a past only at batch 1 (ONNX Runtime's GroupQueryAttention).
-const INPLACE_INPUTS = ['x', 'past_key', 'past_value', 'past_tokens'];
-
-class InPlaceDecodeSession {
+// The in-place form with alias: onnxruntime-node writes present_key/present_value into the buffers bound as the past.
+class InPlaceDecodeSession extends attention.InPlaceDecodeSession {
   static async create(artifact, { model = 'mha.decode-inplace.onnx' } = {}) {
-    const d = new InPlaceDecodeSession();
-    Object.assign(d, await openSession(artifact, model));
-    if (JSON.stringify(d.session.inputNames) !== JSON.stringify(INPLACE_INPUTS)) {
-      throw new ContractError(`${d.file}: expected the in-place decode form with inputs ${JSON.stringify(INPLACE_INPUTS)}, `
-        + `got ${JSON.stringify(d.session.inputNames)}`);
-    }
-    d.batch = 0;
-    d.pastTokens = 0;
-    return d;
-  }
-
-  // Forget every past token (the buffers stay allocated).
-  reset() { this.pastTokens = 0; }
-
-  allocate(batch) {
-    const { num_heads: h, context_length: ctx, d_out: d } = this.config;
-    const dims = [batch, h, ctx, d];
-    this.key = new ort.Tensor('float32', new Float32Array(batch * h * ctx * d), dims);
-    this.value = new ort.Tensor('float32', new Float32Array(batch * h * ctx * d), dims);
-    this.batch = batch;
-  }
-
-  // Feed new tokens; past_tokens moves on only when the step succeeds.
-  async step(data, dims) {
-    checkInput(data, dims, this.config, this.pastTokens);
-    const [batch, tokens] = dims;
-    if (this.pastTokens && batch !== this.batch) {
-      throw new ContractError(`input 'x': expected batch ${this.batch} (the cache's), got ${batch}; call reset() to start a new sequence`);
-    }
-    if (this.pastTokens && tokens > 1 && batch > 1) {
-      throw new ContractError(`input 'x': a chunk of ${tokens} tokens after a past of ${this.pastTokens} needs batch 1 `
-        + `(ONNX Runtime's GroupQueryAttention), got batch ${batch}: feed single tokens`);
-    }
-    if (batch !== this.batch) this.allocate(batch);
-    const { num_heads: h, context_length: ctx, d_out: d } = this.config;
-    const width = h * d;
-    const context = new ort.Tensor('float32', new Float32Array(batch * tokens * width), [batch, tokens, width]);
-    const out = await this.session.run({
-      x: new ort.Tensor('float32', data, dims), past_key: this.key, past_value: this.value,
-      past_tokens: new ort.Tensor('int32', new Int32Array(batch).fill(this.pastTokens), [batch]),
-    }, { context, present_key: this.key, present_value: this.value });
-    const same = (a, b) => a.length === b.length && a.every((v, i) => Object.is(v, b[i]));
-    let written = same(out.context.data, context.data);
-    for (const [name, buffer] of [['present_key', this.key], ['present_value', this.value]]) {
-      for (let row = 0; written && row < batch * h; row++) {  // the new rows [pastTokens, pastTokens + tokens)
-        const from = (row * ctx + this.pastTokens) * d, to = from + tokens * d;
-        written = same(out[name].data.subarray(from, to), buffer.data.subarray(from, to));
-      }
-    }
-    if (!written) {
-      throw new ArtifactError(`${this.file}: expected onnxruntime-node to write its outputs into the preallocated tensors, `
-        + 'it wrote elsewhere');
-    }
-    this.pastTokens += tokens;
-    return { data: context.data, dims: context.dims };
+    const { session, config, file } = await openSession(artifact, model);
+    attention.InPlaceDecodeSession.checkForm(session, file);
+    return new InPlaceDecodeSession(ort, session, config, file, { alias: true });
   }
 }
 

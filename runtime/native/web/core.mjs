@@ -2,16 +2,17 @@
 // Platform-neutral: the caller passes the `ort` module and an `io` object:
 //   io.bytes(rel) -> Promise<Uint8Array>, io.json(rel) -> Promise<object>, io.sha256(Uint8Array) -> Promise<hex>,
 //   io.where: the artifact folder, for messages. `rel` is a path inside the artifact folder.
-// Mirrors runtime/native/node/mha.js: the contract comes from manifest.json, every model file is checked against
-// the manifest's sha256 and size before it is loaded, and decode artifacts run each case's schedule of chunks
-// (validated first, with the words of mha.js and the C runner).
-import { checkSchedule, compare } from '../common/rules.mjs';
+// The runner is runtime/native/common/attention.mjs, the one runtime/native/node/mha.js runs too (the input contract
+// and the sessions of the three forms); this file is its wasm host and check: the contract comes from manifest.json,
+// every model file is checked against the manifest's sha256 and size before it is loaded, and decode artifacts run
+// each case's schedule of chunks (validated first, with the words of mha.js and the C runner).
+import {
+  ArtifactError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, DecodeSession, InPlaceDecodeSession, ONNX_RUNTIME, PlainSession,
+  checkDigest, checkSchedule, checkShape as checkDims, checkSize, compare, f32,
+} from '../common/attention.mjs';
 
-export { checkSchedule, compare };
+export { ArtifactError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, ONNX_RUNTIME, checkSchedule, compare, f32 };
 
-export const ONNX_RUNTIME = 'onnxruntime';
-export const DECODE_RUNTIME = 'onnxruntime-decode';
-export const DECODE_INPLACE_RUNTIME = 'onnxruntime-decode-inplace';
 const DECODE_RUNTIMES = [DECODE_RUNTIME, DECODE_INPLACE_RUNTIME];
 
 // The tutorial's six tokens "Your journey starts with one step" (3-dim embeddings), fed as a batch of two.
@@ -20,33 +21,9 @@ export const BOOK_INPUT = [
   [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55],
 ];
 
-export class ArtifactError extends Error {}
-
-// Raw little-endian float32, whatever the host's byte order.
-export function f32(bytes, where) {
-  if (bytes.byteLength % 4) throw new ArtifactError(`${where}: ${bytes.byteLength} bytes is not a whole number of float32 values`);
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const out = new Float32Array(bytes.byteLength / 4);
-  for (let i = 0; i < out.length; i++) out[i] = view.getFloat32(4 * i, true);
-  return out;
-}
-
 // Refuse what breaks the contract before ONNX Runtime sees it (the messages of mha.js and the C runner).
 export function checkShape(dims, config, pastTokens = 0) {
-  if (dims.length !== 3) throw new ArtifactError(`input 'x': expected rank 3 [batch, tokens, ${config.d_in}], got rank ${dims.length}`);
-  const [batch, tokens, dIn] = dims;
-  const maxTokens = config.context_length - pastTokens;
-  if (dIn !== config.d_in) throw new ArtifactError(`input 'x': expected last axis d_in=${config.d_in}, got ${dIn}`);
-  if (batch < 1) throw new ArtifactError(`input 'x': expected batch >= 1, got ${batch}`);
-  if (tokens < 1 || tokens > maxTokens) {
-    const limit = pastTokens ? `context_length - past_tokens = ${maxTokens}` : `context_length=${config.context_length}`;
-    throw new ArtifactError(`input 'x': expected 1 <= tokens <= ${limit}, got ${tokens}`);
-  }
-}
-
-function hexdigestMismatch(where, name, digest, expected) {
-  return new ArtifactError(`${where}/${name}: sha256 ${digest.slice(0, 12)}... differs from the manifest's `
-    + `${expected.slice(0, 12)}...; the file was altered: re-export it with \`mha export\``);
+  checkDims(dims, config, pastTokens, ArtifactError);
 }
 
 // A model file's bytes, only if its size and sha256 are the manifest's.
@@ -54,11 +31,8 @@ export async function verifiedBytes(io, manifest, name) {
   const entry = (manifest.files || {})[name];
   if (!entry) throw new ArtifactError(`${name}: not listed in ${io.where}/manifest.json`);
   const bytes = await io.bytes(name);
-  if (bytes.length !== entry.size) {
-    throw new ArtifactError(`${io.where}/${name}: expected ${entry.size} bytes (manifest), found ${bytes.length}; file truncated or replaced`);
-  }
-  const digest = await io.sha256(bytes);
-  if (digest !== entry.sha256) throw hexdigestMismatch(io.where, name, digest, entry.sha256);
+  checkSize(`${io.where}/${name}`, entry, bytes);
+  checkDigest(`${io.where}/${name}`, entry, await io.sha256(bytes));
   return bytes;
 }
 
@@ -78,58 +52,32 @@ function runtimeReason(e) {
   return String((e && e.message) || e).split('\n')[0];
 }
 
-// One forward pass of x [b, t, d_in] through a plain artifact -> Float32Array [b, t, width].
-async function runPlain(ort, session, x, dims) {
-  const out = await session.run({ x: new ort.Tensor('float32', x, dims) });
-  return out.context.data;
+// The session of an artifact's form over a loaded session (the in-place form fed back: onnxruntime-web's wasm backend
+// copies tensors into and out of its own memory and leaves preallocated output tensors unwritten).
+function runnerOf(ort, session, config, entry) {
+  if (entry.runtime === DECODE_INPLACE_RUNTIME) return new InPlaceDecodeSession(ort, session, config, entry.file, { alias: false });
+  if (entry.runtime === DECODE_RUNTIME) return new DecodeSession(ort, session, config, entry.file);
+  return new PlainSession(ort, session, config, entry.file);
 }
 
-// Feed x [b, t, d_in] to `step` in the schedule's chunks, in order; `step(chunk, start, n)` runs one chunk
-// (a Tensor [b, n, d_in] starting at token `start`) and returns its context [b, n, width], put back in place.
-async function runSchedule(ort, x, dims, schedule, config, width, step) {
+// Feed x [b, t, d_in] to a decode runner in the schedule's chunks, in order, from an empty cache (zeroed buffers for
+// the in-place form); each chunk's context [b, n, width] is put back in place -> Float32Array [b, t, width].
+async function runSchedule(runner, x, dims, schedule, config, width) {
   const [b, t, dIn] = dims;
   const got = new Float32Array(b * t * width);
+  runner.reset();
   let start = 0;
   for (const n of schedule) {
     checkShape([b, n, dIn], config, start);
     const chunk = new Float32Array(b * n * dIn);
     for (let i = 0; i < b; i++) chunk.set(x.subarray((i * t + start) * dIn, (i * t + start + n) * dIn), i * n * dIn);
-    const c = await step(new ort.Tensor('float32', chunk, [b, n, dIn]), start, n);
+    const c = (await runner.forward(chunk, [b, n, dIn])).data;
     if (c.length !== b * n * width) throw new ArtifactError(`output 'context': expected ${b * n * width} values [${b},${n},${width}], got ${c.length}`);
     for (let i = 0; i < b; i++) got.set(c.subarray(i * n * width, (i + 1) * n * width), (i * t + start) * width);
     start += n;
   }
   if (start !== t) throw new ArtifactError(`schedule adds up to ${start} tokens, expected ${t}`);
   return got;
-}
-
-// The decode form from an empty cache, each chunk's present_key/present_value fed to the next as its past.
-async function runDecode(ort, session, x, dims, schedule, config, width) {
-  const { num_heads: h, d_out: d } = config;
-  let past = { past_key: new ort.Tensor('float32', new Float32Array(0), [dims[0], h, 0, d]) };
-  past.past_value = past.past_key;
-  return runSchedule(ort, x, dims, schedule, config, width, async (chunk) => {
-    const out = await session.run({ x: chunk, ...past });
-    past = { past_key: out.present_key, past_value: out.present_value };
-    return out.context.data;
-  });
-}
-
-// The in-place form from zeroed buffers of [b, heads, context_length, d_out] (rows at and after past_tokens are never
-// read). onnxruntime-web's wasm backend copies tensors into and out of its own memory and leaves preallocated
-// output tensors unwritten, so each step's present_key/present_value are fed back as the next step's past.
-async function runDecodeInplace(ort, session, x, dims, schedule, config, width) {
-  const [b] = dims;
-  const { num_heads: h, context_length: ctx, d_out: d } = config;
-  let past = {
-    past_key: new ort.Tensor('float32', new Float32Array(b * h * ctx * d), [b, h, ctx, d]),
-    past_value: new ort.Tensor('float32', new Float32Array(b * h * ctx * d), [b, h, ctx, d]),
-  };
-  return runSchedule(ort, x, dims, schedule, config, width, async (chunk, start) => {
-    const out = await session.run({ x: chunk, ...past, past_tokens: new ort.Tensor('int32', new Int32Array(b).fill(start), [b]) });
-    past = { past_key: out.present_key, past_value: out.present_value };
-    return out.context.data;
-  });
 }
 
 function median(values) {
@@ -159,7 +107,7 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
     const record = { file: entry.file, runtime: entry.runtime, sha256: manifest.files[entry.file]?.sha256 ?? null,
       loaded: false, not_loadable: null, error: null, load_ms: null, passed: 0, failed: 0, median_ms: null, cases: [] };
     artifacts.push(record);
-    let session = null;
+    let session = null, runner = null;
     try {
       const bytes = await verifiedBytes(io, manifest, entry.file);
       const t0 = now();
@@ -172,6 +120,7 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
       }
       record.load_ms = now() - t0;
       record.loaded = true;
+      runner = runnerOf(ort, session, config, entry);
     } catch (e) {
       record.error = runtimeReason(e);
     }
@@ -195,9 +144,8 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
         const schedule = decode ? (entry.schedules || {})[c.name] : null;
         if (decode && !schedule) throw new ArtifactError(`no decode schedule for ${c.name} in cases.json`);
         if (decode) checkSchedule(schedule, c.input_shape, inplace, ArtifactError);
-        const run = inplace ? runDecodeInplace : runDecode;
-        const once = () => (schedule ? run(ort, session, x, c.input_shape, schedule, config, width)
-          : runPlain(ort, session, x, c.input_shape));
+        const once = async () => (schedule ? runSchedule(runner, x, c.input_shape, schedule, config, width)
+          : (await runner.forward(x, c.input_shape)).data);
         const got = await once();
         const caseTimes = [];
         for (let r = 0; r < repeats; r++) {
@@ -251,7 +199,7 @@ export async function bookRow(ort, io) {
   checkShape(dims, manifest.config);
   const session = await openSession(ort, await verifiedBytes(io, manifest, 'mha.onnx'));
   try {
-    const context = await runPlain(ort, session, flat, dims);
+    const context = (await new PlainSession(ort, session, manifest.config, 'mha.onnx').forward(flat, dims)).data;
     return Array.from(context.subarray(0, manifest.config.num_heads * manifest.config.d_out));
   } finally {
     await session.release();

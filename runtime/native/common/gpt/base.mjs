@@ -1,0 +1,27 @@
+// The GPT runner's shared names (runtime/native/common/gpt.mjs re-exports them): its two error classes, the manifest's
+// kind and format, the file names of a GPT folder, the decoder forms, and the small helpers every part uses.
+export class ArtifactError extends Error {}
+export class ContractError extends Error {}
+
+export const GPT_KIND = 'gpt';
+export const GPT_MANIFEST_FORMAT = 1;
+export const GENERATIONS_FILE = 'golden/generations.json';
+export const CONCAT_FORM = 'gpt.onnx';
+export const INPLACE_FORM = 'gpt.inplace.onnx';
+export const TOKENIZER_FILE = 'tokenizer.json';
+export const TOKENIZER_CONFIG = 'tokenizer_config.json';
+// The fp32 forms the golden generations (golden/generations.json) are checked on (as `mha check`), in that order;
+// the lossy forms (MatMulNBits) reproduce their own golden generations (the manifest entry's "generations"),
+// checked where the runner asks for them (`lossy`: Node runs them; onnxruntime-web's kernels are not the ones they
+// were recorded with).
+export const FP32_FORMS = [CONCAT_FORM, INPLACE_FORM];
+export const LOSSY_FORMS = ['gpt.inplace.int8.onnx', 'gpt.inplace.int4.onnx'];
+
+export const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+export const firstLine = (e) => String((e && e.message) || e).split('\n')[0];
+
+// A file name inside the folder: no absolute path, no '.', '..' or empty part, no backslash.
+export function plainName(name) {
+  return typeof name === 'string' && name !== '' && !name.startsWith('/') && !name.includes('\\')
+    && name.split('/').every((p) => p !== '' && p !== '.' && p !== '..');
+}

@@ -1,0 +1,41 @@
+// The tokenizer of a GPT folder (runtime/native/common/gpt.mjs re-exports it) and the streamed text of a generation.
+import { ArtifactError, TOKENIZER_CONFIG, TOKENIZER_FILE, firstLine } from './base.mjs';
+import { verifiedJson } from './folder.mjs';
+
+// tokenizer.json (and tokenizer_config.json when listed), sha256-checked, through the caller's Tokenizer class
+// (@huggingface/tokenizers); a vocabulary of another size than the model's is refused.
+export async function loadTokenizer(io, manifest, Tokenizer) {
+  if (!manifest.tokenizer) return null;
+  const file = manifest.tokenizer.file || TOKENIZER_FILE;
+  const json = await verifiedJson(io, manifest, file);
+  const config = Object.hasOwn(manifest.files, TOKENIZER_CONFIG) ? await verifiedJson(io, manifest, TOKENIZER_CONFIG) : {};
+  const ids = new Set(Object.values(json?.model?.vocab || {}));
+  for (const t of json?.added_tokens || []) ids.add(t.id);
+  if (ids.size !== manifest.config.vocab_size) {
+    throw new ArtifactError(`${io.where}/${file}: a vocabulary of ${ids.size} tokens, expected the model's vocab_size ${manifest.config.vocab_size}`);
+  }
+  let tok;
+  try {
+    tok = new Tokenizer(json, config);
+  } catch (e) {
+    throw new ArtifactError(`${io.where}/${file}: not a tokenizers JSON file (${firstLine(e)})`);
+  }
+  return {
+    encode: (text) => (text === '' ? [] : Array.from(tok.encode(text, { add_special_tokens: false }).ids)),
+    decode: (ids) => (ids.length ? tok.decode(Array.from(ids), { skip_special_tokens: false }) : ''),
+  };
+}
+
+// The text of a growing id list, piece by piece: a piece that ends inside a UTF-8 character waits.
+export class TextStream {
+  constructor(tokenizer) { this.tokenizer = tokenizer; this.ids = []; this.sent = 0; }
+
+  push(token) {
+    this.ids.push(token);
+    const text = this.tokenizer.decode(this.ids);
+    if (text.endsWith('\ufffd')) return '';
+    const piece = text.slice(this.sent);
+    this.sent = text.length;
+    return piece;
+  }
+}
