@@ -10,7 +10,8 @@ def test_runtime_imports_and_runs_without_torch(seed_dir: Path) -> None:
     code = (
         "import sys, numpy as np\n"
         "import mha_runtime, mha_runtime.infer.golden_check as golden, mha_runtime.infer.npy\n"
-        "import mha_runtime.serve.launcher, mha_runtime.serve.attention.app, mha_runtime.serve.gpt.app\n"
+        "import mha_runtime.serve.launcher, mha_runtime.serve.deployment\n"
+        "import mha_runtime.serve.attention.replica, mha_runtime.serve.gpt.replica\n"
         "import mha_runtime.serve.attention.loadtest, mha_runtime.serve.gpt.loadtest, mha_runtime.triton\n"
         "import mha_runtime.cli.main\n"
         "from mha_runtime.infer.runner import OnnxRunner\n"

@@ -1,5 +1,6 @@
 """The table of model kinds (torch-free): per kind, what makes its folders, how `mha check` judges its golden cases,
-how `mha inspect` shows it, the HTTP route it is served on, how `mha serve` prepares it and its Ray deployment. A
+how `mha inspect` shows it, the HTTP route it is served on, how `mha serve` prepares it and its model in a
+replica of the one Ray deployment (serve/deployment.py). A
 folder's kind is read from its manifest (artifact.manifest.folder_kind); the commands look the kind up here instead
 of asking "is it a GPT?".
 
@@ -23,7 +24,8 @@ class ModelKind:
     checker: str  # "module:function"(folder, provider=, threads=) -> list[CaseResult]
     inspector: str  # "module:function"(folder, as_json=) -> None
     preparer: str  # "module:function"(ServeOptions) -> (files for the replicas, /v1/contract's answer)
-    deployment: str  # "module:function"(options, files, info, settings) -> the bound Serve application
+    replicator: str  # "module:class"(files, options, info) -> the kind's model in a replica (a KindReplica)
+    requests_per_slot: int  # requests a replica may hold per batch slot (those past the slots wait in it)
 
     def check(self, folder: Path, *, provider: str, threads: int | None) -> list[Any]:
         return _load(self.checker)(folder, provider=provider, threads=threads)  # type: ignore[no-any-return]
@@ -34,10 +36,9 @@ class ModelKind:
     def prepare_serving(self, options: Any) -> tuple[dict[str, bytes], dict[str, Any]]:
         return _load(self.preparer)(options)  # type: ignore[no-any-return]
 
-    def application(self, options: Any, files: dict[str, bytes], info: dict[str, Any],
-                    settings: dict[str, Any]) -> Any:
-        """Imports Ray: only after the launcher has set Ray's environment."""
-        return _load(self.deployment)(options, files, info, settings)
+    def replica(self, files: dict[str, bytes], options: Any, info: dict[str, Any]) -> Any:
+        """Imports the kind's serving modules (Ray for the attention): only inside a replica."""
+        return _load(self.replicator)(files, options, info)
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -51,11 +52,12 @@ KINDS: dict[str, ModelKind] = {
                               "mha_runtime.infer.golden_check:check_golden",
                               "mha_runtime.cli.attention_inspect:inspect_attention",
                               "mha_runtime.serve.attention.prepare:prepare_attention",
-                              "mha_runtime.serve.attention.app:application"),
+                              "mha_runtime.serve.attention.replica:ContextReplica", 2),
     GPT_KIND: ModelKind(GPT_KIND, "`mha export --gpt`", "/v1/generate",
                         "mha_runtime.gpt.golden_check:check_generations",
                         "mha_runtime.cli.gpt_inspect:inspect_gpt",
-                        "mha_runtime.serve.gpt.prepare:prepare_gpt", "mha_runtime.serve.gpt.app:application"),
+                        "mha_runtime.serve.gpt.prepare:prepare_gpt",
+                        "mha_runtime.serve.gpt.replica:GenerateReplica", 4),
 }
 
 

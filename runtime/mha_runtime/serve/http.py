@@ -1,6 +1,6 @@
 """The HTTP skeleton every model kind is served through, without the server: routes, the health and contract
 routes, the refusals and the 500 line. A kind gives its one POST route (`KindService.route`) and its handler
-(`work`); Ray Serve wraps the service (app.py, gpt/app.py), tests drive it directly.
+(`work`); Ray Serve wraps the service (deployment.py), tests drive it directly.
 
     POST <route>       the kind's work: /v1/context (attention), /v1/generate (GPT)
     GET  /v1/health    {"status": "ok", ...the kind's counts}

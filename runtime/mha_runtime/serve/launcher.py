@@ -193,7 +193,9 @@ def _application(options: ServeOptions, files: dict[str, bytes], info: dict[str,
     """The bound Serve application of the folder's kind (its deployment, with the settings every kind shares)."""
     settings = dict(num_replicas=options.replicas, graceful_shutdown_wait_loop_s=0.2,
                     graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S)
-    return kind_of(options.artifact).application(options, files, info, settings)
+    from mha_runtime.serve.deployment import application
+
+    return application(kind_of(options.artifact).name, options, files, info, settings)
 
 
 def _shutdown(local: bool) -> None:

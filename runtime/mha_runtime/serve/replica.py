@@ -1,17 +1,29 @@
-"""What every kind's Ray Serve replica shares (app.py, gpt/app.py): the folder's files as shipped through Ray's
-object store laid out again, a request's body as the services read it, and a service's reply as Starlette's."""
+"""What every kind's model in a Ray Serve replica (serve/deployment.py) is and shares: the `KindReplica` protocol,
+the folder's files as shipped through Ray's object store laid out again, a request's body as the services read it,
+and a service's reply as Starlette's."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from mha_runtime.artifact.errors import RequestError
 from mha_runtime.serve.http import Reply, StreamReply
+
+
+class KindReplica(Protocol):
+    """A kind's model in one replica (attention/replica.py, gpt/replica.py), made by the kinds table's `replica`
+    from the shipped files, the server's options and /v1/contract's answer."""
+
+    async def handle(self, method: str, path: str, headers: Mapping[str, str],
+                     body: AsyncIterator[bytes]) -> Reply | StreamReply: ...
+
+    def close(self) -> None: ...
 
 
 @contextmanager

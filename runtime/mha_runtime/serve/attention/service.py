@@ -1,5 +1,5 @@
 """The attention's HTTP route in the one skeleton (http.py: health, contract, refusals, the 500 line). Ray
-Serve wraps it (attention/app.py); tests drive it directly.
+Serve wraps it (attention/replica.py); tests drive it directly.
 
     POST /v1/context   {"x": [[[...]]]} or a .npy body -> the context in the same format
     GET  /v1/health    {"status": "ok"}

@@ -1,5 +1,5 @@
 """The GPT's HTTP route in the one skeleton (serve/http.py: health, contract, refusals, the 500 line): body limit,
-the answer or the stream. Ray Serve wraps it (gpt/app.py); tests drive it directly.
+the answer or the stream. Ray Serve wraps it (gpt/replica.py); tests drive it directly.
 
     POST /v1/generate  wire.py's request -> one JSON answer, or Server-Sent Events with "stream": true
     GET  /v1/health    {"status": "ok", "running", "queued", "steps", "cancelled": counts of the engine}

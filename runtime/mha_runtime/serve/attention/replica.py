@@ -1,46 +1,42 @@
-"""The Ray Serve deployment: each replica holds one OnnxRunner and batches requests with `@serve.batch`.
+"""The attention's model in a replica (serve/deployment.py): one OnnxRunner whose requests are batched with
+`@serve.batch`.
 
-Imports ray at module level: only `mha_runtime.serve.launcher` (after setting Ray's environment) imports this module.
+Imports ray at module level: only the deployment (after the launcher has set Ray's environment) loads this module.
 """
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import numpy as np
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import Response
 
 from mha_runtime.infer.runner import OnnxRunner
 from mha_runtime.serve.attention.batching import run_grouped, work
 from mha_runtime.serve.attention.service import Answer, ContextService
+from mha_runtime.serve.http import Reply, StreamReply
 from mha_runtime.serve.options import ServeOptions
-from mha_runtime.serve.replica import request_body, shipped_folder, to_response
+from mha_runtime.serve.replica import shipped_folder
 
 
-def runner_from_files(files: dict[str, bytes], *, model: str, provider: str, threads: int | None) -> OnnxRunner:
-    """An OnnxRunner from the artifact's manifest and model bytes, shipped by the driver (replica.py)."""
-    with shipped_folder(files) as folder:
-        return OnnxRunner(folder, model=model, provider=provider, threads=threads)  # the session keeps the bytes
+class ContextReplica:
+    """The runner, its batcher and the attention's service. `@serve.batch` keeps one queue per decorated method in
+    the process; a replica process holds one ContextReplica."""
 
-
-@serve.deployment(ray_actor_options={"num_cpus": 0})  # Ray's default of 1 CPU each would leave replicas pending
-class ContextDeployment:
-    """The HTTP ingress and the model in one replica: one hop from Serve's proxy to the runner."""
-
-    def __init__(self, files: dict[str, bytes], *, model: str, provider: str, threads: int | None, max_batch: int,
-                 batch_wait_s: float, info: dict[str, Any]) -> None:
-        self.runner = runner_from_files(files, model=model, provider=provider, threads=threads)
+    def __init__(self, files: dict[str, bytes], options: ServeOptions, info: dict[str, Any]) -> None:
+        with shipped_folder(files) as folder:  # the session keeps the bytes
+            self.runner = OnnxRunner(folder, model=info["model"], provider=options.provider, threads=options.threads)
         self.runner.run(np.zeros((1, 1, self.runner.config.d_in), np.float32))  # warm-up: the first request is not slow
+        batch_wait_s = options.batch_wait_ms / 1000.0
         # The decorator's settings, per replica process (its arguments below are placeholders).
-        self.run_batch.set_max_batch_size(max_batch)
+        self.run_batch.set_max_batch_size(options.max_batch)
         self.run_batch.set_batch_wait_timeout_s(batch_wait_s)
         self.cost = work(self.runner.config)
         # With no batch wait, a request alone in the replica skips the batcher's queue (below).
         self.bypass = batch_wait_s == 0.0
-        self.in_flight = 0  # HTTP requests inside this replica's __call__
-        self.service = ContextService(config=self.runner.config, info=info, max_batch=max_batch,
+        self.in_flight = 0  # HTTP requests inside this replica's handle
+        self.service = ContextService(config=self.runner.config, info=info, max_batch=options.max_batch,
                                       infer=self.infer)
 
     async def infer(self, x: np.ndarray) -> Answer:
@@ -69,17 +65,13 @@ class ContextDeployment:
             answers = await asyncio.to_thread(run_grouped, self.runner.run, xs, self.cost)
         return [Answer(out, size, tokens) for out, size, tokens in answers]
 
-    async def __call__(self, request: Request) -> Response:
+    async def handle(self, method: str, path: str, headers: Mapping[str, str],
+                     body: AsyncIterator[bytes]) -> Reply | StreamReply:
         self.in_flight += 1
         try:
-            reply = await self.service.handle(request.method, request.url.path, request.headers, request_body(request))
+            return await self.service.handle(method, path, headers, body)
         finally:
             self.in_flight -= 1
-        return to_response(reply)
 
-
-def application(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any], settings: dict[str, Any]) -> Any:
-    """The attention's bound deployment: Ray's default of 5 requests in flight would cap every batch at 5."""
-    return ContextDeployment.options(max_ongoing_requests=max(2 * options.max_batch, 32), **settings).bind(
-        files, model=info["model"], provider=options.provider, threads=options.threads, max_batch=options.max_batch,
-        batch_wait_s=options.batch_wait_ms / 1000.0, info=info)
+    def close(self) -> None:
+        """Nothing to stop: the runner goes with the process."""
