@@ -1,5 +1,5 @@
-/* json_fuzz: feed the manifest/config reader and the golden/cases.json reader (common/json.c,
- * common/artifact.c) hostile variants of a real manifest.json and of the cases.json beside it, in process,
+/* json_fuzz: feed the manifest/config reader and the golden/cases.json reader (common/json.c's walk over cJSON's
+ * tree, common/artifact.c) hostile variants of a real manifest.json and of the cases.json beside it, in process,
  * for the AddressSanitizer/UBSan build:
  *
  *   json_fuzz_asan MANIFEST.json [ITERATIONS] [SEED]
@@ -11,6 +11,8 @@
  * input sits in a buffer of exactly its size (no terminator), so a read past its end is a sanitizer report.
  * Checks: each input is either accepted or refused with a non-empty one-line message; an accepted pair holds
  * what its checks promise (counts that match its shape, a schedule adding up to tokens). Exit 1 otherwise.
+ * libcjson.so itself is Debian's, not instrumented: what this run checks is json.c's scan of the text and walk, and
+ * artifact.c (a shape3 without its rank check, say, is a stack-buffer-overflow in the test's 3000-edit run).
  * stdout is one line about the manifest (four counts, which tests/test_native.py reads); the cases.json
  * summary goes to stderr.
  */
@@ -114,7 +116,9 @@ static const char *const tokens[] = {"{", "}", "[", "]", ",", ":", "\"", "\\", "
                                      "[1, 1, 3]", "[4611686018427387904, 1, 3]", "[-1, 6, 3]", "[1, 1099511627776, 3]",
                                      "\"atol\": -1", "\"rel_l2\": \"x\"", "[9, -3]", "[3, 0, 3]", "[1, 1, 1, 1, 1, 1, 1]",
                                      "\"../../etc/passwd\"", "\"\\n\"", "\"onnxruntime-decode-inplace\"",
-                                     "\"schedules\": {}", "2.5", "0.005"};
+                                     "\"schedules\": {}", "2.5", "0.005",
+                                     /* what cJSON accepts and the walk refuses */
+                                     "01", "1.", "-.5", "\\uzzzz", "\\u00", "\xef\xbb\xbf", "\"d_in\": 3, \"d_in\": 3"};
 
 /* What a number is swapped for: the edits that keep the text JSON, so the checks after parsing see them. */
 static const char *const values[] = {"0", "1", "-1", "2", "3", "6", "7", "48", "49", "1e999", "2.5", "0.5", "-0",

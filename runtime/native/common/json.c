@@ -1,7 +1,15 @@
-/* See json.h. Recursive descent over (text, len) with an explicit end pointer. */
-#define _POSIX_C_SOURCE 200809L  /* newlocale, uselocale, freelocale */
+/* See json.h. cJSON parses; a short walk over its tree copies it into JsonValue and enforces what cJSON lets through:
+ * duplicate member names, nesting depth, members per container, and the number text (cJSON keeps only a double), read
+ * from the source by a scan that also refuses control characters and \u0000. cJSON 1.7.18 (Debian trixie's libcjson1,
+ * fetched by runtime/native/c/fetch_debs.sh) accepts, and this file refuses: leading zeros, "1.", "-.5", numbers past
+ * the double range (it makes them inf), duplicate names, \u0000 (it cuts the string there), control characters in a
+ * string or between tokens (it skips every byte <= 0x20 as white space), a leading UTF-8 byte order mark, and text
+ * after the value. It refuses by itself +1, .5, NaN, Infinity, comments, trailing commas, bad escapes and lone
+ * surrogates; invalid UTF-8 in a string passes, as it did before cJSON. */
+#define _POSIX_C_SOURCE 200809L  /* newlocale, uselocale, freelocale, strdup */
 #include "json.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <locale.h>
 #include <math.h>
@@ -16,28 +24,29 @@
 #define MAX_NUMBER 64  /* characters in one number; Python's repr of a float needs at most 24 */
 
 typedef struct {
-    const char *start, *p, *end;
+    const char *start, *p, *end;  /* the text, and how far the scan for the next number has read it */
     char *err;
     size_t errlen;
-    size_t values;
     int failed;
-} Parser;
+} Walk;
 
-static void fail(Parser *ps, const char *fmt, ...) {
-    if (ps->failed) return;
-    ps->failed = 1;
+static void fail(Walk *w, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(Walk *w, const char *at, const char *fmt, ...) {  /* at: where in the text, or NULL */
+    if (w->failed) return;
+    w->failed = 1;
     char what[200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    snprintf(ps->err, ps->errlen, "%s at byte %zu", what, (size_t)(ps->p - ps->start));
+    if (at) snprintf(w->err, w->errlen, "%s at byte %zu", what, (size_t)(at - w->start));
+    else snprintf(w->err, w->errlen, "%s", what);
 }
 
-/* What the parser found, for "expected X, got Y". */
-static const char *found(const Parser *ps) {
-    if (ps->p >= ps->end) return "the end of the text";
-    unsigned char c = (unsigned char)*ps->p;
+/* What the text holds at q, for "expected X, got Y". */
+static const char *found(const Walk *w, const char *q) {
+    if (q >= w->end) return "the end of the text";
+    unsigned char c = (unsigned char)*q;
     if (c == '"') return "a string";
     if (c == '{') return "'{'";
     if (c == '[') return "'['";
@@ -50,99 +59,132 @@ static const char *found(const Parser *ps) {
     return one[slot];
 }
 
-static void skip_space(Parser *ps) {
-    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r')) ps->p++;
-}
+static int digit(const char *q, const char *end) { return q < end && *q >= '0' && *q <= '9'; }
+static int hex_digit(char c) { return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f'); }
 
-static int literal(Parser *ps, const char *word) {
-    size_t n = strlen(word);
-    if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, word, n) != 0) return 0;
-    ps->p += n;
-    return 1;
-}
-
-static int hex4(Parser *ps, unsigned *out) {
-    if (ps->end - ps->p < 4) { fail(ps, "expected 4 hex digits after \\u, got the end of the text"); return 0; }
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = ps->p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else { fail(ps, "expected 4 hex digits after \\u"); return 0; }
+/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? is all of [q, end); *integer: no fraction and no exponent. */
+static int json_number(const char *q, const char *end, int *integer) {
+    *integer = 1;
+    if (q < end && *q == '-') q++;
+    if (!digit(q, end)) return 0;
+    if (*q == '0') q++;
+    else while (digit(q, end)) q++;
+    if (q < end && *q == '.') {
+        *integer = 0;
+        if (!digit(++q, end)) return 0;
+        while (digit(q, end)) q++;
     }
-    ps->p += 4;
-    *out = v;
-    return 1;
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        *integer = 0;
+        if (++q < end && (*q == '+' || *q == '-')) q++;
+        if (!digit(q, end)) return 0;
+        while (digit(q, end)) q++;
+    }
+    return q == end;
 }
 
-/* A string at ps->p (the opening quote), decoded into a new NUL-terminated buffer. */
-static char *parse_string(Parser *ps, size_t *len_out) {
-    ps->p++;  /* the opening quote */
-    const char *q = ps->p;
-    size_t raw = 0;  /* the decoded text is never longer than the raw one */
-    while (q < ps->end && *q != '"') { if (*q == '\\') { q++; raw++; } if (q < ps->end) { q++; raw++; } }
-    if (q >= ps->end) { fail(ps, "expected a closing '\"', got the end of the text"); return NULL; }
-    char *out = malloc(raw + 1), *w = out;
-    if (!out) { fail(ps, "out of memory"); return NULL; }
-    while (*ps->p != '"') {
-        unsigned char c = (unsigned char)*ps->p;
-        if (c < 0x20) { fail(ps, "expected a string character, got a control character"); free(out); return NULL; }
-        if (c != '\\') { *w++ = (char)c; ps->p++; continue; }
-        ps->p++;
-        char e = *ps->p++;  /* in bounds: the scan above saw the closing quote after it */
-        switch (e) {
-            case '"': *w++ = '"'; break;
-            case '\\': *w++ = '\\'; break;
-            case '/': *w++ = '/'; break;
-            case 'b': *w++ = '\b'; break;
-            case 'f': *w++ = '\f'; break;
-            case 'n': *w++ = '\n'; break;
-            case 'r': *w++ = '\r'; break;
-            case 't': *w++ = '\t'; break;
-            case 'u': {
-                unsigned cp;
-                if (!hex4(ps, &cp)) { free(out); return NULL; }
-                if (cp >= 0xD800 && cp <= 0xDBFF) {  /* a surrogate pair: \uD8xx\uDCxx */
-                    unsigned lo;
-                    if (!(ps->end - ps->p >= 2 && ps->p[0] == '\\' && ps->p[1] == 'u')) {
-                        fail(ps, "expected a low surrogate after \\u%04X", cp); free(out); return NULL;
-                    }
-                    ps->p += 2;
-                    if (!hex4(ps, &lo)) { free(out); return NULL; }
-                    if (lo < 0xDC00 || lo > 0xDFFF) { fail(ps, "expected a low surrogate, got \\u%04X", lo); free(out); return NULL; }
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                    fail(ps, "expected a character, got a lone low surrogate \\u%04X", cp); free(out); return NULL;
-                } else if (cp == 0) {
-                    fail(ps, "expected a string without \\u0000"); free(out); return NULL;
+/* The text of the next number after w->p: numbers come in the order of cJSON's tree. On the way, no control character
+ * in a string, no \u0000 and nothing outside a string that JSON's grammar lacks (cJSON skips it as white space). 1 and
+ * [*num, *num + *len), 0 at the end of the text, -1 on an error. The text is one cJSON accepted: strings end. */
+static int next_number(Walk *w, const char **num, size_t *len) {
+    for (; w->p < w->end; w->p++) {
+        unsigned char c = (unsigned char)*w->p;
+        if (c == '"') {
+            for (w->p++; w->p < w->end && *w->p != '"'; w->p++) {
+                if ((unsigned char)*w->p < 0x20) {
+                    fail(w, w->p, "expected a string character, got a control character");
+                    return -1;
                 }
-                /* UTF-8; never longer than the 6 or 12 raw characters it came from */
-                if (cp < 0x80) *w++ = (char)cp;
-                else if (cp < 0x800) { *w++ = (char)(0xC0 | cp >> 6); *w++ = (char)(0x80 | (cp & 0x3F)); }
-                else if (cp < 0x10000) {
-                    *w++ = (char)(0xE0 | cp >> 12); *w++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *w++ = (char)(0x80 | (cp & 0x3F));
-                } else {
-                    *w++ = (char)(0xF0 | cp >> 18); *w++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-                    *w++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *w++ = (char)(0x80 | (cp & 0x3F));
-                }
-                break;
+                if (*w->p != '\\') continue;
+                if (++w->p == w->end || *w->p != 'u') continue;  /* the escaped character: cJSON checked it */
+                /* cJSON reads \u0000, and \u with a non-hex digit, as a '\0' that cuts the string */
+                int hex = 0;
+                while (hex < 4 && w->p + 1 + hex < w->end && hex_digit(w->p[1 + hex])) hex++;
+                if (hex < 4) { fail(w, w->p - 1, "expected 4 hex digits after \\u"); return -1; }
+                if (memcmp(w->p + 1, "0000", 4) == 0) { fail(w, w->p - 1, "expected a string without \\u0000"); return -1; }
             }
-            default:
-                ps->p--;
-                fail(ps, "expected an escape (one of \"\\/bfnrtu), got %s", found(ps));
-                free(out);
-                return NULL;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            const char *q = w->p;
+            while (q < w->end && (digit(q, w->end) || *q == '.' || *q == 'e' || *q == 'E' || *q == '+' || *q == '-')) q++;
+            *num = w->p;
+            *len = (size_t)(q - w->p);
+            w->p = q;
+            return 1;
+        } else if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c >= 0x80) {
+            fail(w, w->p, "expected a value, got %s", found(w, w->p));
+            return -1;
         }
     }
-    ps->p++;  /* the closing quote */
-    *w = '\0';
-    *len_out = (size_t)(w - out);
-    return out;
+    return 0;
 }
 
-static int digit(const Parser *ps, const char *q) { return q < ps->end && *q >= '0' && *q <= '9'; }
+static JsonValue *convert(Walk *w, const cJSON *item, int depth);
+
+/* A number's JsonValue from its text: cJSON's double, and the integer when the text is one. */
+static int number(Walk *w, const cJSON *item, JsonValue *v) {
+    const char *text;
+    size_t n;
+    int integer;
+    if (next_number(w, &text, &n) != 1) { fail(w, NULL, "expected a number in the text, found none"); return 0; }
+    if (n > MAX_NUMBER) { fail(w, text, "expected a number of at most %d characters, got %zu", MAX_NUMBER, n); return 0; }
+    if (!json_number(text, text + n, &integer)) { fail(w, text, "expected a JSON number, got %.*s", (int)n, text); return 0; }
+    if (!isfinite(item->valuedouble)) { fail(w, text, "expected a finite number, got %.*s", (int)n, text); return 0; }
+    v->type = JSON_NUMBER;
+    v->number = item->valuedouble;
+    if (integer) {
+        char copy[MAX_NUMBER + 1];
+        memcpy(copy, text, n);
+        copy[n] = '\0';
+        errno = 0;
+        long long i = strtoll(copy, NULL, 10);
+        v->is_integer = errno != ERANGE;
+        v->integer = v->is_integer ? i : 0;
+    }
+    return 1;
+}
+
+/* The elements or members of a container, with unique names. */
+static int children(Walk *w, const cJSON *item, JsonValue *v, int depth) {
+    JsonValue **tail = &v->child;
+    size_t count = 0;
+    for (const cJSON *c = item->child; c; c = c->next) {
+        if (++count > MAX_MEMBERS) { fail(w, NULL, "expected at most %d members or elements", MAX_MEMBERS); return 0; }
+        if (v->type == JSON_OBJECT)
+            for (const JsonValue *m = v->child; m; m = m->next)
+                if (strcmp(m->key, c->string) == 0) {
+                    fail(w, NULL, "expected unique member names, got '%.60s' twice", c->string);
+                    return 0;
+                }
+        JsonValue *e = convert(w, c, depth + 1);
+        if (!e) return 0;
+        *tail = e;
+        tail = &e->next;
+        if (v->type == JSON_OBJECT && !(e->key = strdup(c->string))) { fail(w, NULL, "out of memory"); return 0; }
+    }
+    return 1;
+}
+
+static JsonValue *convert(Walk *w, const cJSON *item, int depth) {
+    if (depth > MAX_DEPTH) { fail(w, NULL, "expected at most %d nested arrays and objects", MAX_DEPTH); return NULL; }
+    JsonValue *v = calloc(1, sizeof *v);
+    if (!v) { fail(w, NULL, "out of memory"); return NULL; }
+    int ok = 1;
+    if (cJSON_IsObject(item) || cJSON_IsArray(item)) {
+        v->type = cJSON_IsObject(item) ? JSON_OBJECT : JSON_ARRAY;
+        ok = children(w, item, v, depth);
+    } else if (cJSON_IsString(item)) {
+        v->type = JSON_STRING;
+        if (!(v->str = strdup(item->valuestring))) { fail(w, NULL, "out of memory"); ok = 0; }
+        else v->str_len = strlen(v->str);  /* whole: the scan refuses \u0000 */
+    } else if (cJSON_IsNumber(item)) {
+        ok = number(w, item, v);
+    } else if (cJSON_IsBool(item)) {
+        v->type = JSON_BOOL;
+        v->boolean = cJSON_IsTrue(item);
+    }  /* else null (cJSON_Raw and cJSON_Invalid are not parsed) */
+    if (!ok) { json_free(v); return NULL; }
+    return v;
+}
 
 /* The "C" locale made current for this thread only, so that strtod and printf use '.' as the decimal point
  * whatever setlocale() the embedding program called (a decimal comma would read "0.005" as 0). glibc hands out
@@ -160,137 +202,32 @@ static void c_locale_leave(locale_t c, locale_t old) {
     freelocale(c);
 }
 
-static int parse_number(Parser *ps, JsonValue *v) {
-    const char *q = ps->p;
-    int integer = 1;
-    if (q < ps->end && *q == '-') q++;
-    if (!digit(ps, q)) { ps->p = q; fail(ps, "expected a digit, got %s", found(ps)); return 0; }
-    if (*q == '0') q++;
-    else while (digit(ps, q)) q++;
-    if (q < ps->end && *q == '.') {
-        integer = 0;
-        q++;
-        if (!digit(ps, q)) { ps->p = q; fail(ps, "expected a digit after '.', got %s", found(ps)); return 0; }
-        while (digit(ps, q)) q++;
-    }
-    if (q < ps->end && (*q == 'e' || *q == 'E')) {
-        integer = 0;
-        q++;
-        if (q < ps->end && (*q == '+' || *q == '-')) q++;
-        if (!digit(ps, q)) { ps->p = q; fail(ps, "expected an exponent digit, got %s", found(ps)); return 0; }
-        while (digit(ps, q)) q++;
-    }
-    size_t n = (size_t)(q - ps->p);
-    if (n > MAX_NUMBER) { fail(ps, "expected a number of at most %d characters, got %zu", MAX_NUMBER, n); return 0; }
-    char text[MAX_NUMBER + 1];
-    memcpy(text, ps->p, n);
-    text[n] = '\0';
-    v->type = JSON_NUMBER;
-    locale_t c, old;  /* the text is the JSON grammar, checked above: strtod in the "C" locale reads all of it */
-    if (!c_locale_enter(&c, &old)) { fail(ps, "out of memory (the \"C\" locale for numbers)"); return 0; }
-    errno = 0;
-    v->number = strtod(text, NULL);
-    long long i = 0;
-    int range = 0;
-    if (integer) {
-        errno = 0;
-        i = strtoll(text, NULL, 10);
-        range = errno == ERANGE;
+JsonValue *json_parse(const char *text, size_t len, char *err, size_t errlen) {
+    Walk w = {text, text, text + len, err, errlen, 0};
+    if (errlen) err[0] = '\0';
+    size_t values = 0;  /* cJSON builds the whole tree first: bound it by the commas and brackets (in strings too) */
+    for (size_t i = 0; i < len; i++) values += text[i] == ',' || text[i] == '[' || text[i] == '{';
+    if (values >= MAX_VALUES) { fail(&w, NULL, "expected at most %d values", MAX_VALUES); return NULL; }
+    locale_t c, old;  /* cJSON's strtod, and strtoll here, in the "C" locale */
+    if (!c_locale_enter(&c, &old)) { fail(&w, NULL, "out of memory (the \"C\" locale for numbers)"); return NULL; }
+    const char *end = NULL;  /* bounded by len: no read past it (measured with the text against a guard page) */
+    cJSON *tree = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    JsonValue *root = NULL;
+    if (!tree) {  /* cJSON says where it stopped, not why: at the byte, or one past it in a string or member name */
+        fail(&w, NULL, "expected JSON, got a syntax error near byte %zu", end ? (size_t)(end - text) : 0);
+    } else {
+        const char *rest = end;  /* the text after the value: white space only */
+        while (rest < w.end && (*rest == ' ' || *rest == '\t' || *rest == '\n' || *rest == '\r')) rest++;
+        if (rest < w.end) fail(&w, rest, "expected the end of the text, got %s", found(&w, rest));
+        else root = convert(&w, tree, 0);
+        const char *num;  /* the rest of the text, after the last number */
+        size_t n;
+        int more = root ? next_number(&w, &num, &n) : 0;
+        if (more == 1) fail(&w, num, "expected no number that cJSON did not read, got %.*s", (int)n, num);
+        if (more) { json_free(root); root = NULL; }
+        cJSON_Delete(tree);
     }
     c_locale_leave(c, old);
-    if (!isfinite(v->number)) { fail(ps, "expected a finite number, got %s", text); return 0; }
-    if (integer) {
-        v->is_integer = !range;
-        v->integer = v->is_integer ? i : 0;
-    }
-    ps->p = q;
-    return 1;
-}
-
-static JsonValue *parse_value(Parser *ps, int depth);
-
-static JsonValue *new_value(Parser *ps) {
-    if (++ps->values > MAX_VALUES) { fail(ps, "expected at most %d values", MAX_VALUES); return NULL; }
-    JsonValue *v = calloc(1, sizeof *v);
-    if (!v) fail(ps, "out of memory");
-    return v;
-}
-
-/* Members or elements up to the closing bracket; ps->p is just past the opening one. */
-static int parse_container(Parser *ps, JsonValue *v, int depth) {
-    int object = v->type == JSON_OBJECT;
-    char close = object ? '}' : ']';
-    JsonValue **tail = &v->child;
-    size_t count = 0;
-    skip_space(ps);
-    if (ps->p < ps->end && *ps->p == close) { ps->p++; return 1; }
-    for (;;) {
-        char *key = NULL;
-        if (++count > MAX_MEMBERS) { fail(ps, "expected at most %d members or elements", MAX_MEMBERS); return 0; }
-        skip_space(ps);
-        if (object) {
-            size_t key_len;
-            if (ps->p >= ps->end || *ps->p != '"') { fail(ps, "expected a member name, got %s", found(ps)); return 0; }
-            if (!(key = parse_string(ps, &key_len))) return 0;
-            for (JsonValue *m = v->child; m; m = m->next)
-                if (strcmp(m->key, key) == 0) { fail(ps, "expected unique member names, got '%.60s' twice", key); free(key); return 0; }
-            skip_space(ps);
-            if (ps->p >= ps->end || *ps->p != ':') { fail(ps, "expected ':' after a member name, got %s", found(ps)); free(key); return 0; }
-            ps->p++;
-        }
-        JsonValue *item = parse_value(ps, depth + 1);
-        if (!item) { free(key); return 0; }
-        item->key = key;
-        *tail = item;
-        tail = &item->next;
-        skip_space(ps);
-        if (ps->p < ps->end && *ps->p == ',') { ps->p++; continue; }
-        if (ps->p < ps->end && *ps->p == close) { ps->p++; return 1; }
-        fail(ps, "expected ',' or '%c', got %s", close, found(ps));
-        return 0;
-    }
-}
-
-static JsonValue *parse_value(Parser *ps, int depth) {
-    if (depth > MAX_DEPTH) { fail(ps, "expected at most %d nested arrays and objects", MAX_DEPTH); return NULL; }
-    skip_space(ps);
-    if (ps->p >= ps->end) { fail(ps, "expected a value, got the end of the text"); return NULL; }
-    JsonValue *v = new_value(ps);
-    if (!v) return NULL;
-    int ok = 1;
-    char c = *ps->p;
-    if (c == '{' || c == '[') {
-        v->type = c == '{' ? JSON_OBJECT : JSON_ARRAY;
-        ps->p++;
-        ok = parse_container(ps, v, depth);
-    } else if (c == '"') {
-        v->type = JSON_STRING;
-        ok = (v->str = parse_string(ps, &v->str_len)) != NULL;
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-        ok = parse_number(ps, v);
-    } else if (literal(ps, "true")) {
-        v->type = JSON_BOOL;
-        v->boolean = 1;
-    } else if (literal(ps, "false")) {
-        v->type = JSON_BOOL;
-    } else if (literal(ps, "null")) {
-        v->type = JSON_NULL;
-    } else {
-        fail(ps, "expected a value, got %s", found(ps));
-        ok = 0;
-    }
-    if (!ok) { json_free(v); return NULL; }
-    return v;
-}
-
-JsonValue *json_parse(const char *text, size_t len, char *err, size_t errlen) {
-    Parser ps = {text, text, text + len, err, errlen, 0, 0};
-    if (errlen) err[0] = '\0';
-    JsonValue *root = parse_value(&ps, 0);
-    if (root) {
-        skip_space(&ps);
-        if (ps.p != ps.end) { fail(&ps, "expected the end of the text, got %s", found(&ps)); json_free(root); root = NULL; }
-    }
     return root;
 }
 

@@ -1,8 +1,10 @@
-/* A small, strict JSON reader (RFC 8259) for the machine-written manifest.json, golden/cases.json and the
- * model's config: the text is (pointer, length), never read past its end and never assumed NUL-terminated;
- * depth, size and number length are bounded; duplicate keys, \u0000 and trailing text are refused.
- * Numbers are read in the "C" locale (thread-local uselocale around strtod), so a program that called
- * setlocale(LC_ALL, "") under a decimal-comma locale (de_DE) still reads 0.005 as 0.005. */
+/* A strict JSON reader (RFC 8259) for the machine-written manifest.json, golden/cases.json and the model's config:
+ * cJSON (Debian's libcjson1) parses and json.c walks its tree into JsonValue. The text is (pointer, length), never
+ * read past its end and never assumed NUL-terminated; depth, size and number length are bounded; duplicate keys,
+ * \u0000, control characters and trailing text are refused. Numbers are read in the "C" locale (thread-local
+ * uselocale around cJSON), so a program that called setlocale(LC_ALL, "") under a decimal-comma locale (de_DE) still
+ * reads 0.005 as 0.005. cJSON records a failed parse in a global of its own as well (unread here): json_parse from
+ * two threads at once races on it. */
 #ifndef MHA_JSON_H
 #define MHA_JSON_H
 
@@ -28,7 +30,7 @@ typedef struct JsonValue {
     struct JsonValue *next;  /* next sibling */
 } JsonValue;
 
-/* The parsed document, or NULL with one line in err ("expected ..., got ... at byte N"). */
+/* The parsed document, or NULL with one line in err ("expected ..., got ...", and "at byte N" where known). */
 JsonValue *json_parse(const char *text, size_t len, char *err, size_t errlen);
 void json_free(JsonValue *value);
 /* obj[key], or NULL when obj is not an object or has no such member. */
