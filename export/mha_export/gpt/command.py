@@ -6,9 +6,9 @@ from pathlib import Path
 import click
 
 from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.artifact.manifest import GPT_KIND, folder_kind
 from mha_runtime.gpt.config import GPT_PRESETS, GPTConfig, gpt_preset
-
-HF_CONFIG = "config.json"
+from mha_runtime.gpt.contract import HF_CONFIG
 
 
 def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str | None,
@@ -17,8 +17,8 @@ def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str
     --config."""
     if config_path is not None and presets:
         raise click.UsageError("--preset and --config exclude each other: export a preset or your own config")
-    if config_path is None and not presets and weights is not None and (Path(weights).parent / HF_CONFIG).is_file():
-        config_path = Path(weights).parent / HF_CONFIG
+    if config_path is None and not presets and _checkpoint_config(weights) is not None:
+        config_path = _checkpoint_config(weights)
     if config_path is not None:
         if name is None:
             raise click.UsageError("--config (or a checkpoint's config.json) needs --name NAME (the folder under "
@@ -47,8 +47,8 @@ DECIDED = {"vocab_size": "vocab_size", "context_length": "n_positions", "emb_dim
 def check_beside(config: GPTConfig, source: str, weights: Path | None) -> None:
     """Refuse a config that disagrees with the checkpoint's own config.json beside --weights, field by field: the
     shapes cannot tell n_heads, and a wrong head count gives a silently wrong model."""
-    own_path = None if weights is None else Path(weights).parent / HF_CONFIG
-    if own_path is None or not own_path.is_file() or own_path.resolve() == _resolved(source):
+    own_path = _checkpoint_config(weights)
+    if own_path is None or own_path.resolve() == _resolved(source):
         return
     try:
         own = GPTConfig.from_file(own_path, flag="the checkpoint's")
@@ -61,6 +61,15 @@ def check_beside(config: GPTConfig, source: str, weights: Path | None) -> None:
                 f"{field} {_show(mine)} disagrees with the checkpoint's {own_path} ({hf_name.split()[0]} "
                 f"{_show(theirs)}); export with that config (drop {source.split()[0]}) or give weights it fits",
                 param_hint=f"'{source.split()[0]}'")
+
+
+def _checkpoint_config(weights: Path | None) -> Path | None:
+    """The checkpoint's own config.json beside --weights; not the one in a folder of `mha export --gpt` (its
+    gpt.safetensors has the book's keys, its config.json is Optimum's and transformers.js' view of gpt.onnx:
+    mha_export.gpt.hf_files), whose weights take --config or --preset as before."""
+    if weights is None or not (Path(weights).parent / HF_CONFIG).is_file():
+        return None
+    return None if folder_kind(Path(weights).parent) == GPT_KIND else Path(weights).parent / HF_CONFIG
 
 
 def _resolved(source: str) -> Path | None:

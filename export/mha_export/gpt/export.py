@@ -1,11 +1,13 @@
 """The GPT folder's export: its steps in the one pipeline (pipeline/run.py): weights, decoder forms, tokenizer,
-GenAI config, validation, manifest.
+GenAI config, Hugging Face config (Optimum, transformers.js), validation, manifest.
 
 The fp32 forms are judged against eager PyTorch's logits; the lossy forms (int8, int4) by their quality bar
 (mha_export.gpt.lossy.build). With the default variants a lossy form that cannot meet its bar is left out with one
-line (`ExportResult.notes`), as a missing extra is; asked for by name, it fails the export."""
+line (`ExportResult.notes`), as a missing extra is; asked for by name, it fails the export. The GGUF files (variant
+gguf, on request) are judged by llama.cpp itself (mha_export.gpt.llama.build), the quant types as the lossy forms."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import gc
 import time
@@ -22,6 +24,8 @@ from mha_export.gpt.genai import genai_json
 from mha_export.gpt.golden import form_generations, golden_generations, write_generations
 from mha_export.gpt.graphs.shared import Built
 from mha_export.gpt.graphs.table import GRAPHS
+from mha_export.gpt.hf_files import write_hf_files
+from mha_export.gpt.llama.build import GGUFOutcome, build_ggufs
 from mha_export.gpt.lossy.build import LossyOutcome, build_lossy, quality_windows
 from mha_export.gpt.plan import GPTPlan, plan_gpt
 from mha_export.gpt.tokenizer import TokenizerFiles, read_tokenizer
@@ -37,6 +41,7 @@ from mha_runtime.gpt.contract import (
     CONCAT_FORM,
     FORMS,
     GENAI_CONFIG,
+    GGUF_FORMS,
     INPLACE_FORM,
     PTE_FORM,
     TOKENIZER_CONFIG,
@@ -90,7 +95,7 @@ class GPTExport:
         self.tied = bool(self.record["tied"])
         self.eos = GPT2_EOS_ID if config.vocab_size > GPT2_EOS_ID else None
         self.encode = None if self.tok is None else _encoder(self.tok.tokenizer_json)
-        self.refs = references(model, config)
+        self.refs = references(model, config) if self.plan.files or self.plan.pte else None  # gguf alone: none
         self.golden = golden_generations(model, config, self.encode)
         self.pte = None
         if self.plan.pte:
@@ -121,6 +126,7 @@ class GPTExport:
             else:
                 _save(lambda file=file: GRAPHS[file](state, config, tied=tied), stage / file)
             self.seconds[file] = time.perf_counter() - begin
+        self.gguf = self._build_ggufs(stage, windows, notes) if self.plan.gguf else None
         self.notes = tuple(notes)
         self.files = [f for f in self.plan.files if not FORMS[f].lossy or f in self.lossy]
         self.state = {}  # validation runs on the files alone: free the weights first
@@ -133,8 +139,32 @@ class GPTExport:
             (stage / QUALITY_FILE).write_bytes(windows.to_json())
         if CONCAT_FORM in self.files and self.eos is not None:
             (stage / GENAI_CONFIG).write_bytes(genai_json(config, self.eos))
+        if CONCAT_FORM in self.files:  # Optimum's and transformers.js' view of gpt.onnx
+            note = write_hf_files(stage, config, eos_id=self.eos, tied=tied)
+            self.notes += () if note is None else (note,)
         if self.pte is not None:
             (stage / PTE_FORM).write_bytes(self.pte.data)
+
+    def _build_ggufs(self, stage: Path, windows: Windows | None, notes: list[str]) -> GGUFOutcome:
+        """gpt.gguf and the quant types of the lossy forms built, written from the state and run by llama.cpp
+        (mha_export.gpt.llama.build); a quant type that misses its bar is left out with a note ('all') or fails
+        the export (named), as the lossy ONNX forms."""
+        outcome = build_ggufs(stage, self.state, self.config, tied=self.tied, name=self.name,
+                              tokenizer_json=None if self.tok is None else self.tok.tokenizer_json,
+                              lossy=list(self.lossy), cases=self.golden[0], eager=self.golden[1], windows=windows)
+        notes += outcome.notes
+        (notes if self.plan.lenient else self.failures).extend(outcome.misses)
+        return outcome
+
+    def _record_ggufs(self, stage: Path, outcome: GGUFOutcome) -> None:
+        """What llama.cpp made of the GGUF files; a quant type's own generations written beside eager's."""
+        self.failures += outcome.failures
+        for file, artifact in outcome.artifacts.items():
+            if file in outcome.own:
+                generations = write_generations(stage, *outcome.own[file], self.config, GGUF_FORMS[file].tolerance,
+                                                form=file)
+                artifact = dataclasses.replace(artifact, generations=generations)
+            self.artifacts[file] = artifact
 
     def validate(self, stage: Path, *, progress: bool, label: str) -> None:
         config = self.config
@@ -161,6 +191,8 @@ class GPTExport:
                 passed=report.passed, export_seconds=round(self.seconds[file], 3), **extra)  # type: ignore[arg-type]
             del session
             gc.collect()
+        if self.gguf is not None:  # run by llama.cpp itself in the build step
+            self._record_ggufs(stage, self.gguf)
         if self.pte is not None:
             self.artifacts[PTE_FORM] = self.pte.artifact
             self.failures += self.pte.failures
@@ -172,7 +204,8 @@ class GPTExport:
         return GPTManifest(
             name=self.name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), config=config,
             contract=contract_dict(config, executorch=self.pte is not None),
-            versions=versions() | ({} if self.pte is None else {"executorch": _executorch_version()}),
+            versions=versions() | ({} if self.pte is None else {"executorch": _executorch_version()})
+            | ({} if self.gguf is None else _gguf_versions()),
             weights=self.record | {"parameters": config.parameters(tied=self.tied)},
             tokenizer=None if tok is None else {"file": TOKENIZER_FILE, "vocab_size": tok.vocab_size,
                                                 "built_from": tok.source},
@@ -204,6 +237,14 @@ def _build_lossy(file: str, stage: Path, state: dict[str, torch.Tensor], config:
     reference = make_session(str(stage / INPLACE_FORM), where=str(stage / INPLACE_FORM))
     return build_lossy(FORMS[file], state, config, stage / file, tied=tied,
                        reference=lambda: decoder_for("inplace", reference, config, INPLACE_FORM), windows=windows)
+
+
+def _gguf_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    from mha_runtime.gpt.llama_cpp import SOURCE
+
+    return {"gguf": version("gguf"), "llama.cpp": SOURCE}
 
 
 def _executorch_version() -> str:

@@ -107,7 +107,8 @@ def write_generations(stage: Path, cases: list[GoldenGeneration], logits: dict[s
         (folder / case.first_logits_bin).write_bytes(logits[case.name].tobytes())
         np.save(folder / case.first_logits_npy, logits[case.name], allow_pickle=False)
     reference = ("eager PyTorch: the book's GPTModel (llms_from_scratch ch04), no cache, float32" if form is None
-                 else f"{form} through ONNX Runtime (CPU) at export: a lossy form reproduces its own generations")
+                 else f"{form} through {'llama.cpp' if form.endswith('.gguf') else 'ONNX Runtime'} (CPU) at export: a "
+                      "lossy form reproduces its own generations")
     doc: dict[str, Any] = {
         "format": GENERATIONS_FORMAT, "kind": GENERATIONS_KIND, "reference": reference,
         "vocab_size": cfg.vocab_size, "context_length": cfg.context_length, "eos_applied": False,

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from mha_export.pipeline.budget import PROTOBUF_LIMIT, available_memory, gib
 from mha_runtime.artifact.errors import BadValueError, ConfigError
 from mha_runtime.gpt.config import GPTConfig
-from mha_runtime.gpt.contract import FORMS, GPT_VARIANTS, INPLACE_FORM, PTE_VARIANT
+from mha_runtime.gpt.contract import FORMS, GGUF_FORM, GGUF_VARIANT, GPT_VARIANTS, INPLACE_FORM, PTE_VARIANT
+from mha_runtime.gpt.llama_cpp import BUILD_HINT, program
 
 ALL_VARIANTS = "all"
 # Building and validating holds the eager model, one graph being written and one session: about 4x the fp32
@@ -16,14 +17,15 @@ MEMORY_FACTOR = 4
 
 
 def parse_gpt_variants(text: str | None) -> tuple[str, ...]:
-    """Comma-separated names of GPT_VARIANTS, 'pte' (gpt.pte, on request only: not in 'all') and 'all' (the
-    default: every name of GPT_VARIANTS, a lossy form that misses its bar left out with a note). int8 and int4
-    need inplace (they quantize that graph)."""
+    """Comma-separated names of GPT_VARIANTS, 'pte' (gpt.pte) and 'gguf' (gpt.gguf and the GGUF quant types of
+    the lossy forms built), both on request only (not in 'all'), and 'all' (the default: every name of
+    GPT_VARIANTS, a lossy form that misses its bar left out with a note). int8 and int4 need inplace (they quantize
+    that graph)."""
     names = [n.strip() for n in (text or ALL_VARIANTS).split(",") if n.strip()]
-    known = [ALL_VARIANTS, *GPT_VARIANTS, PTE_VARIANT]
+    known = [ALL_VARIANTS, *GPT_VARIANTS, PTE_VARIANT, GGUF_VARIANT]
     bad = [n for n in names if n not in known]
     if bad or not names:
-        raise BadValueError(f"--variants: expected 'all' or some of {', '.join(known[1:])} (and 'all,pte'), got "
+        raise BadValueError(f"--variants: expected 'all' or some of {', '.join(known[1:])} (and 'all,pte,gguf'), got "
                             f"{text!r}")
     return tuple(n for n in known if n in names)
 
@@ -61,12 +63,14 @@ def check_gpt_forms(cfg: GPTConfig, variants: tuple[str, ...]) -> None:
 @dataclass(frozen=True)
 class GPTPlan:
     """The forms to build in registry order (the lossy ones last: they read gpt.inplace.onnx), whether gpt.pte is
-    asked for, whether a lossy miss is a note ('all') or a failure (named), and what the default set left out."""
+    asked for, whether a lossy miss is a note ('all') or a failure (named), what the default set left out, and
+    whether the GGUF files are built (asked for, and llama.cpp is there to validate them)."""
 
     files: tuple[str, ...]
     pte: bool
     lenient: bool
     notes: tuple[str, ...]
+    gguf: bool = False
 
 
 def plan_gpt(cfg: GPTConfig, variants: tuple[str, ...] | None) -> GPTPlan:
@@ -74,8 +78,8 @@ def plan_gpt(cfg: GPTConfig, variants: tuple[str, ...] | None) -> GPTPlan:
     check_gpt_budget(cfg)
     variants = (ALL_VARIANTS,) if variants is None else variants
     check_gpt_forms(cfg, variants)
-    chosen = {f for v in variants if v != PTE_VARIANT for f in (GPT_VARIANTS.values() if v == ALL_VARIANTS
-                                                               else [GPT_VARIANTS[v]])}
+    chosen = {f for v in variants if v not in (PTE_VARIANT, GGUF_VARIANT)
+              for f in (GPT_VARIANTS.values() if v == ALL_VARIANTS else [GPT_VARIANTS[v]])}
     notes: list[str] = []
     why = inplace_refusal(cfg)
     if why is not None:  # only 'all' reaches here with in-place forms in it
@@ -84,9 +88,12 @@ def plan_gpt(cfg: GPTConfig, variants: tuple[str, ...] | None) -> GPTPlan:
         notes += [f"{f}: {why}" for f in left]
     files = tuple(f for f in FORMS if f in chosen)
     pte = PTE_VARIANT in variants
-    if not files and not pte:
-        raise BadValueError("--variants: nothing to build")
+    gguf = GGUF_VARIANT in variants and program() is not None
+    if GGUF_VARIANT in variants and not gguf:  # llama.cpp validates the GGUF files: without it, none (one line)
+        notes.append(f"{GGUF_FORM} (variant gguf): {BUILD_HINT}")
+    if not files and not pte and not gguf:
+        raise BadValueError("--variants: nothing to build" + (f" ({notes[-1]})" if GGUF_VARIANT in variants else ""))
     if any(FORMS[f].lossy for f in files) and INPLACE_FORM not in files:
         raise BadValueError("--variants: int8 and int4 quantize the in-place graph and are measured against it; "
                             "add inplace")
-    return GPTPlan(files, pte, ALL_VARIANTS in variants, tuple(notes))
+    return GPTPlan(files, pte, ALL_VARIANTS in variants, tuple(notes), gguf)

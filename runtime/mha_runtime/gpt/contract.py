@@ -41,6 +41,12 @@ INPLACE_FORM = "gpt.inplace.onnx"
 INT8_FORM = "gpt.inplace.int8.onnx"
 INT4_FORM = "gpt.inplace.int4.onnx"
 GENAI_CONFIG = "genai_config.json"
+# The folder as a Hugging Face GPT-2 ONNX model (export/mha_export/gpt/hf_files.py): what Optimum's
+# ORTModelForCausalLM and transformers.js read. ONNX_MODEL is transformers.js' default path (and Optimum's standard
+# name), a relative symbolic link to gpt.onnx (a hard link where the filesystem has no symbolic links).
+HF_CONFIG = "config.json"
+GENERATION_CONFIG = "generation_config.json"
+ONNX_MODEL = "onnx/model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 WEIGHTS_FILE = "gpt.safetensors"
@@ -113,6 +119,26 @@ FASTEST = INPLACE_FORM
 PTE_FORM = "gpt.pte"
 PTE = Form(PTE_FORM, "executorch", "fp32", tolerance=Tolerance(atol=1e-3, rtol=1e-4))
 PTE_VARIANT = "pte"
+# The GGUF files for llama.cpp (`--variants ...,gguf`; on request only, not in 'all'): gpt.gguf (fp32) and, beside
+# each lossy ONNX form the folder ships, llama.cpp's quant type of the same width, named as llama.cpp names it (its
+# users know Q8_0 and Q4_0; they are not our MatMulNBits forms), lower case like the other files, `.gguf` last for
+# the tools that list GGUF files. Checked by llama.cpp itself (mha_runtime.gpt.llama_cpp): gpt.gguf reproduces
+# the greedy golden generations, its first-step logits within GGUF's row (docs/gpt.md, "gpt.gguf"); a quant type
+# is judged by the same quality bar as the ONNX form of its width and reproduces its own generations.
+GGUF_FORM = "gpt.gguf"
+GGUF_Q8_0 = "gpt.q8_0.gguf"
+GGUF_Q4_0 = "gpt.q4_0.gguf"
+GGUF_VARIANT = "gguf"
+# gpt.gguf's row, the errors measured and why: docs/gpt.md, "gpt.gguf".
+GGUF = Form(GGUF_FORM, "gguf", "fp32", tolerance=Tolerance(atol=1e-2, rtol=1e-3))
+GGUF_FORMS: dict[str, Form] = {
+    GGUF_FORM: GGUF,
+    GGUF_Q8_0: Form(GGUF_Q8_0, "gguf", "q8_0", tolerance=LOSSY_GOLDEN, max_mean_kl=FORMS[INT8_FORM].max_mean_kl,
+                    bits=8),
+    GGUF_Q4_0: Form(GGUF_Q4_0, "gguf", "q4_0", tolerance=LOSSY_GOLDEN, max_mean_kl=FORMS[INT4_FORM].max_mean_kl,
+                    bits=4),
+}
+GGUF_QUANTS = {INT8_FORM: GGUF_Q8_0, INT4_FORM: GGUF_Q4_0}  # the lossy ONNX form -> its GGUF quant type
 
 
 def pte_bounds(config: GPTConfig) -> dict[str, int]:

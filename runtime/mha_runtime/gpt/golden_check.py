@@ -9,6 +9,9 @@ quality windows against gpt.inplace.onnx: the case passes when it reproduces the
 (Quality.agrees_with) and is within the form's bar.
 gpt.pte (ExecuTorch) is checked when the folder has it, through the export package's registered runner; where
 that is not installed its cases are reported as skipped, with what to install.
+The GGUF files (gpt.gguf, gpt.q8_0.gguf, gpt.q4_0.gguf) are checked by llama.cpp itself (mha_runtime.gpt.llama_cpp)
+on their greedy cases, from a copy whose sha256 is checked on the bytes llama.cpp is handed; where llama.cpp is not
+built the sha256 is still checked and the cases are reported as skipped, with how to build it.
 """
 from __future__ import annotations
 
@@ -17,8 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from mha_runtime.artifact.errors import MHAError, first_line
+from mha_runtime.artifact.manifest import verify_all
 from mha_runtime.artifact.tolerance import Tolerance, compare
-from mha_runtime.gpt.contract import FORMS, INPLACE_FORM, PTE_FORM
+from mha_runtime.gpt import llama_cpp
+from mha_runtime.gpt.contract import FORMS, GGUF_FORMS, INPLACE_FORM, PTE_FORM
 from mha_runtime.gpt.executorch import RunnerMissing
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.golden import (
@@ -79,6 +84,33 @@ def check_quality(gen: Generator, reference: Generator, manifest: GPTManifest, f
                       detail=got.line())
 
 
+def check_gguf(folder: Path, manifest: GPTManifest, file: str, golden: GoldenGenerations,
+               expected: dict[str, np.ndarray]) -> list[CaseResult]:
+    """A GGUF file on its greedy golden cases through llama.cpp, after its size and sha256 check (ArtifactError
+    when that fails, as for every file: llama.cpp never sees it)."""
+    cases = llama_cpp.greedy_cases(golden.cases)
+    tolerance = GGUF_FORMS[file].tolerance
+
+    def every(error: str, *, skipped: bool = False) -> list[CaseResult]:
+        return [CaseResult(file, c.name, (1, len(c.prompt_ids)), float("nan"), float("nan"), tolerance, False,
+                           error, skipped=skipped) for c in cases]
+
+    if llama_cpp.program() is None:
+        llama_cpp.verify(folder, file, manifest)  # a tampered file is refused here too (ArtifactError, one line)
+        return every(llama_cpp.BUILD_HINT, skipped=True)
+    with llama_cpp.verified_copy(folder, file, manifest) as copy:  # ArtifactError before llama.cpp sees a byte
+        try:
+            got = llama_cpp.run_greedy(copy, cases)
+        except Exception as exc:
+            return every(first_line(exc))
+    results = []
+    for case in cases:
+        result, error = llama_cpp.judge_case(got, case, expected[case.name], tolerance)
+        results.append(CaseResult(file, case.name, (1, len(case.prompt_ids)), result.max_abs, result.rel_l2,
+                                  tolerance, error is None, error))
+    return results
+
+
 def _golden_for(folder: Path, manifest: GPTManifest, form: str) -> str:
     """The generations file a form reproduces: its own (a lossy form), else golden/generations.json."""
     record = manifest.artifacts.get(form)
@@ -92,9 +124,12 @@ def _load(folder: Path, manifest: GPTManifest, file: str) -> tuple[GoldenGenerat
 
 def check_generations(folder: Path, *, provider: str = "cpu", threads: int | None = None) -> list[CaseResult]:
     """Every golden generation on gpt.onnx, gpt.inplace.onnx, the lossy forms and gpt.pte (those the folder has);
-    each lossy form's quality."""
+    each lossy form's quality; the greedy ones on the GGUF files."""
     folder = Path(folder)
     manifest = load_gpt_manifest(folder)
+    # Every listed file first, as for the attention: also those no runner here reads (config.json,
+    # generation_config.json, genai_config.json, onnx/model.onnx), which other clients load as they are.
+    verify_all(folder, manifest)  # type: ignore[arg-type]  # reads only .files
     loaded = {GENERATIONS_FILE: _load(folder, manifest, GENERATIONS_FILE)}  # each file read and hashed once
     results = []
     reference: Generator | None = None
@@ -118,4 +153,9 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
             if reference is None:
                 reference = Generator(folder, form=INPLACE_FORM, provider=provider, threads=threads)
             results.append(check_quality(gen, reference, manifest, folder))
+    for form in (f for f in GGUF_FORMS if f in manifest.artifacts):
+        file = _golden_for(folder, manifest, form)
+        if file not in loaded:
+            loaded[file] = _load(folder, manifest, file)
+        results += check_gguf(folder, manifest, form, *loaded[file])
     return results

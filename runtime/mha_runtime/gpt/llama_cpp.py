@@ -1,0 +1,179 @@
+"""A GGUF of the GPT run by llama.cpp itself (torch-free): finds and drives `mha-llama-golden`, the small C program
+against libllama that tools/llama_cpp.sh builds (`make llama-cpp`) from the pinned llama-cpp-python source
+release's bundled llama.cpp (its commands: tools/llama_golden.c).
+
+The program is looked for in $MHA_LLAMA_CPP (a folder), else in this checkout's .cache/llama.cpp/build/bin/.
+Without it the export leaves the gguf variant out with BUILD_HINT, and `mha check` reports the GGUF cases as
+skipped with it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.artifact.manifest import check_digest
+from mha_runtime.artifact.tolerance import Comparison, Tolerance, compare
+from mha_runtime.gpt.golden import GoldenGeneration
+from mha_runtime.gpt.manifest import GPTManifest
+
+PROGRAM = "mha-llama-golden"
+ENV = "MHA_LLAMA_CPP"
+CHECKOUT_BIN = Path(__file__).resolve().parents[3] / ".cache" / "llama.cpp" / "build" / "bin"
+# What tools/llama_cpp.sh builds from (the tree has no git history: llama.cpp reports its build as "unknown").
+SOURCE = "llama-cpp-python==0.3.36 (vendor/llama.cpp)"
+BUILD_HINT = f"llama.cpp is not built: run `make llama-cpp` (or set {ENV} to a folder holding {PROGRAM})"
+
+
+def program() -> Path | None:
+    """The built mha-llama-golden, or None."""
+    folder = os.environ.get(ENV)
+    path = (Path(folder) if folder else CHECKOUT_BIN) / PROGRAM
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+@dataclass(frozen=True)
+class Answers:
+    """What one run gave: one JSON object per command, and every logits row written, in command order."""
+
+    lines: list[dict[str, object]]
+    logits: np.ndarray  # (rows, V) float32
+
+
+def threads() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def run(gguf: Path, commands: list[str], *, kv: str = "f32", timeout: float = 600.0) -> Answers:
+    """Load `gguf` once in llama.cpp and answer `commands` (generate / score / tokenize lines)."""
+    exe = program()
+    if exe is None:
+        raise ArtifactError(BUILD_HINT)
+    with tempfile.TemporaryDirectory(prefix="mha-llama-") as tmp:
+        out = Path(tmp) / "logits.bin"
+        done = subprocess.run([str(exe), str(gguf), str(out), "--threads", str(threads()), "--kv", kv],
+                              input="".join(c + "\n" for c in commands), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise ArtifactError(f"{gguf}: llama.cpp ({PROGRAM}) exited {done.returncode}: {tail}")
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        head, answers = (lines or [{}])[0], lines[1:]
+        if "n_vocab" not in head or len(answers) != len(commands):
+            raise ArtifactError(f"{gguf}: llama.cpp answered {len(answers)} of {len(commands)} commands")
+        vocab = int(head["n_vocab"])  # type: ignore[call-overload]
+        logits = np.fromfile(out, dtype=np.float32).reshape(-1, vocab)
+    return Answers(answers, logits)
+
+
+def generate(prompt: list[int], new_tokens: int) -> str:
+    """Greedy: the new ids, and the first step's logits (one row)."""
+    return f"generate {new_tokens} " + " ".join(map(str, prompt))
+
+
+def score(ids: list[int], first: int) -> str:
+    """The logits at positions first .. len(ids) - 1 of one batch (len(ids) - first rows)."""
+    return f"score {first} " + " ".join(map(str, ids))
+
+
+def tokenize(text: str) -> str:
+    """The GGUF's own tokenizer on `text` (no BOS, special tokens' text as text)."""
+    return "tokenize " + text.encode("utf-8").hex()
+
+
+def verify(folder: Path, name: str, manifest: GPTManifest) -> None:
+    """The listed file's size and sha256, streamed (ArtifactError naming the file when it differs)."""
+    with verified_copy(folder, name, manifest, keep=False):
+        pass
+
+
+@contextmanager
+def verified_copy(folder: Path, name: str, manifest: GPTManifest, *, keep: bool = True) -> Iterator[Path]:
+    """A private copy of the listed file `name`, its size and sha256 checked on the bytes copied: llama.cpp reads
+    a file by path, so it is handed exactly the bytes that were verified (ArtifactError before it sees any).
+    keep=False: only the check (nothing is written)."""
+    entry = manifest.files.get(name)
+    path = Path(folder) / name
+    if entry is None:
+        raise ArtifactError(f"{name}: not listed in {Path(folder) / 'manifest.json'}")
+    if not path.is_file():
+        raise ArtifactError(f"{path}: listed in the manifest but missing")
+    if path.stat().st_size != entry.size:
+        raise ArtifactError(f"{path}: expected {entry.size} bytes (manifest), found {path.stat().st_size}; "
+                            "file truncated or replaced: re-export it with `mha export`")
+    with tempfile.TemporaryDirectory(prefix="mha-gguf-") as tmp:
+        copy = Path(tmp) / name
+        digest = hashlib.sha256()
+        size = 0
+        with open(path, "rb") as src, open(copy if keep else os.devnull, "wb") as dst:
+            for chunk in iter(lambda: src.read(1 << 20), b""):
+                digest.update(chunk)
+                dst.write(chunk)
+                size += len(chunk)
+        if size != entry.size:
+            raise ArtifactError(f"{path}: changed while it was read")
+        check_digest(path, digest.hexdigest(), entry.sha256)
+        yield copy
+
+
+@dataclass(frozen=True)
+class Greedy:
+    """llama.cpp on the greedy golden cases: each case's new ids and first-step logits, and its encoding of each
+    text prompt."""
+
+    ids: dict[str, list[int]]
+    first: dict[str, np.ndarray]
+    encoded: dict[str, list[int]]
+
+
+def greedy_cases(cases: list[GoldenGeneration]) -> list[GoldenGeneration]:
+    """The cases llama.cpp reproduces: the greedy ones (sampling is this project's rule, not llama.cpp's)."""
+    return [c for c in cases if c.temperature == 0.0]
+
+
+def greedy_commands(cases: list[GoldenGeneration]) -> list[str]:
+    """The commands of the greedy cases (one logits row each, in order), then one tokenize per text prompt."""
+    chosen = greedy_cases(cases)
+    return ([generate(c.prompt_ids, c.max_new_tokens) for c in chosen]
+            + [tokenize(c.prompt_text) for c in chosen if c.prompt_text is not None])
+
+
+def greedy_answers(cases: list[GoldenGeneration], answers: Answers) -> Greedy:
+    """What llama.cpp answered to greedy_commands(cases) (the first answers of a run)."""
+    chosen = greedy_cases(cases)
+    texts = [c for c in chosen if c.prompt_text is not None]
+    ids = [list(a["ids"]) for a in answers.lines[:len(chosen) + len(texts)]]  # type: ignore[call-overload]
+    return Greedy(ids={c.name: ids[i] for i, c in enumerate(chosen)},
+                  first={c.name: answers.logits[i] for i, c in enumerate(chosen)},
+                  encoded={c.name: ids[len(chosen) + i] for i, c in enumerate(texts)})
+
+
+def run_greedy(gguf: Path, cases: list[GoldenGeneration]) -> Greedy:
+    """llama.cpp on the greedy cases of `cases`."""
+    return greedy_answers(cases, run(gguf, greedy_commands(cases)))
+
+
+def judge_case(got: Greedy, case: GoldenGeneration, expected: np.ndarray, tolerance: Tolerance
+               ) -> tuple[Comparison, str | None]:
+    """(the first-step logits against `expected`, None or why the case fails): ids exact, logits within
+    tolerance, a text prompt encoded by the GGUF's tokenizer to the golden prompt ids."""
+    result = compare(got.first[case.name], expected, tolerance)
+    ids = got.ids[case.name]
+    if case.name in got.encoded and got.encoded[case.name] != case.prompt_ids:
+        return result, (f"llama.cpp's tokenizer encodes {case.prompt_text!r} to {got.encoded[case.name]}, "
+                        f"golden {case.prompt_ids}")
+    if ids != case.ids:
+        at = next(i for i, (a, b) in enumerate(zip([*ids, -1], [*case.ids, -2], strict=False)) if a != b)
+        return result, f"ids differ from token {at}: got {ids[at:at + 4]}, golden {case.ids[at:at + 4]}"
+    if not result.ok:
+        return result, f"first-step logits beyond tolerance (max abs {result.max_abs:.3g})"
+    return result, None

@@ -1,0 +1,291 @@
+"""gpt.gguf and its quant types (`mha export --gpt --variants ...,gguf`), run by llama.cpp itself: from the book's
+GPTModel (qkv_bias false: zero biases) and from a Hugging Face GPT2LMHeadModel (tied head), greedy ids equal the
+golden generations; the metadata read back with gguf-py's own reader; quantized bytes equal llama-quantize's; a
+tampered file refused by `mha check` before llama.cpp sees it; without llama.cpp, the variant left out in one line.
+
+The tests that run llama.cpp skip, with how to build it, where it is not built; `make test` builds it first."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from importlib.metadata import version
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from gpt_sources import BOOK, HF, book_model, hf_model, save_book, save_hf, vocab_dir
+from mha_export.gpt.llama.write import vocabulary
+from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.cli.main import cli
+from mha_runtime.gpt import llama_cpp
+from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.contract import GGUF, GGUF_FORM, GGUF_FORMS, GGUF_Q4_0, GGUF_Q8_0, INT4_FORM, INT8_FORM
+from mha_runtime.gpt.golden import GENERATIONS_FILE, first_logits, load_generations
+from mha_runtime.gpt.golden_check import check_generations
+from mha_runtime.gpt.manifest import load_gpt_manifest
+
+needs_llama = pytest.mark.skipif(llama_cpp.program() is None, reason=llama_cpp.BUILD_HINT)
+SMALL = GPTConfig(vocab_size=512, context_length=32, emb_dim=32, n_heads=4, n_layers=2, qkv_bias=False)
+ARCH_KEYS = ("context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count",
+             "attention.layer_norm_epsilon")
+
+
+@pytest.fixture(scope="module")
+def book_gguf(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    """The book's GPTModel (qkv_bias false, its own head) with gpt.inplace.onnx, its int8 and int4 forms and the
+    three GGUF files; a small vocabulary and no tokenizer (llama.cpp's "none" vocabulary): the export in seconds."""
+    if llama_cpp.program() is None:
+        pytest.skip(llama_cpp.BUILD_HINT)
+    from mha_export.gpt.export import export_gpt
+
+    model = book_model(SMALL)
+    root = tmp_path_factory.mktemp("gguf-book")
+    weights = save_book(model, root / "ckpt")
+    return model, export_gpt("book", root, config=SMALL, weights=weights, variants=("inplace", "int8", "int4", "gguf")
+                             ).folder
+
+
+@pytest.fixture(scope="module")
+def hf_gguf(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    """transformers' GPT2LMHeadModel (model.safetensors + config.json) as gpt.gguf alone."""
+    if llama_cpp.program() is None:
+        pytest.skip(llama_cpp.BUILD_HINT)
+    from mha_export.gpt.export import export_gpt
+
+    model = hf_model()
+    root = tmp_path_factory.mktemp("gguf-hf")
+    weights = save_hf(model, root / "hf", safetensors=True)
+    return model, export_gpt("hf", root, config=HF, weights=weights, tokenizer=vocab_dir(),
+                             variants=("gguf",)).folder
+
+
+def greedy_golden(folder: Path) -> dict[str, list[int]]:
+    golden = load_generations(folder, load_gpt_manifest(folder))
+    return {c.name: c.ids for c in golden.cases if c.temperature == 0.0}
+
+
+@needs_llama
+@pytest.mark.parametrize("source", ["book_gguf", "hf_gguf"])
+def test_llama_cpp_reproduces_the_golden_generations(source: str, request: pytest.FixtureRequest) -> None:
+    _, folder = request.getfixturevalue(source)
+    manifest = load_gpt_manifest(folder)
+    record = manifest.artifacts[GGUF_FORM]
+    assert record.kind == "gguf" and record.passed and record.greedy_agreement == 1.0
+    assert record.max_abs_error <= GGUF.tolerance.atol and GGUF_FORM in manifest.files
+    assert manifest.versions["gguf"] == version("gguf") == "0.19.0"  # llama.cpp's bundled gguf-py
+    # llama.cpp on the file itself (not the export's records): the greedy golden ids, the text prompt's encoding
+    golden = load_generations(folder, manifest)
+    got = llama_cpp.run_greedy(folder / GGUF_FORM, golden.cases)
+    texts = [c for c in golden.cases if c.prompt_text is not None and c.temperature == 0.0]
+    assert got.ids == greedy_golden(folder) and len(got.ids) == 3 + len(texts)
+    assert len(texts) == (manifest.tokenizer is not None)  # "Every effort moves you", by the GGUF's tokenizer
+    assert all(got.encoded[c.name] == c.prompt_ids for c in texts)
+    for case in llama_cpp.greedy_cases(golden.cases):
+        expected = first_logits(folder, manifest, case, manifest.config.vocab_size)
+        assert np.abs(got.first[case.name] - expected).max() <= GGUF.tolerance.atol
+    results = [r for r in check_generations(folder) if r.artifact.endswith(".gguf")]
+    assert results and all(r.ok for r in results), [r.line() for r in results]
+
+
+@needs_llama
+def test_quant_types_meet_the_bars_of_the_forms_of_their_width(book_gguf: tuple[torch.nn.Module, Path]) -> None:
+    _, folder = book_gguf
+    manifest = load_gpt_manifest(folder)
+    for onnx_form, file in ((INT8_FORM, GGUF_Q8_0), (INT4_FORM, GGUF_Q4_0)):
+        record = manifest.artifacts[file]
+        assert onnx_form in manifest.artifacts and record.passed and record.quality is not None
+        assert record.quality["mean_kl"] <= GGUF_FORMS[file].max_mean_kl == record.quality["bar_mean_kl"]
+        assert record.generations == f"golden/generations.{GGUF_FORMS[file].dtype}.json"
+        own = load_generations(folder, manifest, record.generations)
+        assert llama_cpp.run_greedy(folder / file, own.cases).ids == {c.name: c.ids for c in own.cases}
+    assert manifest.artifacts[GGUF_Q4_0].quantization["kept"] == {"output.weight": "Q8_0"}  # type: ignore[index]
+    assert (folder / GGUF_FORM).stat().st_size > (folder / GGUF_Q8_0).stat().st_size > (
+        folder / GGUF_Q4_0).stat().st_size
+
+
+@needs_llama
+@pytest.mark.parametrize("source", ["book_gguf", "hf_gguf"])
+def test_metadata_read_back_is_gpt2s(source: str, request: pytest.FixtureRequest) -> None:
+    model, folder = request.getfixturevalue(source)
+    manifest = load_gpt_manifest(folder)
+    cfg = manifest.config
+    reader = gguf.GGUFReader(folder / GGUF_FORM)
+    fields = {k: f.contents() for k, f in reader.fields.items()}
+    assert fields["general.architecture"] == "gpt2" and fields["general.file_type"] == gguf.LlamaFileType.ALL_F32
+    assert [fields[f"gpt2.{k}"] for k in ARCH_KEYS[:5]] == [cfg.context_length, cfg.emb_dim, cfg.n_layers,
+                                                            4 * cfg.emb_dim, cfg.n_heads]
+    assert fields["gpt2.attention.layer_norm_epsilon"] == pytest.approx(1e-5)
+    if manifest.tokenizer is None:  # llama.cpp's "none" vocabulary: token ids only, as the folder
+        assert fields["tokenizer.ggml.model"] == "none" and fields["gpt2.vocab_size"] == cfg.vocab_size
+    else:  # GPT-2's tokenizer, from the folder's tokenizer.json
+        assert fields["tokenizer.ggml.model"] == "gpt2" and fields["tokenizer.ggml.pre"] == "gpt-2"
+        tokens, types = fields["tokenizer.ggml.tokens"], fields["tokenizer.ggml.token_type"]
+        assert len(tokens) == len(types) == 50257 and tokens[50256] == "<|endoftext|>" and types[50256] == 3
+        assert tokens[:2] == ["!", '"'] and set(types[:50256]) == {1}
+        assert len(fields["tokenizer.ggml.merges"]) == 50000 and fields["tokenizer.ggml.merges"][0] == "Ġ t"
+        assert fields["tokenizer.ggml.bos_token_id"] == fields["tokenizer.ggml.eos_token_id"] == 50256
+        assert fields["tokenizer.ggml.add_bos_token"] is False
+    tensors = {t.name: t for t in reader.tensors}
+    blocks = {f"blk.{i}.{n}.{p}" for i in range(cfg.n_layers) for n in
+              ("attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down") for p in ("weight", "bias")}
+    tied = source == "hf_gguf"  # GPT-2's head is its token embedding: stored once, as llama.cpp reads it
+    assert set(tensors) == {"token_embd.weight", "position_embd.weight", "output_norm.weight", "output_norm.bias",
+                            *blocks} | (set() if tied else {"output.weight"})
+    assert {t.tensor_type.name for t in tensors.values()} == {"F32"}
+    state = model.state_dict()
+    if tied:
+        qkv = state["transformer.h.0.attn.c_attn.weight"].T  # Conv1D (in, out) -> rows (out, in)
+        assert np.array_equal(tensors["blk.0.attn_qkv.bias"].data, state["transformer.h.0.attn.c_attn.bias"].numpy())
+    else:
+        qkv = torch.cat([state[f"trf_blocks.0.att.{w}.weight"] for w in ("W_query", "W_key", "W_value")])
+        assert not tensors["blk.0.attn_qkv.bias"].data.any()  # qkv_bias false: zeros, which add nothing
+        assert np.array_equal(tensors["output.weight"].data, state["out_head.weight"].numpy())
+    assert np.array_equal(tensors["blk.0.attn_qkv.weight"].data, qkv.numpy())
+
+
+@needs_llama
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
+def test_quantized_bytes_equal_llama_quantize(book_gguf: tuple[torch.nn.Module, Path], tmp_path: Path,
+                                              dtype: str) -> None:
+    """gguf-py's quantizers against llama.cpp's own (llama-quantize --pure from gpt.gguf): every tensor both
+    files hold in the same type has the same bytes."""
+    quantize = llama_cpp.CHECKOUT_BIN / "llama-quantize"
+    if not quantize.is_file():
+        pytest.skip(f"{quantize}: not built; run `make llama-cpp`")
+    _, folder = book_gguf
+    out = tmp_path / "theirs.gguf"
+    done = subprocess.run([str(quantize), "--pure", str(folder / GGUF_FORM), str(out), dtype.upper()],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ours = {t.name: t for t in gguf.GGUFReader(folder / f"gpt.{dtype}.gguf").tensors}
+    theirs = {t.name: t for t in gguf.GGUFReader(out).tensors}
+    assert set(ours) == set(theirs)
+    same = [n for n in ours if ours[n].tensor_type == theirs[n].tensor_type]
+    assert {ours[n].tensor_type.name for n in same} >= {dtype.upper(), "F32"}
+    assert [n for n in ours if n not in same] == ([] if dtype == "q8_0" else ["output.weight"])
+    for name in same:
+        assert np.array_equal(ours[name].data, theirs[name].data), name
+
+
+def test_string_arrays_are_packed_as_gguf_py_packs_them() -> None:
+    """The writer's one-join packing of tokens and merges (its only change to gguf-py's writer) gives gguf-py's own
+    bytes: on GPT-2's tokens past the ASCII ones (multi-byte UTF-8) and its first merges."""
+    from mha_export.gpt.llama.write import _Writer
+    from mha_export.gpt.tokenizer import read_tokenizer
+
+    vocab = vocabulary(read_tokenizer(vocab_dir(), vocab_size=BOOK.vocab_size,
+                                      context_length=BOOK.context_length).tokenizer_json, BOOK.vocab_size)
+    array = gguf.GGUFValueType.ARRAY
+    for values in (vocab.tokens[180:4000] + vocab.tokens[-3:], vocab.merges[:3000]):
+        assert any(len(v.encode()) > len(v) for v in values)
+        ours = _Writer(None, "gpt2")._pack_val(values, array, add_vtype=True)
+        assert ours == gguf.GGUFWriter(None, "gpt2")._pack_val(values, array, add_vtype=True)
+
+
+@needs_llama
+def test_a_tampered_gguf_is_refused_before_llama_cpp_sees_it(hf_gguf: tuple[torch.nn.Module, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    _, folder = hf_gguf
+    copy = Path(shutil.copytree(folder, tmp_path / "hf"))
+    data = bytearray((copy / GGUF_FORM).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (copy / GGUF_FORM).write_bytes(bytes(data))
+    # A stand-in llama.cpp that leaves a mark when it runs: it must never run.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    mark = tmp_path / "ran"
+    (fake / llama_cpp.PROGRAM).write_text(f"#!/bin/sh\ntouch {mark}\nexit 1\n")
+    (fake / llama_cpp.PROGRAM).chmod(0o755)
+    monkeypatch.setenv(llama_cpp.ENV, str(fake))
+    with pytest.raises(ArtifactError, match=r"gpt\.gguf: sha256 .* differs from the manifest"):
+        check_generations(copy)
+    said = CliRunner().invoke(cli, ["check", str(copy)])
+    assert said.exit_code == 1 and "gpt.gguf: sha256" in said.stderr and said.stderr.count("\n") == 1
+    assert not mark.exists()
+    # the same folder untampered: the stand-in runs (and fails its cases), so the mark proves what it would show
+    results = [r for r in check_generations(folder) if r.artifact == GGUF_FORM]
+    assert results and not any(r.ok for r in results) and mark.exists()
+
+
+def test_without_llama_cpp_the_variant_is_left_out_in_one_line(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(llama_cpp.ENV, str(tmp_path / "no-build"))
+    assert llama_cpp.program() is None
+    gpt_json = tmp_path / "gpt.json"  # the smallest model: what is measured is the note, not the export
+    gpt_json.write_text(json.dumps({"vocab_size": 97, "context_length": 16, "emb_dim": 32, "n_heads": 4,
+                                    "n_layers": 1}))
+    made = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(gpt_json), "--name", "b", "--variants",
+                                    "decoder,gguf", "--out", str(tmp_path / "out")])
+    assert made.exit_code == 0, made.stderr
+    notes = [line for line in made.stderr.splitlines() if "gguf" in line]
+    assert notes == [f"note: left out gpt.gguf (variant gguf): {llama_cpp.BUILD_HINT}"]
+    assert "run `make llama-cpp`" in notes[0]
+    folder = tmp_path / "out" / "b"
+    assert not list(folder.glob("*.gguf")) and (folder / "gpt.onnx").is_file()
+    assert GGUF_FORM not in load_gpt_manifest(folder).artifacts
+    alone = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(gpt_json), "--name", "c", "--variants",
+                                     "gguf", "--out", str(tmp_path / "out")])
+    assert alone.exit_code == 2 and "make llama-cpp" in alone.stderr and not (tmp_path / "out" / "c").exists()
+
+
+@needs_llama
+def test_check_without_llama_cpp_skips_the_gguf_cases_but_checks_the_sha256(
+        hf_gguf: tuple[torch.nn.Module, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, folder = hf_gguf
+    monkeypatch.setenv(llama_cpp.ENV, str(tmp_path / "no-build"))
+    results = [r for r in check_generations(folder) if r.artifact == GGUF_FORM]
+    assert results and all(r.skipped and "make llama-cpp" in (r.error or "") for r in results)
+    copy = Path(shutil.copytree(folder, tmp_path / "hf"))
+    with open(copy / GGUF_FORM, "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(ArtifactError, match=r"gpt\.gguf: sha256"):
+        check_generations(copy)
+    assert GENERATIONS_FILE in load_gpt_manifest(copy).files
+
+
+def test_a_matrix_kept_higher_is_written_at_that_type(tmp_path: Path) -> None:
+    """The search for the quality bar keeps matrices at F32 in Q8_0 (F32 is GGML type 0: a falsy value once slipped
+    through as 'no choice') and at Q8_0 in Q4_0; the head of Q4_0 is Q8_0 from the start."""
+    from mha_export.gpt.llama.write import F32, Q8_0, gguf_tensors, write_gguf
+
+    state = {k: v for k, v in book_model(SMALL).state_dict().items() if not k.endswith(".mask")}
+    tensors = gguf_tensors(state, SMALL, tied=False)
+    for dtype, kept in (("q8_0", F32), ("q4_0", Q8_0)):
+        path = tmp_path / f"{dtype}.gguf"
+        written = write_gguf(path, tensors, SMALL, dtype=dtype, name="s", vocab=None,
+                             keep={"blk.0.ffn_up.weight": kept})
+        types = {t.name: t.tensor_type for t in gguf.GGUFReader(path).tensors}
+        assert types["blk.0.ffn_up.weight"] == kept and types["blk.1.ffn_up.weight"].name == dtype.upper()
+        head = {"output.weight": "Q8_0"} if dtype == "q4_0" else {}
+        assert written.kept == {"blk.0.ffn_up.weight": kept.name} | head
+
+
+@needs_llama
+def test_a_quant_type_no_plan_brings_under_its_bar_is_left_out(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every plan tried (0, 1, 2 of the 10 matrices kept at F32: up to a quarter), then the file deleted and one
+    line; gpt.gguf itself stays."""
+    import dataclasses
+
+    from mha_export.gpt.eager import seeded_gpt
+    from mha_export.gpt.golden import golden_generations
+    from mha_export.gpt.llama.build import build_ggufs
+    from mha_export.gpt.lossy.build import quality_windows
+
+    model = seeded_gpt(SMALL).eval()
+    state = {k: v for k, v in model.state_dict().items() if not k.endswith(".mask")}
+    cases, eager = golden_generations(model, SMALL, None)
+    monkeypatch.setitem(GGUF_FORMS, GGUF_Q8_0, dataclasses.replace(GGUF_FORMS[GGUF_Q8_0], max_mean_kl=0.0))
+    out = build_ggufs(tmp_path, state, SMALL, tied=False, name="s", tokenizer_json=None, lossy=[INT8_FORM],
+                      cases=cases, eager=eager, windows=quality_windows(SMALL, None))
+    assert out.misses == [out.misses[0]] and out.misses[0].startswith(f"{GGUF_Q8_0}: mean KL divergence from gpt.gguf")
+    assert "above its bar 0 with every plan tried (up to 2 of its matrices kept at a higher type)" in out.misses[0]
+    assert set(out.artifacts) == {GGUF_FORM} and not out.failures and not (tmp_path / GGUF_Q8_0).exists()
