@@ -7,6 +7,8 @@ ORT ?= cpu
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(ORT)
 GPU_ORT := onnxruntime-gpu==1.31.1
+# Where the GPT export's gguf variant and `mha check` find llama.cpp (make llama-cpp builds it there).
+export MHA_LLAMA_CPP ?= $(CURDIR)/.cache/llama.cpp/build/bin
 
 .PHONY: venv vocab export demo test test-fast lint bench llama-cpp serve-bench native-build native-test web-build web-test web chromium portability transformersjs clean
 

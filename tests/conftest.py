@@ -1,6 +1,7 @@
 """Shared fixtures: each preset is exported once per test session into a temporary folder."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,11 +12,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from helpers import MID, copy_packages
+from helpers import MID, REPO, copy_packages
 from mha_export.pipeline.export import export_preset
 
 if TYPE_CHECKING:
     import torch
+
+# The llama.cpp that `make llama-cpp` builds, for every export and check the tests run, in any folder (the runtime
+# finds it only through this, its cwd or PATH: a shipped module never climbs to the checkout).
+os.environ.setdefault("MHA_LLAMA_CPP", str(REPO / ".cache" / "llama.cpp" / "build" / "bin"))
 
 
 @pytest.fixture(scope="session")

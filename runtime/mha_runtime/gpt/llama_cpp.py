@@ -2,7 +2,9 @@
 against libllama that tools/llama_cpp.sh builds (`make llama-cpp`) from the pinned llama-cpp-python source
 release's bundled llama.cpp (its commands: tools/llama_golden.c).
 
-The program is looked for in $MHA_LLAMA_CPP (a folder), else in this checkout's .cache/llama.cpp/build/bin/.
+The program is looked for in $MHA_LLAMA_CPP (a folder; `make` and the tests set it to the checkout's
+.cache/llama.cpp/build/bin), else in ./.cache/llama.cpp/build/bin (a checkout's root), else on PATH; a shipped module
+never climbs to the checkout.
 Without it the export leaves the gguf variant out with BUILD_HINT, and `mha check` reports the GGUF cases as
 skipped with it.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -28,7 +31,7 @@ from mha_runtime.gpt.manifest import GPTManifest
 
 PROGRAM = "mha-llama-golden"
 ENV = "MHA_LLAMA_CPP"
-CHECKOUT_BIN = Path(__file__).resolve().parents[3] / ".cache" / "llama.cpp" / "build" / "bin"
+CHECKOUT_BIN = Path(".cache") / "llama.cpp" / "build" / "bin"  # relative: a checkout's root as the cwd
 # What tools/llama_cpp.sh builds from (the tree has no git history: llama.cpp reports its build as "unknown").
 SOURCE = "llama-cpp-python==0.3.36 (vendor/llama.cpp)"
 BUILD_HINT = f"llama.cpp is not built: run `make llama-cpp` (or set {ENV} to a folder holding {PROGRAM})"
@@ -38,7 +41,10 @@ def program() -> Path | None:
     """The built mha-llama-golden, or None."""
     folder = os.environ.get(ENV)
     path = (Path(folder) if folder else CHECKOUT_BIN) / PROGRAM
-    return path if path.is_file() and os.access(path, os.X_OK) else None
+    if path.is_file() and os.access(path, os.X_OK):
+        return path.resolve()
+    found = None if folder else shutil.which(PROGRAM)
+    return Path(found) if found else None
 
 
 @dataclass(frozen=True)
