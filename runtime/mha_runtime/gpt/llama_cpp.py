@@ -96,12 +96,6 @@ def tokenize(text: str) -> str:
     return "tokenize " + text.encode("utf-8").hex()
 
 
-def verify(folder: Path, name: str, manifest: GPTManifest) -> None:
-    """The listed file's size and sha256, streamed (ArtifactError naming the file when it differs)."""
-    with verified_copy(folder, name, manifest, keep=False):
-        pass
-
-
 @contextmanager
 def verified_copy(folder: Path, name: str, manifest: GPTManifest, *, keep: bool = True) -> Iterator[Path]:
     """A private copy of the listed file `name`, its size and sha256 checked on the bytes copied: llama.cpp reads
