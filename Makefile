@@ -10,7 +10,7 @@ GPU_ORT := onnxruntime-gpu==1.31.1
 # Where the GPT export's gguf variant and `mha check` find llama.cpp (make llama-cpp builds it there).
 export MHA_LLAMA_CPP ?= $(CURDIR)/.cache/llama.cpp/build/bin
 
-.PHONY: venv vocab export demo test test-fast lint bench llama-cpp serve-bench native-build native-test web-build web-test web chromium portability transformersjs clean
+.PHONY: venv vocab export demo test test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs clean
 
 venv: $(STAMP)
 
@@ -72,8 +72,8 @@ GPT_124M_EXPORT = $(VENV)/bin/mha export --gpt --preset gpt-124m --tokenizer $(V
 # Benchmark gpt2-small, then the whole GPT on gpt-124m (each exported first when its artifacts are missing); the
 # GPT bench writes artifacts/bench/gpt.json, its export's peak memory measured in a child process; then every
 # runtime's tokens/s on gpt-mini and gpt-124m beside Python's (gpt_runtimes.json). The GPT bench sets the quantized
-# forms beside llama.cpp's (built once by `make llama-cpp`).
-bench: $(STAMP) $(VOCAB_STAMP) llama-cpp
+# forms beside llama.cpp's (built once by `make llama-tools`).
+bench: $(STAMP) $(VOCAB_STAMP) llama-tools
 	@test -f artifacts/gpt2-small/manifest.json || $(VENV)/bin/mha export --preset gpt2-small --out artifacts
 	$(VENV)/bin/mha bench --preset gpt2-small --artifacts artifacts --out artifacts/bench
 	@test -f artifacts/gpt-124m/gpt.pte -a -f artifacts/gpt-124m/gpt.inplace.int4.onnx -a -f artifacts/gpt-124m/golden/generations.json || $(GPT_124M_EXPORT)
@@ -82,11 +82,15 @@ bench: $(STAMP) $(VOCAB_STAMP) llama-cpp
 	@test -f $(GPT_GOLDEN) || $(MAKE) $(GPT_GOLDEN)
 	$(PY) -m benchmarks.gpt_runtimes --artifact artifacts/gpt-mini --artifact artifacts/gpt-124m --out artifacts/bench
 
-# llama.cpp (llama-bench, llama-quantize, llama-perplexity, llama-completion) built once into .cache/llama.cpp/
-# from the pinned llama-cpp-python source release, for the bench's llama.cpp peer (benchmarks/llama_peer.py), and
-# mha-llama-golden (tools/llama_golden.c), with which the GPT export's gguf variant and `mha check` run gpt.gguf.
+# llama.cpp built once into .cache/llama.cpp/ from the pinned llama-cpp-python source release: libllama and
+# mha-llama-golden (tools/llama_golden.c), with which the GPT export's gguf variant and `mha check` run gpt.gguf;
+# llama-tools adds llama-bench, llama-quantize, llama-perplexity and llama-completion for the bench's llama.cpp
+# peer (benchmarks/llama_peer.py).
 llama-cpp: $(STAMP)
 	tools/llama_cpp.sh
+
+llama-tools: $(STAMP)
+	tools/llama_cpp.sh --tools
 
 # mha serve on gpt2-small: batching against --max-batch 1, 2 replicas against 1, server against the direct runner
 # and against Ray Serve's no-op floor, through Serve's proxy and HAProxy; then generation on gpt-124m at

@@ -1,14 +1,14 @@
 """gpt.gguf and its quant types (`mha export --gpt --variants ...,gguf`), run by llama.cpp itself: from the book's
 GPTModel (qkv_bias false: zero biases) and from a Hugging Face GPT2LMHeadModel (tied head), greedy ids equal the
-golden generations; the metadata read back with gguf-py's own reader; quantized bytes equal llama-quantize's; a
+golden generations; the metadata read back with gguf-py's own reader; quantized bytes equal ggml's own; a
 tampered file refused by `mha check` before llama.cpp sees it; without llama.cpp, the variant left out in one line.
 
 The tests that run llama.cpp skip, with how to build it, where it is not built; `make test` builds it first."""
 from __future__ import annotations
 
+import ctypes
 import json
 import shutil
-import subprocess
 from importlib.metadata import version
 from pathlib import Path
 
@@ -19,14 +19,15 @@ import torch
 from click.testing import CliRunner
 
 from gpt_sources import BOOK, HF, book_model, hf_model, save_book, save_hf, vocab_dir
+from helpers import REPO
 from mha_export.gpt.llama.write import vocabulary
 from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.cli.main import cli
-from mha_runtime.gpt import llama_cpp
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import GGUF, GGUF_FORM, GGUF_FORMS, GGUF_Q4_0, GGUF_Q8_0, INT4_FORM, INT8_FORM
 from mha_runtime.gpt.golden import GENERATIONS_FILE, first_logits, load_generations
 from mha_runtime.gpt.golden_check import check_generations
+from mha_runtime.gpt.llama import llama_cpp
 from mha_runtime.gpt.manifest import load_gpt_manifest
 
 needs_llama = pytest.mark.skipif(llama_cpp.program() is None, reason=llama_cpp.BUILD_HINT)
@@ -148,28 +149,49 @@ def test_metadata_read_back_is_gpt2s(source: str, request: pytest.FixtureRequest
     assert np.array_equal(tensors["blk.0.attn_qkv.weight"].data, qkv.numpy())
 
 
+def ggml_quantize(kind: gguf.GGMLQuantizationType, rows: np.ndarray) -> np.ndarray:
+    """ggml's own quantizer (ggml_quantize_chunk in the libggml-base that `make llama-cpp` builds: what
+    llama-quantize calls for every tensor) on a float32 matrix (rows, n_per_row): its bytes, as uint8."""
+    lib = ctypes.CDLL(str(llama_cpp.program().parent / "libggml-base.so"))  # type: ignore[union-attr]
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    rows = np.ascontiguousarray(rows, dtype=np.float32)  # (rows, n_per_row)
+    block, size = gguf.GGML_QUANT_SIZES[kind]
+    out = np.zeros(rows.shape[0] * rows.shape[1] // block * size, dtype=np.uint8)
+    written = lib.ggml_quantize_chunk(int(kind), rows.ctypes.data, out.ctypes.data, 0, rows.shape[0], rows.shape[1],
+                                      None)
+    assert written == out.size
+    return out
+
+
+def llama_quantizes(name: str, shape: tuple[int, ...]) -> bool:
+    """llama-quantize's rule for which GPT-2 tensors take the file's type (src/llama-quant.cpp, tensor_allows_
+    quantization): matrices named *weight, but not norms and not the position embeddings."""
+    return (len(shape) >= 2 and name.endswith("weight") and "_norm.weight" not in name
+            and name != "position_embd.weight")
+
+
 @needs_llama
 @pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
-def test_quantized_bytes_equal_llama_quantize(book_gguf: tuple[torch.nn.Module, Path], tmp_path: Path,
-                                              dtype: str) -> None:
-    """gguf-py's quantizers against llama.cpp's own (llama-quantize --pure from gpt.gguf): every tensor both
-    files hold in the same type has the same bytes."""
-    quantize = llama_cpp.CHECKOUT_BIN / "llama-quantize"
-    if not quantize.is_file():
-        pytest.skip(f"{quantize}: not built; run `make llama-cpp`")
+def test_quantized_bytes_equal_ggmls(book_gguf: tuple[torch.nn.Module, Path], dtype: str) -> None:
+    """gguf-py's quantizers against ggml's own, tensor by tensor from gpt.gguf's float32 values: the same bytes;
+    the tensors quantized are those llama-quantize --pure quantizes, at the file's type, but for Q4_0's head kept at
+    Q8_0 (as llama-quantize keeps it higher: Q6_K, which gguf-py cannot write)."""
     _, folder = book_gguf
-    out = tmp_path / "theirs.gguf"
-    done = subprocess.run([str(quantize), "--pure", str(folder / GGUF_FORM), str(out), dtype.upper()],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    full = {t.name: t for t in gguf.GGUFReader(folder / GGUF_FORM).tensors}
     ours = {t.name: t for t in gguf.GGUFReader(folder / f"gpt.{dtype}.gguf").tensors}
-    theirs = {t.name: t for t in gguf.GGUFReader(out).tensors}
-    assert set(ours) == set(theirs)
-    same = [n for n in ours if ours[n].tensor_type == theirs[n].tensor_type]
-    assert {ours[n].tensor_type.name for n in same} >= {dtype.upper(), "F32"}
-    assert [n for n in ours if n not in same] == ([] if dtype == "q8_0" else ["output.weight"])
-    for name in same:
-        assert np.array_equal(ours[name].data, theirs[name].data), name
+    assert set(ours) == set(full)
+    kind = gguf.GGMLQuantizationType[dtype.upper()]
+    for name, tensor in ours.items():
+        source = np.asarray(full[name].data)  # float32, (rows, n_per_row) for a matrix
+        if not llama_quantizes(name, source.shape):
+            assert tensor.tensor_type == gguf.GGMLQuantizationType.F32, name
+            assert np.array_equal(tensor.data, source), name
+            continue
+        want = gguf.GGMLQuantizationType.Q8_0 if (dtype, name) == ("q4_0", "output.weight") else kind
+        assert tensor.tensor_type == want, (name, tensor.tensor_type.name)
+        assert np.array_equal(np.asarray(tensor.data).reshape(-1), ggml_quantize(want, source)), name
 
 
 def test_string_arrays_are_packed_as_gguf_py_packs_them() -> None:
@@ -289,3 +311,43 @@ def test_a_quant_type_no_plan_brings_under_its_bar_is_left_out(tmp_path: Path,
     assert out.misses == [out.misses[0]] and out.misses[0].startswith(f"{GGUF_Q8_0}: mean KL divergence from gpt.gguf")
     assert "above its bar 0 with every plan tried (up to 2 of its matrices kept at a higher type)" in out.misses[0]
     assert set(out.artifacts) == {GGUF_FORM} and not out.failures and not (tmp_path / GGUF_Q8_0).exists()
+
+
+# ---- the portability table's llama.cpp row, on the folders `make test` makes --------------------------------------
+
+
+@needs_llama
+@pytest.mark.slow  # on the folders `make test` writes first (gpt-mini by native-test, gpt-demo by make demo)
+@pytest.mark.parametrize("preset", ["gpt-mini", "gpt-demo"])
+def test_llama_cpp_on_the_made_folders_writes_the_portability_results(preset: str, tmp_path: Path) -> None:
+    """The made folder's weights as gpt.gguf (`mha export --gpt --variants gguf`, as a user asks for it), run by
+    llama.cpp on the made folder's greedy golden generations (eager PyTorch's): ids equal, text prompts encoded by
+    the GGUF's tokenizer to the golden ids, first-step logits within the GGUF row; saved as
+    artifacts/checks/llamacpp-<preset>.json for docs/portability.md's clients table."""
+    folder = REPO / "artifacts" / preset
+    if not (folder / "golden" / "generations.json").is_file():
+        pytest.skip(f"{folder}: not made yet ({'make demo' if preset == 'gpt-demo' else 'make export'})")
+    out = REPO / "artifacts" / "checks" / f"llamacpp-{preset}.json"
+    out.unlink(missing_ok=True)
+    manifest = load_gpt_manifest(folder)
+    config = tmp_path / "gpt.json"
+    config.write_text(json.dumps(manifest.config.to_dict()))
+    done = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(config), "--weights",
+                                    str(folder / "gpt.safetensors"), "--tokenizer", str(vocab_dir()), "--name", preset,
+                                    "--out", str(tmp_path), "--variants", "gguf"])
+    assert done.exit_code == 0, done.output
+    golden = load_generations(folder, manifest)
+    cases = llama_cpp.greedy_cases(golden.cases)
+    got = llama_cpp.run_greedy(tmp_path / preset / GGUF_FORM, cases)
+    records = []
+    for case in cases:
+        expected = first_logits(folder, manifest, case, manifest.config.vocab_size)
+        near, error = llama_cpp.judge_case(got, case, expected, GGUF.tolerance)
+        records.append({"name": case.name, "ok": error is None, "ids_equal": got.ids[case.name] == case.ids,
+                        "max_abs": near.max_abs, "error": error})
+    passed = sum(r["ok"] for r in records)
+    doc = {"runtime": "llamacpp", "folder": preset, "passed": passed, "failed": len(records) - passed,
+           "artifacts": [{"file": GGUF_FORM, "not_loadable": None, "skipped": None, "cases": records}]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    assert cases and doc["failed"] == 0, records

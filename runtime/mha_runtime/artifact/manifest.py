@@ -229,7 +229,28 @@ def read_verified(artifact_dir: Path, name: str, manifest: Manifest) -> bytes:
     return data
 
 
+def verify_listed(artifact_dir: Path, name: str, manifest: Manifest) -> None:
+    """Check one listed file's size and sha256 without holding it (read in 1 MiB chunks: a GPT's weights and GGUF
+    files are hundreds of MB)."""
+    entry = manifest.files.get(name)
+    if entry is None:
+        raise ArtifactError(f"{name}: not listed in {Path(artifact_dir) / MANIFEST_NAME}")
+    path = Path(artifact_dir) / name
+    try:
+        size = path.stat().st_size
+        if size == entry.size:
+            digest = sha256_file(path)
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: listed in the manifest but missing") from None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read it ({first_line(exc)})") from None
+    if size != entry.size:
+        raise ArtifactError(f"{path}: expected {entry.size} bytes (manifest), found {size}; "
+                            "file truncated or replaced: re-export it with `mha export`")
+    check_digest(path, digest, entry.sha256)
+
+
 def verify_all(artifact_dir: Path, manifest: Manifest) -> None:
     """Check every file the manifest lists."""
     for name in manifest.files:
-        read_verified(artifact_dir, name, manifest)
+        verify_listed(artifact_dir, name, manifest)

@@ -122,7 +122,7 @@ PTE_VARIANT = "pte"
 # The GGUF files for llama.cpp (`--variants ...,gguf`; on request only, not in 'all'): gpt.gguf (fp32) and, beside
 # each lossy ONNX form the folder ships, llama.cpp's quant type of the same width, named as llama.cpp names it (its
 # users know Q8_0 and Q4_0; they are not our MatMulNBits forms), lower case like the other files, `.gguf` last for
-# the tools that list GGUF files. Checked by llama.cpp itself (mha_runtime.gpt.llama_cpp): gpt.gguf reproduces
+# the tools that list GGUF files. Checked by llama.cpp itself (mha_runtime.gpt.llama.llama_cpp): gpt.gguf reproduces
 # the greedy golden generations, its first-step logits within GGUF's row (docs/gpt.md, "gpt.gguf"); a quant type
 # is judged by the same quality bar as the ONNX form of its width and reproduces its own generations.
 GGUF_FORM = "gpt.gguf"

@@ -9,9 +9,10 @@ quality windows against gpt.inplace.onnx: the case passes when it reproduces the
 (Quality.agrees_with) and is within the form's bar.
 gpt.pte (ExecuTorch) is checked when the folder has it, through the export package's registered runner; where
 that is not installed its cases are reported as skipped, with what to install.
-The GGUF files (gpt.gguf, gpt.q8_0.gguf, gpt.q4_0.gguf) are checked by llama.cpp itself (mha_runtime.gpt.llama_cpp)
-on their greedy cases, from a copy whose sha256 is checked on the bytes llama.cpp is handed; where llama.cpp is not
-built the sha256 is still checked and the cases are reported as skipped, with how to build it.
+The GGUF files (gpt.gguf, gpt.q8_0.gguf, gpt.q4_0.gguf) are checked by llama.cpp itself
+(mha_runtime.gpt.llama.llama_cpp) on their greedy cases, from a copy whose sha256 is checked on the bytes llama.cpp
+is handed; where llama.cpp is not built the sha256 is still checked and the cases are reported as skipped, with
+how to build it.
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ import numpy as np
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.artifact.manifest import verify_all
 from mha_runtime.artifact.tolerance import Tolerance, compare
-from mha_runtime.gpt import llama_cpp
 from mha_runtime.gpt.contract import FORMS, GGUF_FORMS, INPLACE_FORM, PTE_FORM
 from mha_runtime.gpt.executorch import RunnerMissing
 from mha_runtime.gpt.generate import Generator
@@ -33,6 +33,7 @@ from mha_runtime.gpt.golden import (
     first_logits,
     load_generations,
 )
+from mha_runtime.gpt.llama import llama_cpp
 from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.gpt.quality import Quality, load_windows, measure
 from mha_runtime.infer.golden_check import CaseResult

@@ -1,5 +1,5 @@
 """The gguf variant's export step: gpt.gguf and, beside each lossy ONNX form the export ships, its GGUF quant type
-(mha_runtime.gpt.contract.GGUF_QUANTS), each written and then run by llama.cpp itself (mha_runtime.gpt.llama_cpp).
+(mha_runtime.gpt.contract.GGUF_QUANTS), each written and then run by llama.cpp itself (mha_runtime.gpt.llama.llama_cpp).
 
 - gpt.gguf reproduces eager PyTorch's greedy golden generations: the same new ids, the first-step logits within
   GGUF's tolerance row, a text prompt encoded by the GGUF's own tokenizer to the golden prompt ids.
@@ -31,10 +31,10 @@ from mha_export.gpt.lossy.build import _counts
 from mha_export.gpt.validate import agreement
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.artifact.tolerance import compare
-from mha_runtime.gpt import llama_cpp
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import GGUF, GGUF_FORM, GGUF_FORMS, GGUF_QUANTS, Form
 from mha_runtime.gpt.golden import GoldenGeneration
+from mha_runtime.gpt.llama import llama_cpp
 from mha_runtime.gpt.manifest import GPTArtifact
 from mha_runtime.gpt.quality import Quality, Windows, kl_divergence, log_softmax, summarize
 

@@ -11,7 +11,7 @@ which adds exactly nothing.
 
 The quant types are the converter's policy (`--outtype q8_0`): every 2-D weight but position_embd in the type,
 norms, biases and position_embd in F32, quantized by gguf.quants (bit-exact with ggml's reference quantizers:
-tests/test_gpt_gguf.py compares them with `llama-quantize --pure`). Q4_0 keeps the head (output, or token_embd
+tests/test_gpt_gguf.py compares them with ggml_quantize_chunk's). Q4_0 keeps the head (output, or token_embd
 where the head is tied to it) at Q8_0, as llama-quantize's own Q4_0 keeps that matrix at a higher type (Q6_K,
 which gguf-py cannot write).
 """

@@ -1,0 +1,1 @@
+"""GGUF files of the GPT, run by llama.cpp itself."""
