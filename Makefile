@@ -10,7 +10,7 @@ GPU_ORT := onnxruntime-gpu==1.31.1
 # Where the GPT export's gguf variant and `mha check` find llama.cpp (make llama-cpp builds it there).
 export MHA_LLAMA_CPP ?= $(CURDIR)/.cache/llama.cpp/build/bin
 
-.PHONY: venv vocab export demo test test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs clean
+.PHONY: venv vocab export demo test test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs optimum clean
 
 venv: $(STAMP)
 
@@ -42,7 +42,7 @@ vocab: $(VOCAB_STAMP)
 
 # transformers.js (@huggingface/transformers, pinned by tests/clients/transformersjs/package-lock.json) for
 # tests/test_gpt_dropin.py, which loads GPT folders as they are; ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's
-# CPU binaries only (its install script would try to download CUDA parts). Optimum gets its own venv from the test.
+# CPU binaries only (its install script would try to download CUDA parts).
 TJS := tests/clients/transformersjs
 TJS_STAMP := $(TJS)/node_modules/.installed
 
@@ -51,6 +51,11 @@ $(TJS_STAMP): $(TJS)/package-lock.json
 	@touch $@
 
 transformersjs: $(TJS_STAMP)
+
+# Optimum for the same test, in its own venv (optimum-onnx pins transformers < 4.58; the dev venv has 5), made once
+# per pinned requirements file under .cache/ (tests/clients/optimum_venv.py, which the test's fixture also calls).
+optimum: $(STAMP)
+	$(PY) tests/clients/optimum_venv.py
 
 export: $(STAMP) $(VOCAB_STAMP)
 	$(VENV)/bin/mha export --out artifacts
@@ -108,7 +113,7 @@ serve-bench: $(STAMP) $(VOCAB_STAMP)
 # say: those of native-test and web-test, and the browser and client (Optimum, transformers.js) results the suite
 # writes (in whatever order it ran).
 TEST_SEED ?= 20261203
-test: lint vocab native-test web-test transformersjs llama-cpp
+test: lint vocab native-test web-test transformersjs optimum llama-cpp
 	$(PY) -m pytest -p randomly --randomly-seed=$(TEST_SEED) --durations=25
 	$(PY) tools/portability.py --check docs/portability.md
 

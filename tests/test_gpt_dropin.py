@@ -11,12 +11,10 @@ clients' rows of docs/portability.md (tools/portability.py).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from clients import optimum_venv
 from gpt_sources import BOOK
 from helpers import REPO
 from mha_runtime.artifact.errors import ArtifactError
@@ -44,7 +43,6 @@ from mha_runtime.gpt.golden import first_logits, load_generations
 from mha_runtime.gpt.manifest import load_gpt_manifest, read_gpt_file
 
 CLIENTS = REPO / "tests" / "clients"
-REQUIREMENTS = CLIENTS / "optimum-requirements.txt"
 TJS = CLIENTS / "transformersjs"
 NEW = 12
 PROMPTS = [[464, 3290, 318], [15496, 11, 314, 716, 257, 2746, 286], [7, 8]]  # three lengths: a left-padded batch
@@ -54,19 +52,8 @@ TOLERANCE = FORMS[CONCAT_FORM].tolerance
 
 @pytest.fixture(scope="session")
 def optimum_python() -> Path:
-    """The python of a venv with Optimum from the pinned requirements, made once per requirements file: kept under
-    .cache/ (git-ignored), named by the file's sha256, complete once its stamp is written."""
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:16]
-    venv = REPO / ".cache" / f"optimum-{digest}"
-    python = venv / "bin" / "python"
-    if not (venv / ".installed").is_file():
-        shutil.rmtree(venv, ignore_errors=True)
-        assert subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True).returncode == 0
-        done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r",
-                               str(REQUIREMENTS)], capture_output=True, text=True, timeout=1200)
-        assert done.returncode == 0, done.stderr[-3000:]
-        (venv / ".installed").touch()
-    return python
+    """The python of Optimum's venv (tests/clients/optimum_venv.py; `make optimum` makes it before pytest)."""
+    return optimum_venv.ensure()
 
 
 def _node_client() -> list[str]:
