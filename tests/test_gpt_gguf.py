@@ -25,7 +25,7 @@ from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.cli.main import cli
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import GGUF, GGUF_FORM, GGUF_FORMS, GGUF_Q4_0, GGUF_Q8_0, INT4_FORM, INT8_FORM
-from mha_runtime.gpt.golden import GENERATIONS_FILE, first_logits, load_generations
+from mha_runtime.gpt.golden import GENERATIONS_FILE, GoldenGeneration, first_logits, load_generations
 from mha_runtime.gpt.golden_check import check_generations
 from mha_runtime.gpt.llama import llama_cpp
 from mha_runtime.gpt.manifest import load_gpt_manifest
@@ -194,6 +194,24 @@ def test_quantized_bytes_equal_ggmls(book_gguf: tuple[torch.nn.Module, Path], dt
         assert np.array_equal(np.asarray(tensor.data).reshape(-1), ggml_quantize(want, source)), name
 
 
+def test_a_case_is_judged_on_its_ids_its_prompts_encoding_and_its_logits() -> None:
+    """llama_cpp.judge_case fails a case for each of its three rules alone: other ids at any step, a text prompt
+    that the GGUF's tokenizer encodes otherwise, first-step logits past the tolerance."""
+    case = GoldenGeneration(name="c", prompt_ids=[5, 6], prompt_text="hi", max_new_tokens=3, temperature=0.0,
+                            top_k=None, seed=None, ids=[1, 2, 3], first_logits_bin="c.bin", first_logits_npy="c.npy")
+    expected = np.zeros(8, dtype=np.float32)
+
+    def judged(ids: list[int], encoded: list[int], shift: float) -> str | None:
+        got = llama_cpp.Greedy(ids={"c": ids}, first={"c": expected + np.float32(shift)}, encoded={"c": encoded})
+        return llama_cpp.judge_case(got, case, expected, GGUF.tolerance)[1]
+
+    assert judged([1, 2, 3], [5, 6], GGUF.tolerance.atol / 2) is None
+    assert judged([1, 2, 4], [5, 6], 0.0) == "ids differ from token 2: got [4], golden [3]"
+    assert judged([1, 2], [5, 6], 0.0) == "ids differ from token 2: got [], golden [3]"
+    assert "encodes 'hi' to [5, 7], golden [5, 6]" in (judged([1, 2, 3], [5, 7], 0.0) or "")
+    assert "first-step logits beyond tolerance" in (judged([1, 2, 3], [5, 6], 2 * GGUF.tolerance.atol) or "")
+
+
 def test_string_arrays_are_packed_as_gguf_py_packs_them() -> None:
     """The writer's one-join packing of tokens and merges (its only change to gguf-py's writer) gives gguf-py's own
     bytes: on GPT-2's tokens past the ASCII ones (multi-byte UTF-8) and its first merges."""
@@ -226,6 +244,9 @@ def test_a_tampered_gguf_is_refused_before_llama_cpp_sees_it(hf_gguf: tuple[torc
     monkeypatch.setenv(llama_cpp.ENV, str(fake))
     with pytest.raises(ArtifactError, match=r"gpt\.gguf: sha256 .* differs from the manifest"):
         check_generations(copy)
+    with pytest.raises(ArtifactError, match=r"gpt\.gguf: sha256 .* differs from the manifest"):
+        with llama_cpp.verified_copy(copy, GGUF_FORM, load_gpt_manifest(copy)):  # the copy llama.cpp is handed
+            pass
     said = CliRunner().invoke(cli, ["check", str(copy)])
     assert said.exit_code == 1 and "gpt.gguf: sha256" in said.stderr and said.stderr.count("\n") == 1
     assert not mark.exists()

@@ -52,6 +52,7 @@ NAMED_LOSSY = "tests/test_gpt_quality.py::test_named_lossy_form_that_misses_its_
 STOPS = "tests/test_gpt_generate.py::test_generation_stops_at_context_length_and_eos"
 STREAM = f"{EDGES}::test_streamed_text_never_shows_half_a_character"
 CONTEXT_STOP = f"{EDGES}::test_every_runner_stops_at_context_length_exactly"
+GGUF_JUDGE = "tests/test_gpt_gguf.py::test_a_case_is_judged_on_its_ids_its_prompts_encoding_and_its_logits"
 
 
 @dataclass(frozen=True)
@@ -149,10 +150,12 @@ MUTANTS: list[Mutant] = [
            "the quality measure skips a window's first scored token and feeds the rest one position early",
            ["tests/test_gpt_quality.py::test_recorded_quality_equals_scipy_on_transformers_logits"]),
     # ---- runtime/mha_runtime/gpt/manifest.py
-    Mutant("manifest-generations-key-typo", "runtime/mha_runtime/gpt/manifest.py",
-           'generations=_optional_name(data, "generations", where))',
-           'generations=_optional_name(data, "generation", where))',
-           "a lossy form's own golden generations are not found: int8/int4 are checked against fp32's ids",
+    # (the manifest's records are read by artifact/fields.py's `record`, field by field from the dataclass)
+    Mutant("manifest-optional-fields-read-as-none", "runtime/mha_runtime/artifact/fields.py",
+           "if field.name in convert and value is not None else value",
+           "if field.name in convert and value is not None else (None if optional else value)",
+           "a record's optional fields read as absent: a lossy form's own golden generations are not found, so "
+           "int8/int4 are checked against fp32's ids",
            [GOLDEN_CHECK]),
     # ---- runtime/mha_runtime/gpt/config.py
     Mutant("config-context-length-1", "runtime/mha_runtime/gpt/config.py",
@@ -323,6 +326,26 @@ MUTANTS: list[Mutant] = [
            "if streamed != done[IDS]:", "if len(streamed) != len(done[IDS]):",
            "mha loadtest --generate passes a stream whose token events' ids differ from its done event's ids",
            ["tests/test_gpt_seeded.py::test_loadtest_judge_flags_each_tampered_answer"]),
+    # ---- runtime/mha_runtime/gpt/llama/llama_cpp.py (GGUF files run by llama.cpp)
+    Mutant("gguf-judge-first-id-only", "runtime/mha_runtime/gpt/llama/llama_cpp.py",
+           "    if ids != case.ids:\n", "    if ids[:1] != case.ids[:1]:\n",
+           "a GGUF whose greedy ids leave the golden ones after the first token passes mha check and the export",
+           [GGUF_JUDGE]),
+    Mutant("gguf-judge-encoding-unchecked", "runtime/mha_runtime/gpt/llama/llama_cpp.py",
+           "got.encoded[case.name] != case.prompt_ids", "got.encoded[case.name] != got.encoded[case.name]",
+           "a GGUF whose tokenizer encodes the text prompts otherwise (another vocabulary) passes",
+           [GGUF_JUDGE]),
+    Mutant("gguf-copy-digest-unchecked", "runtime/mha_runtime/gpt/llama/llama_cpp.py",
+           "        check_digest(path, digest.hexdigest(), entry.sha256)\n        yield copy",
+           "        yield copy",
+           "llama.cpp is handed a copy whose bytes were never compared with the manifest (a file swapped after "
+           "verify_all runs unverified)",
+           ["tests/test_gpt_gguf.py::test_a_tampered_gguf_is_refused_before_llama_cpp_sees_it"]),
+    # ---- export/mha_export/gpt/llama/write.py
+    Mutant("gguf-q4-head-not-kept", "export/mha_export/gpt/llama/write.py",
+           "return KEPT.get(dtype, TYPES[dtype]) if name == head else TYPES[dtype]", "return TYPES[dtype]",
+           "gpt.q4_0.gguf writes its head at Q4_0 (llama-quantize keeps it higher): a worse file than llama.cpp's own",
+           ["tests/test_gpt_gguf.py::test_quantized_bytes_equal_ggmls"]),
     # ---- export/mha_export/onnx_file/save.py
     Mutant("save-raw-data-length-in-elements", "export/mha_export/onnx_file/save.py",
            "+ _key(TENSOR_RAW_DATA) + _varint(array.nbytes)", "+ _key(TENSOR_RAW_DATA) + _varint(array.size)",

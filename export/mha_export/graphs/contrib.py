@@ -11,15 +11,7 @@ from onnx import TensorProto, numpy_helper
 from mha_export.model.fused import fused_state_dict
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import (
-    BATCH_AXIS,
-    INPUT_NAME,
-    META_CONFIG,
-    META_CONTRACT,
-    OUTPUT_NAME,
-    TOKENS_AXIS,
-    IOContract,
-)
+from mha_runtime.artifact.contract import BATCH_AXIS, INPUT_NAME, OUTPUT_NAME, TOKENS_AXIS, IOContract, metadata
 from mha_runtime.artifact.registry import VARIANTS
 
 CONTRIB_OPSET = 18
@@ -69,7 +61,7 @@ def contrib_domain_model(graph: onnx.GraphProto, config: MHAConfig, contract_jso
     opsets = [oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)]
     model = oh.make_model(graph, opset_imports=opsets, producer_name="mha-export")
     model.ir_version = IR_VERSION
-    oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: contract_json})
+    oh.set_model_props(model, metadata(config, contract_json))
     return model
 
 

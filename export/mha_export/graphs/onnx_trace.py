@@ -18,15 +18,7 @@ from torch.export import Dim
 from mha_export.graphs.mask_rewrite import additive_mask
 from mha_export.model.example import example_input
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import (
-    BATCH_AXIS,
-    INPUT_NAME,
-    META_CONFIG,
-    META_CONTRACT,
-    OUTPUT_NAME,
-    TOKENS_AXIS,
-    IOContract,
-)
+from mha_runtime.artifact.contract import BATCH_AXIS, INPUT_NAME, OUTPUT_NAME, TOKENS_AXIS, IOContract, metadata
 from mha_runtime.artifact.errors import BadValueError, ExportError
 from mha_runtime.artifact.registry import ONNX
 
@@ -104,8 +96,7 @@ def strip_machine_metadata(model: ir.Model) -> None:
 def stamp_metadata(model: ir.Model, config: MHAConfig, contract_json: str | None = None) -> None:
     """Carry the config and the I/O contract in metadata_props, so a runner needs nothing else."""
     strip_machine_metadata(model)
-    model.metadata_props[META_CONFIG] = config.to_json()
-    model.metadata_props[META_CONTRACT] = contract_json or IOContract(config).to_json()
+    model.metadata_props.update(metadata(config, contract_json))
     model.producer_name = "mha-export"
 
 

@@ -20,7 +20,7 @@ from onnx import TensorProto, numpy_helper
 from mha_export.graphs.contrib import IR_VERSION, fused_initializers, output_projection, plain_io, save_checked
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import INPUT_NAME, META_CONFIG, META_CONTRACT, IOContract
+from mha_runtime.artifact.contract import INPUT_NAME, metadata
 from mha_runtime.artifact.registry import VARIANTS
 
 QBLOCKS_OPSET = 23
@@ -114,7 +114,7 @@ def qblocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *, bloc
     graph = oh.make_graph(nodes, "mha_qblocks", *plain_io(config), [*inits, _i64("threshold", threshold), *proj_inits])
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", QBLOCKS_OPSET)], producer_name="mha-export")
     model.ir_version = IR_VERSION
-    oh.set_model_props(model, {META_CONFIG: config.to_json(), META_CONTRACT: IOContract(config).to_json()})
+    oh.set_model_props(model, metadata(config))
     return model
 
 

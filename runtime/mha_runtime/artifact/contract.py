@@ -52,6 +52,11 @@ class IOContract:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+def metadata(config: MHAConfig, contract_json: str | None = None) -> dict[str, str]:
+    """An ONNX file's metadata_props: the config and the I/O contract (the main one unless another is given)."""
+    return {META_CONFIG: config.to_json(), META_CONTRACT: contract_json or IOContract(config).to_json()}
+
+
 @dataclass(frozen=True)
 class DecodeContract:
     """The decode form's I/O: x plus the cache in, context plus the grown cache out."""

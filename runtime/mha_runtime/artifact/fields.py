@@ -1,11 +1,15 @@
 """Typed reads of JSON documents (manifest.json, cases.json): a wrong field is one line that names it."""
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import dataclasses
+import types
+from collections.abc import Callable
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from mha_runtime.artifact.errors import ArtifactError
 
 T = TypeVar("T")
+R = TypeVar("R")
 _NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a JSON object",
           list: "a JSON array"}
 
@@ -30,6 +34,30 @@ def get(data: dict[str, Any], key: str, kind: type[T], where: str, *, optional: 
     if not ok:
         raise ArtifactError(f"{where}: field {key!r} expected {_NAMES.get(kind, kind.__name__)}, got {_kind(value)}")
     return value  # type: ignore[return-value]
+
+
+def record(cls: type[R], data: Any, where: str, **convert: Callable[[Any], Any]) -> R:
+    """A dataclass from a JSON object, field by field in declaration order (so the first bad field is the one
+    named): each read by `get` against its annotation (`X | None` is optional; a dataclass-typed field is read as
+    an object), then through `convert[name]` where one is given and the value is not None."""
+    data = obj(data, where)
+    hints = get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        kind, optional = _annotation(hints[field.name])
+        value = get(data, field.name, kind, where, optional=optional)
+        values[field.name] = convert[field.name](value) if field.name in convert and value is not None else value
+    return cls(**values)
+
+
+def _annotation(hint: Any) -> tuple[type, bool]:
+    """(the JSON type to check, whether the field is optional) of one annotation."""
+    args = get_args(hint)
+    optional = get_origin(hint) in (Union, types.UnionType) and type(None) in args
+    if optional:
+        (hint,) = [a for a in args if a is not type(None)]
+    kind = get_origin(hint) or hint
+    return (dict if dataclasses.is_dataclass(kind) else kind), optional
 
 
 def plain_name(value: str, where: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.config_fields import read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
-from mha_runtime.artifact.fields import get, obj, plain_name
+from mha_runtime.artifact.fields import get, obj, plain_name, record
 from mha_runtime.artifact.optimized_records import OptimizedSet, optimized_from_dict
 from mha_runtime.artifact.tolerance import Tolerance
 
@@ -60,15 +60,7 @@ class ArtifactRecord:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> ArtifactRecord:
-        data = obj(data, where)
-        return cls(kind=get(data, "kind", str, where), runtime=get(data, "runtime", str, where),
-                   tolerance=Tolerance.from_dict(get(data, "tolerance", dict, where), f"{where}.tolerance"),
-                   cases=get(data, "cases", int, where), max_abs_error=get(data, "max_abs_error", float, where),
-                   rel_l2_error=get(data, "rel_l2_error", float, where), passed=get(data, "passed", bool, where),
-                   opset=get(data, "opset", int, where, optional=True),
-                   nodes=get(data, "nodes", int, where, optional=True),
-                   export_seconds=get(data, "export_seconds", float, where, optional=True),
-                   batch_max=get(data, "batch_max", int, where, optional=True))
+        return record(cls, data, where, tolerance=lambda t: Tolerance.from_dict(t, f"{where}.tolerance"))
 
 
 @dataclass(frozen=True)
@@ -86,10 +78,7 @@ class WeightsRecord:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> WeightsRecord:
-        data = obj(data, where)
-        return cls(source=get(data, "source", str, where), sha256=get(data, "sha256", str, where, optional=True),
-                   layout=get(data, "layout", str, where, optional=True),
-                   layer=get(data, "layer", int, where, optional=True))
+        return record(cls, data, where)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.fields import get, obj, plain_name
+from mha_runtime.artifact.fields import get, obj, plain_name, record
 
 OPTIMIZED_DIR = "optimized"
 # ORT's default for an online session; the fingerprint guards its hardware-specific (layout) passes.
@@ -69,10 +69,7 @@ class OptimizedFile:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> OptimizedFile:
-        data = obj(data, where)
-        return cls(file=plain_name(get(data, "file", str, where), f"{where}.file"),
-                   cases=get(data, "cases", int, where), max_abs_error=get(data, "max_abs_error", float, where),
-                   rel_l2_error=get(data, "rel_l2_error", float, where), passed=get(data, "passed", bool, where))
+        return record(cls, data, where, file=lambda f: plain_name(f, f"{where}.file"))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from mha_runtime.artifact.fields import get, obj
+from mha_runtime.artifact.fields import record
 
 
 @dataclass(frozen=True)
@@ -22,9 +22,7 @@ class Tolerance:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "tolerance") -> Tolerance:
-        data = obj(data, where)
-        return cls(atol=get(data, "atol", float, where), rtol=get(data, "rtol", float, where),
-                   rel_l2=get(data, "rel_l2", float, where, optional=True))
+        return record(cls, data, where)
 
 
 @dataclass(frozen=True)

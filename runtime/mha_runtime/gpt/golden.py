@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from mha_runtime.artifact.errors import ArtifactError, first_line
-from mha_runtime.artifact.fields import get, obj, plain_name
+from mha_runtime.artifact.fields import get, obj, plain_name, record
 from mha_runtime.artifact.tolerance import Tolerance
 from mha_runtime.gpt.manifest import GPTManifest, read_gpt_file
 
@@ -74,16 +74,8 @@ class GoldenGeneration:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GoldenGeneration:
-        data = obj(data, where)
-        return cls(name=get(data, "name", str, where), prompt_ids=get(data, "prompt_ids", list, where),
-                   prompt_text=get(data, "prompt_text", str, where, optional=True),
-                   max_new_tokens=get(data, "max_new_tokens", int, where),
-                   temperature=get(data, "temperature", float, where),
-                   top_k=get(data, "top_k", int, where, optional=True),
-                   seed=get(data, "seed", int, where, optional=True),
-                   ids=get(data, "ids", list, where),
-                   first_logits_bin=plain_name(get(data, "first_logits_bin", str, where), where),
-                   first_logits_npy=plain_name(get(data, "first_logits_npy", str, where), where))
+        return record(cls, data, where, first_logits_bin=lambda n: plain_name(n, where),
+                      first_logits_npy=lambda n: plain_name(n, where))
 
 
 @dataclass(frozen=True)

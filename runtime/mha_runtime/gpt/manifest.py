@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mha_runtime.artifact.errors import ArtifactError, ConfigError
-from mha_runtime.artifact.fields import get, obj, plain_name
+from mha_runtime.artifact.fields import get, obj, plain_name, record
 from mha_runtime.artifact.manifest import GPT_KIND, FileRecord, read_manifest_json, read_verified
 from mha_runtime.gpt.config import GPTConfig
 
@@ -42,21 +42,7 @@ class GPTArtifact:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GPTArtifact:
-        data = obj(data, where)
-        return cls(kind=get(data, "kind", str, where), dtype=get(data, "dtype", str, where),
-                   tolerance=get(data, "tolerance", dict, where), cases=get(data, "cases", int, where),
-                   max_abs_error=get(data, "max_abs_error", float, where),
-                   greedy_agreement=get(data, "greedy_agreement", float, where),
-                   passed=get(data, "passed", bool, where), export_seconds=get(data, "export_seconds", float, where),
-                   bounds=get(data, "bounds", dict, where, optional=True),
-                   quality=get(data, "quality", dict, where, optional=True),
-                   quantization=get(data, "quantization", dict, where, optional=True),
-                   generations=_optional_name(data, "generations", where))
-
-
-def _optional_name(data: dict[str, Any], key: str, where: str) -> str | None:
-    value = get(data, key, str, where, optional=True)
-    return None if value is None else plain_name(value, f"{where}: {key}")
+        return record(cls, data, where, generations=lambda g: plain_name(g, f"{where}: generations"))
 
 
 @dataclass(frozen=True)

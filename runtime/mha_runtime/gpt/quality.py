@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from mha_runtime.artifact.errors import ArtifactError, first_line
-from mha_runtime.artifact.fields import get, obj
+from mha_runtime.artifact.fields import get, obj, record
 from mha_runtime.gpt.decoder import Decoder
 from mha_runtime.gpt.manifest import GPTManifest, read_gpt_file
 
@@ -56,12 +56,7 @@ class Quality:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Quality:
-        data = obj(data, where)
-        return cls(positions=get(data, "positions", int, where), mean_kl=get(data, "mean_kl", float, where),
-                   p99_kl=get(data, "p99_kl", float, where), max_kl=get(data, "max_kl", float, where),
-                   same_top=get(data, "same_top", float, where),
-                   perplexity=get(data, "perplexity", float, where, optional=True),
-                   reference_perplexity=get(data, "reference_perplexity", float, where, optional=True))
+        return record(cls, data, where)
 
     def line(self) -> str:
         ppl = "" if self.perplexity is None else f", perplexity {self.perplexity:.4g} (fp32 " \
