@@ -110,8 +110,8 @@ serve-bench: $(STAMP) $(VOCAB_STAMP)
 # The whole suite, shuffled by pytest-randomly in the order of TEST_SEED (a seed CI has run green; no test may
 # depend on another's order: `make test TEST_SEED=<any integer>` runs another order), then its 25 slowest tests
 # (so a slow test added tomorrow is seen). Last, docs/portability.md's table must equal what the check outputs
-# say: those of native-test and web-test, and the browser and client (Optimum, transformers.js) results the suite
-# writes (in whatever order it ran).
+# say: those of native-test and web-test, and the browser and client (Optimum, transformers.js, llama.cpp) results
+# the suite writes (in whatever order it ran).
 TEST_SEED ?= 20261203
 test: lint vocab native-test web-test transformersjs optimum llama-cpp
 	$(PY) -m pytest -p randomly --randomly-seed=$(TEST_SEED) --durations=25

@@ -13,7 +13,7 @@ set against a floor measured in the same run at the same thread count. Writes gp
    before each prefill.
 5. ORT's per-op profile of the fastest fp32 form's decode steps (where a missed floor goes).
 6. The quantized forms beside llama.cpp's on the same weights (gpt_quant_bench): speed, own read floors, quality
-   on the same text; llama.cpp's side when `make llama-cpp` has built it.
+   on the same text; llama.cpp's side when `make llama-tools` has built it.
 7. (--export-memory) `mha export --gpt` of the preset in a child process: its peak RSS against 4x the fp32
    parameter bytes, and its seconds.
 """

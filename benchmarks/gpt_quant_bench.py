@@ -14,7 +14,7 @@ weights, in one run: decode and prefill speed, and quality on the same text, as 
   by llama-perplexity against its F32 GGUF (the same windows; it scores 63 of each window's 64 positions).
 - Targets (the issue's, judged here, never asserted): tokens/s ratios int4 / Q4_0 >= 1.2, int8 / Q8_0 >= 1.1,
   fp32 / F32 >= 1.05, each with a mean KL no worse than the peer's; fp32 >= 0.9 of its floor, the lossy forms >= 0.7.
-Without llama.cpp built (`make llama-cpp`) our figures are still taken and the peer's are named as missing.
+Without llama.cpp's tools built (`make llama-tools`) our figures are still taken and the peer's are named as missing.
 """
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ SPEED_TARGET = {"F32": 1.05, "Q8_0": 1.1, "Q4_0": 1.2}
 FLOOR_TARGET = {"fp32": 0.9, "int8": 0.7, "int4": 0.7}
 PROMPT, NEW, PREFILL = 32, 128, 128
 CTX, CHUNKS = 128, 16
-NOT_BUILT = "llama.cpp is not built: run `make llama-cpp` (tools/llama_cpp.sh, about 9 minutes on 2 cores)"
+NOT_BUILT = ("llama.cpp's tools are not built: run `make llama-tools` (tools/llama_cpp.sh --tools, about 9 minutes on "
+             "2 cores)")
 
 
 def _ours(g: Generator, cfg_vocab: int) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """llama.cpp beside our ONNX forms on the same weights: a GPT folder of ours -> a Hugging Face GPT-2 folder -> GGUF
 (F32, Q8_0, Q4_0) -> llama-bench's speeds and llama-perplexity's KL divergence from F32.
 
-The binaries come from `make llama-cpp` (tools/llama_cpp.sh: the llama.cpp tree bundled in the pinned
+The binaries come from `make llama-tools` (tools/llama_cpp.sh --tools: the llama.cpp tree bundled in the pinned
 llama-cpp-python 0.3.36 source release, built into .cache/llama.cpp/); `llama_bin` is None until then.
 
 What `llama-perplexity --kl-divergence -c CTX --chunks N` scores (tools/perplexity/perplexity.cpp of that tree):
@@ -53,7 +53,7 @@ LOGITS_MAGIC = b"_logits_"
 
 
 def llama_bin(name: str) -> Path | None:
-    """The built llama.cpp binary `name` (e.g. "llama-bench"), or None before `make llama-cpp`."""
+    """The built llama.cpp binary `name` (e.g. "llama-bench"), or None before `make llama-tools`."""
     path = BIN_DIR / name
     return path if path.is_file() else None
 
@@ -61,7 +61,7 @@ def llama_bin(name: str) -> Path | None:
 def _need(name: str) -> Path:
     path = llama_bin(name)
     if path is None:
-        raise FileNotFoundError(f"{BIN_DIR / name}: not built; run `make llama-cpp`")
+        raise FileNotFoundError(f"{BIN_DIR / name}: not built; run `make llama-tools`")
     return path
 
 

@@ -152,7 +152,10 @@ def test_metadata_read_back_is_gpt2s(source: str, request: pytest.FixtureRequest
 def ggml_quantize(kind: gguf.GGMLQuantizationType, rows: np.ndarray) -> np.ndarray:
     """ggml's own quantizer (ggml_quantize_chunk in the libggml-base that `make llama-cpp` builds: what
     llama-quantize calls for every tensor) on a float32 matrix (rows, n_per_row): its bytes, as uint8."""
-    lib = ctypes.CDLL(str(llama_cpp.program().parent / "libggml-base.so"))  # type: ignore[union-attr]
+    path = llama_cpp.program().parent / "libggml-base.so"  # type: ignore[union-attr]
+    if not path.is_file():  # a program found on PATH or in $MHA_LLAMA_CPP without the libraries beside it
+        pytest.skip(f"{path}: not found beside {llama_cpp.PROGRAM}; run `make llama-cpp`")
+    lib = ctypes.CDLL(str(path))
     lib.ggml_quantize_chunk.restype = ctypes.c_size_t
     lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]

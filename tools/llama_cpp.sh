@@ -27,7 +27,7 @@ LIBS=(libllama.so libggml.so libggml-base.so)
 TOOLS=(llama-bench llama-quantize llama-perplexity llama-completion)
 TARGETS=(llama)
 WITH_TOOLS=0
-if [[ "${1:-}" == "--tools" ]]; then
+if [[ $# -eq 1 && "$1" == "--tools" ]]; then
   WITH_TOOLS=1
   TARGETS+=("${TOOLS[@]}")
 elif [[ $# -gt 0 ]]; then

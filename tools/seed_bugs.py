@@ -150,12 +150,9 @@ MUTANTS: list[Mutant] = [
            "the quality measure skips a window's first scored token and feeds the rest one position early",
            ["tests/test_gpt_quality.py::test_recorded_quality_equals_scipy_on_transformers_logits"]),
     # ---- runtime/mha_runtime/gpt/manifest.py
-    # (the manifest's records are read by artifact/fields.py's `record`, field by field from the dataclass)
-    Mutant("manifest-optional-fields-read-as-none", "runtime/mha_runtime/artifact/fields.py",
-           "if field.name in convert and value is not None else value",
-           "if field.name in convert and value is not None else (None if optional else value)",
-           "a record's optional fields read as absent: a lossy form's own golden generations are not found, so "
-           "int8/int4 are checked against fp32's ids",
+    Mutant("manifest-generations-dropped", "runtime/mha_runtime/gpt/manifest.py",
+           'generations=lambda g: plain_name(g, f"{where}: generations")', "generations=lambda g: None",
+           "a lossy form's own golden generations are not found: int8/int4 are checked against fp32's ids",
            [GOLDEN_CHECK]),
     # ---- runtime/mha_runtime/gpt/config.py
     Mutant("config-context-length-1", "runtime/mha_runtime/gpt/config.py",
