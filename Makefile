@@ -10,7 +10,7 @@ GPU_ORT := onnxruntime-gpu==1.31.1
 # Where the GPT export's gguf variant and `mha check` find llama.cpp (make llama-cpp builds it there).
 export MHA_LLAMA_CPP ?= $(CURDIR)/.cache/llama.cpp/build/bin
 
-.PHONY: venv vocab export demo test test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs optimum clean
+.PHONY: venv vocab export demo test test-setup test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs optimum clean
 
 venv: $(STAMP)
 
@@ -112,10 +112,16 @@ serve-bench: $(STAMP) $(VOCAB_STAMP)
 # (so a slow test added tomorrow is seen). Last, docs/portability.md's table must equal what the check outputs
 # say: those of native-test and web-test, and the browser and client (Optimum, transformers.js, llama.cpp) results
 # the suite writes (in whatever order it ran).
+# What pytest needs is built TEST_JOBS targets at a time (output kept per target): pip, npm and apt leave a core
+# idle that an export, a training or a compiler then takes (docs/measurements/tests.md).
 TEST_SEED ?= 20261203
-test: lint vocab native-test web-test transformersjs optimum llama-cpp
+TEST_JOBS ?= 2
+test: lint
+	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-setup
 	$(PY) -m pytest -p randomly --randomly-seed=$(TEST_SEED) --durations=25
 	$(PY) tools/portability.py --check docs/portability.md
+
+test-setup: vocab native-test web-test transformersjs optimum llama-cpp
 
 # For development: the Python suite without the tests marked slow (CI runs everything through make test).
 test-fast: $(STAMP) $(VOCAB_STAMP) $(TJS_STAMP)
@@ -186,7 +192,8 @@ chromium:
 	  SUDO=; if [ "$$(id -u)" != 0 ]; then \
 	    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO=sudo; \
 	    else echo "error: $(CHROMIUM) missing: install it as root (apt-get install -y chromium)" >&2; exit 1; fi; fi; \
-	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
+	  mkdir -p .cache && flock .cache/apt.lock $$SUDO apt-get update -q && \
+	  flock .cache/apt.lock $$SUDO apt-get install -y -q chromium; }
 
 # The WebAssembly backend in Node.js, one thread: every golden case of every artifact it can load (one timed run
 # after the compared one: a check, not a latency figure).

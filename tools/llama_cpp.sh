@@ -51,8 +51,10 @@ need_apt() {
   local cmd="$1" pkg="$2" sudo=""
   command -v "$cmd" >/dev/null 2>&1 && return 0
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  $sudo apt-get update -q
-  $sudo apt-get install -y -q "$pkg"
+  # One apt at a time: make test builds this beside `make chromium` (the same lock file).
+  mkdir -p "$ROOT/.cache"
+  flock "$ROOT/.cache/apt.lock" $sudo apt-get update -q
+  flock "$ROOT/.cache/apt.lock" $sudo apt-get install -y -q "$pkg"
 }
 
 fetch_source() {
