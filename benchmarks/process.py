@@ -1,13 +1,11 @@
-"""`mha serve` in a child process of its own session, on a free loopback port: what the tests and the serve
-bench start and stop. Stopping sends SIGTERM (the server drains and exits), then kills whatever of the session
-is still there, so no Ray process outlives it."""
+"""`mha serve` in a child process of its own session, on a free loopback port (mha_runtime.serve.ports): what
+the tests and the serve bench start and stop. Stopping sends SIGTERM (the server drains and exits), then kills
+whatever of the session is still there, so no Ray process outlives it."""
 from __future__ import annotations
 
 import http.client
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,41 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 from mha_runtime.artifact.errors import ServeError
-
-# Ray's workers listen on 10002-19999 by default (ray start --min/--max-worker-port).
-_ABOVE_RAY_WORKERS = 20000
-_handed_out: set[int] = set()  # two servers of one test never get the same port before either binds it
-
-
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (ip_local_port_range; Linux's default 32768)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now, between Ray's worker ports and the kernel's ephemeral range: ports
-    the kernel hands out by itself (every outgoing connection, every bind to port 0 of Ray's processes) come from
-    that range, so a port picked there could be taken before the server binds it, as Serve's proxy once found
-    ("Failed to bind to address"). The server still fails cleanly if it is taken in between."""
-    low = _ephemeral_low()
-    draw = random.SystemRandom()
-    for _ in range(200 if low > _ABOVE_RAY_WORKERS else 0):
-        port = draw.randrange(_ABOVE_RAY_WORKERS, low)
-        if port in _handed_out:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind((host, port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    with socket.socket() as probe:  # no room below the ephemeral range on this host
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+from mha_runtime.serve.ports import free_port
 
 
 def session_members(sid: int) -> list[int]:

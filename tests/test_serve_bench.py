@@ -14,6 +14,7 @@ import pytest
 from benchmarks import serve_bench as sb
 from benchmarks.process import session_members
 from benchmarks.serve_floor import ECHO, FIXED_REPLY, FloorProcess
+from mha_runtime.serve.ports import free_port
 
 
 @pytest.fixture
@@ -31,8 +32,17 @@ def test_haproxy_env_gives_each_server_its_own_ports_and_files(tmp_path: Path) -
     ports = [key for key in first if key.endswith("_PORT")]
     assert len(ports) == 4 and len({first[key] for key in ports}) == 4
     assert all(first[key] != second[key] or not key.endswith("_PORT") for key in first)
+    # Below the kernel's ephemeral range, from which Ray's own binds to port 0 draw (mha_runtime/serve/ports.py).
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    drawn = range(20000, low) if low > 20000 else range(low, 65536)
+    assert all(int(run[key]) in drawn for run in (first, second) for key in ports)
     paths = [value for key, value in first.items() if key.endswith(("_LOC", "_PATH", "_BASE", "_FILE"))]
     assert len(paths) == 5 and all(Path(value).is_relative_to(tmp_path) for value in paths)
+
+
+def test_free_port_never_hands_one_port_out_twice() -> None:
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
 
 
 def post(port: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:

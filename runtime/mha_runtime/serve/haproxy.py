@@ -9,23 +9,18 @@ binds them so), as Ray's own ports do on either ingress; it is the default for a
 """
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])
+from mha_runtime.serve.ports import free_port
 
 
 def haproxy_env(base: Path) -> dict[str, str]:
     """The environment (set before `import ray`) for HAProxy with its files under `base` (the admin socket path
     gains Ray's 56-character node id, and must stay under 107 characters)."""
     return {"RAY_SERVE_ENABLE_HA_PROXY": "1",
-            "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port()), "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port()),
-            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port()),
-            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port()),
+            "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port("")), "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port("")),
+            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port("")),
+            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port("")),
             "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(base / "haproxy.cfg"),
             "RAY_SERVE_HAPROXY_SOCKET_PATH": str(base / "admin.sock"),
             "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(base),
