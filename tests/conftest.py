@@ -33,9 +33,39 @@ def mid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export_preset("mid", tmp_path_factory.mktemp("artifacts"), config=MID).folder
 
 
+def _this_trees_export(name: str) -> Path | None:
+    """artifacts/<name> when it is what this tree's `mha export` writes, else None. `make test` exports gpt2-small
+    there (for native-test and web-test) minutes before pytest; a second export of it was about a minute of the
+    suite (docs/measurements/tests.md). Taken only when every file is as its manifest says, the artifacts are the
+    pinned bytes (tests/data/preset_digests.json, which a fresh export must equal: test_golden.py), the manifest is
+    newer than every source file of both packages (make's rule: an edit means a fresh export), and torch, onnx and
+    onnxruntime are the versions installed here. The tests that get it only read it."""
+    import json
+
+    from helpers import PRESET_DIGESTS, preset_digests
+    from mha_export.pipeline.seal import versions
+    from mha_runtime.artifact.errors import ArtifactError
+    from mha_runtime.artifact.manifest import load_manifest, verify_all
+
+    folder = REPO / "artifacts" / name
+    try:
+        manifest = load_manifest(folder)
+        verify_all(folder, manifest)
+    except ArtifactError:
+        return None
+    sources = [*(REPO / "runtime" / "mha_runtime").rglob("*.py"), *(REPO / "export" / "mha_export").rglob("*.py"),
+               REPO / "runtime" / "pyproject.toml", REPO / "export" / "pyproject.toml"]
+    newest = max(p.stat().st_mtime for p in sources)
+    fresh = (folder / "manifest.json").stat().st_mtime > newest and manifest.versions == versions()
+    pinned = preset_digests(folder) == json.loads(PRESET_DIGESTS.read_text())[name]
+    return folder if fresh and pinned else None
+
+
 @pytest.fixture(scope="session")
 def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_preset("gpt2-small", tmp_path_factory.mktemp("artifacts")).folder
+    """gpt2-small with every default form: `make test`'s own export when it is this tree's (read only), else one
+    made here."""
+    return _this_trees_export("gpt2-small") or export_preset("gpt2-small", tmp_path_factory.mktemp("artifacts")).folder
 
 
 @pytest.fixture
@@ -84,9 +114,9 @@ def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     src = copy_packages(tmp_path_factory.mktemp("runtime-install") / "checkout")
     venv = src.parent / "venv"
     assert subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True).returncode == 0
-    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile",
                                 "--disable-pip-version-check", "./runtime"], capture_output=True, text=True,
-                               timeout=900, cwd=src)
+                               timeout=900, cwd=src)  # --no-compile: as test_install.py says why
     assert installed.returncode == 0, installed.stderr[-2000:]
     return venv, src
 
