@@ -4,7 +4,9 @@ The rows share what they can and are still run as written: `pip install ./runtim
 (conftest.py's `runtime_venv`, which test_packaging.py also uses); the serve row gets a fresh venv; the three torch
 rows upgrade one venv in the table's order (export, then bench, then executorch), each row's check run right after
 its own install, so what a row must not bring yet is checked before the next row adds it. pip may use its cache and
-takes torch 2.13.0 from this machine's disk.
+takes torch 2.13.0 from this machine's disk. Each row runs with --no-compile (NO_COMPILE): the packages, versions
+and entry points are the row's; pip skips writing bytecode for every installed module ahead of time (about half of
+the torch rows' pip time, docs/measurements/tests.md), and Python compiles what the checks import as they run.
 """
 from __future__ import annotations
 
@@ -77,6 +79,7 @@ def check_executorch(venv: Path, cwd: Path, seed_dir: Path) -> None:
     assert "left out" not in made.stderr
 
 
+NO_COMPILE = "--no-compile"
 RUNTIME_ROW = "pip install ./runtime"
 SERVE_ROW = "pip install './runtime[serve]'"
 TORCH_ROWS = ("pip install ./runtime ./export", "pip install ./runtime './export[bench]'",
@@ -97,8 +100,8 @@ def _venv(at: Path) -> Path:
 
 def _install(venv: Path, command: str, src: Path) -> None:
     args = command.split(" ", 2)[2]
-    installed = subprocess.run(f"{venv}/bin/python -m pip install -q --disable-pip-version-check {args}", shell=True,
-                               capture_output=True, text=True, timeout=900, cwd=src)
+    installed = subprocess.run(f"{venv}/bin/python -m pip install -q --disable-pip-version-check {NO_COMPILE} {args}",
+                               shell=True, capture_output=True, text=True, timeout=900, cwd=src)
     assert installed.returncode == 0, installed.stderr[-2000:]
 
 
