@@ -7,7 +7,7 @@ const ORT_URL = './node_modules/onnxruntime-web/dist/ort.wasm.min.mjs';  // fetc
 const query = new URLSearchParams(location.search);
 const artifact = (query.get('artifact') || 'artifacts/seed').replace(/^\/+|\/+$/g, '');
 const asked = Number.parseInt(query.get('repeats') ?? '', 10);
-const repeats = asked >= 1 ? asked : 3;  // timed runs per case, after one untimed run
+const repeats = asked >= 0 ? asked : 3;  // timed runs per case, after one untimed run; 0: the check alone
 const base = new URL(`/${artifact}/`, location.origin);
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -54,7 +54,7 @@ function render(result) {
   const table = document.createElement('table');
   table.id = 'results';
   table.innerHTML = '<tr><th>artifact</th><th>case</th><th>shape</th><th>max abs error</th><th>tolerance</th><th>pass</th>'
-    + `<th>ms (median of ${result.repeats})</th></tr>${rows.join('')}`;
+    + `<th>${result.repeats ? `ms (median of ${result.repeats})` : 'ms (not timed)'}</th></tr>${rows.join('')}`;
   document.body.append(table);
   const summary = $('summary');
   summary.textContent = `${result.passed} passed, ${result.failed} failed`
