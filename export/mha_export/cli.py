@@ -77,11 +77,9 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
                                  + (" (a GPT preset: add --gpt)" if bad[0] in GPT_PRESETS else ""),
                                  param_hint="'--preset'")
     selection: Selection = VariantList().convert(variants or ALL, None, None)
-    from mha_export.graphs.onnx_trace import check_opset
     from mha_export.pipeline.budget import check_budget
-    from mha_export.pipeline.export import export_preset
+    from mha_export.pipeline.preflight import check_opset, check_weights_path
     from mha_export.pipeline.run import check_folder_name
-    from mha_export.weights.load import check_weights_path
     from mha_runtime.artifact.atomic import check_folder_target
     from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, table
 
@@ -107,6 +105,8 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
         check_folder_target(Path(out) / folder)
         check_budget(config)
         buildable(config, selection)
+    from mha_export.pipeline.export import export_preset  # torch: imported once nothing is left to refuse
+
     rows, notes = [], []
     for folder, config in jobs:
         def announce(folder: str = folder) -> None:  # once the weights are read: every refusal is behind

@@ -82,11 +82,10 @@ def _show(value: object) -> str:
 
 def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
                        weights: Path | None, variants: str | None, tokenizer: Path | None) -> None:
-    from mha_export.gpt.export import export_gpt
     from mha_export.gpt.plan import check_gpt_budget, check_gpt_forms, parse_gpt_variants
     from mha_export.gpt.tokenizer import read_tokenizer
+    from mha_export.pipeline.preflight import check_weights_path
     from mha_export.pipeline.run import check_folder_name
-    from mha_export.weights.load import check_weights_path
     from mha_runtime.artifact.atomic import check_folder_target
     from mha_runtime.artifact.errors import ConfigError
     from mha_runtime.cli.tables import table
@@ -107,6 +106,8 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
             raise type(exc)(f"{source}: {exc}") from None
         if tokenizer is not None:
             read_tokenizer(tokenizer, vocab_size=config.vocab_size, context_length=config.context_length)
+    from mha_export.gpt.export import export_gpt  # torch: imported once nothing is left to refuse
+
     for folder, config in jobs:
         def announce(folder: str = folder, config: GPTConfig = config) -> None:  # once the weights are read
             click.echo(f"exporting {folder} (GPT, {config.n_layers} layers, {config.parameters(tied=False):,} "

@@ -17,21 +17,14 @@ from torch.export import Dim
 
 from mha_export.graphs.mask_rewrite import additive_mask
 from mha_export.model.example import example_input
+from mha_export.pipeline.preflight import DEFAULT_OPSET, check_opset
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import BATCH_AXIS, INPUT_NAME, OUTPUT_NAME, TOKENS_AXIS, IOContract, metadata
-from mha_runtime.artifact.errors import BadValueError, ExportError
+from mha_runtime.artifact.errors import ExportError
 from mha_runtime.artifact.registry import ONNX
 
-DEFAULT_OPSET = 18
-SUPPORTED_OPSETS = range(18, 26)  # the opsets the dynamo exporter was checked at (docs/design-notes.md)
 # Masks are (context, context) bool after folding: fold tensors up to 16M elements (context 4096).
 FOLD_LIMIT = 1 << 24
-
-
-def check_opset(opset: int) -> int:
-    if opset not in SUPPORTED_OPSETS:
-        raise BadValueError(f"--opset: expected {SUPPORTED_OPSETS.start}..{SUPPORTED_OPSETS.stop - 1}, got {opset}")
-    return opset
 
 
 @contextmanager

@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from mha_export.graphs.onnx_trace import DEFAULT_OPSET, check_opset
 from mha_export.graphs.table import BUILDERS
 from mha_export.pipeline.budget import check_budget
 from mha_export.pipeline.fixtures import write_golden
+from mha_export.pipeline.preflight import DEFAULT_OPSET, check_opset
 from mha_export.pipeline.progress import steps
 from mha_export.pipeline.run import ExportResult, run_export
 from mha_export.pipeline.seal import artifact_facts, attention_manifest

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from mha_export.model.wrapper import MultiHeadAttentionWrapper, build_wrapper
+from mha_export.pipeline.preflight import check_weights_path
 from mha_export.weights.layouts import MASK_KEYS, Located, layer_keys, locate, to_wrapper_state
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.config_fields import file_kind
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import Manifest, WeightsRecord, sha256_file
 from mha_runtime.artifact.registry import WEIGHTS_FILE
@@ -39,15 +39,6 @@ def _quiet() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # loaders' notes (pickle, mmap, storage) are not the user's concern
         yield
-
-
-def check_weights_path(path: Path) -> None:
-    """--weights must name a regular file: a FIFO or a device would block or never end; a folder is no checkpoint."""
-    if not path.exists():
-        raise ConfigError(f"--weights {path}: expected a .safetensors file or a torch state_dict, found nothing there")
-    if not path.is_file():
-        raise ConfigError(f"--weights {path}: expected a regular file (.safetensors or a torch state_dict), "
-                          f"got {file_kind(path.stat().st_mode)}")
 
 
 # The first bytes of what torch.save writes: a zip archive (the default since 1.6) or a pickle (protocol 2+).
