@@ -25,7 +25,9 @@ os.environ.setdefault("MHA_LLAMA_CPP", str(REPO / ".cache" / "llama.cpp" / "buil
 
 @pytest.fixture(scope="session")
 def seed_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_preset("seed", tmp_path_factory.mktemp("artifacts")).folder
+    """The seed preset with every default form: `make test`'s own export when it is this tree's (read only), else
+    one made here."""
+    return _this_trees_export("seed") or export_preset("seed", tmp_path_factory.mktemp("artifacts")).folder
 
 
 @pytest.fixture(scope="session")
@@ -34,12 +36,13 @@ def mid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _this_trees_export(name: str) -> Path | None:
-    """artifacts/<name> when it is what this tree's `mha export` writes, else None. `make test` exports gpt2-small
-    there (for native-test and web-test) minutes before pytest; a second export of it was about a minute of the
-    suite (docs/measurements/tests.md). Taken only when every file is as its manifest says, the artifacts are the
-    pinned bytes (tests/data/preset_digests.json, which a fresh export must equal: test_golden.py), the manifest is
-    newer than every source file of both packages (make's rule: an edit means a fresh export), and torch, onnx and
-    onnxruntime are the versions installed here. The tests that get it only read it."""
+    """artifacts/<name> when it is what this tree's `mha export` writes, else None. `make test` exports seed and
+    gpt2-small there (for native-test and web-test) minutes before pytest; a second export of them was about a
+    minute and a half of the suite (docs/measurements/tests.md). Taken only when the folder holds exactly the
+    manifest's files, each as the manifest says, the artifacts are the pinned bytes (tests/data/preset_digests.json,
+    which a fresh export must equal: test_golden.py), the manifest is newer than every source file of both packages
+    (make's rule: an edit means a fresh export), and torch, onnx and onnxruntime are the versions installed here.
+    The tests that get it only read it (those that alter a folder take a copy: seed_copy)."""
     import json
 
     from helpers import PRESET_DIGESTS, preset_digests
@@ -52,6 +55,9 @@ def _this_trees_export(name: str) -> Path | None:
         manifest = load_manifest(folder)
         verify_all(folder, manifest)
     except ArtifactError:
+        return None
+    held = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    if held != {*manifest.files, "manifest.json"}:
         return None
     sources = [*(REPO / "runtime" / "mha_runtime").rglob("*.py"), *(REPO / "export" / "mha_export").rglob("*.py"),
                REPO / "runtime" / "pyproject.toml", REPO / "export" / "pyproject.toml"]

@@ -6,7 +6,9 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -218,7 +220,14 @@ def test_bench_times_both_decode_forms(mid_dir: Path) -> None:
 
 
 def _bench(seed_dir: Path, *args: str) -> Any:
-    return CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(seed_dir.parent), *args])
+    """`mha bench --preset seed` on a folder that holds seed_dir alone: seed_dir may be `make test`'s own
+    artifacts/seed, beside an artifacts/web/seed.json the bench would read (the wasm figures)."""
+    root = Path(tempfile.mkdtemp(prefix="bench-artifacts-"))
+    (root / "seed").symlink_to(seed_dir, target_is_directory=True)
+    try:
+        return CliRunner().invoke(cli, ["bench", "--preset", "seed", "--artifacts", str(root), *args])
+    finally:
+        shutil.rmtree(root)
 
 
 def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
