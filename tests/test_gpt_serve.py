@@ -1,13 +1,12 @@
 """`mha serve` on a GPT folder: the generate wire format, iteration-level batching that stays exact (generations
-joining and leaving a running batch equal their solo runs), and real Ray Serve servers on loopback under a mixed
-load with bad requests, a client that leaves mid-stream, and SIGTERM."""
+joining and leaving a running batch equal their solo runs), and a real Ray Serve server on loopback under a mixed
+load with bad requests and a client that leaves mid-stream (servers the test starts and stops itself:
+test_gpt_serve_lifecycle.py)."""
 from __future__ import annotations
 
-import http.client
 import json
 import random
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -17,21 +16,14 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
-from benchmarks.process import ServerProcess, free_port
-from mha_runtime.artifact.errors import RequestError, ServeError
+from benchmarks.process import ServerProcess
+from gpt_serving import call, served_answer, solo
+from mha_runtime.artifact.errors import RequestError
 from mha_runtime.gpt.config import gpt_preset
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.serve.gpt.engine import BatchEngine
 from mha_runtime.serve.gpt.job import Event, Job
-from mha_runtime.serve.gpt.wire import GenerateRequest, generate_body_limit, parse_generate, parse_sse
-
-
-def solo(gen: Generator, r: GenerateRequest, eos_id: int | None) -> tuple[list[int], str]:
-    """The same request generated alone by the runtime's Generator: the reference every served answer meets."""
-    g = gen.generate([r.prompt_ids], max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_k=r.top_k,
-                     seed=r.seed, eos_id=eos_id)
-    return g.ids[0], g.stops[0]
-
+from mha_runtime.serve.gpt.wire import GenerateRequest, generate_body_limit, parse_generate
 
 # ---- the wire format ------------------------------------------------------------------------------------------
 
@@ -301,28 +293,6 @@ def server(gpt_mini: Path, ray_home: Path, tmp_path_factory: pytest.TempPathFact
     assert process.leftovers == [], "Ray processes outlived the server"
 
 
-def call(port: int, method: str, path: str, body: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, str, str]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        connection.request(method, path, body=body, headers=headers or {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        return response.status, response.getheader("content-type") or "", response.read().decode()
-    finally:
-        connection.close()
-
-
-def served_answer(status: int, kind: str, text: str) -> dict[str, Any]:
-    """The answer object of a 200, streamed or not (a stream's token events must spell the same ids)."""
-    assert status == 200, text
-    if kind.startswith("text/event-stream"):
-        events = parse_sse(text)
-        assert events[-1][0] == "done", events[-1]
-        assert [d["id"] for e, d in events if e == "token"] == events[-1][1]["ids"]
-        return events[-1][1]
-    return json.loads(text)  # type: ignore[no-any-return]
-
-
 def test_contract_and_health(server: ServerProcess, gpt_mini: Path) -> None:
     status, _, text = call(server.port, "GET", "/v1/contract")
     info = json.loads(text)
@@ -428,81 +398,3 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server: ServerProcess, g
     assert health["cancelled"] == cancelled + 1
     answer = served_answer(*others[0])
     assert answer["ids"] == solo(gen, GenerateRequest([3, 4], 30), gen.manifest.eos_id)[0]
-
-
-def test_sigterm_drains_the_generations_in_flight(gpt_mini: Path, ray_home: Path, tmp_path: Path) -> None:
-    """One slot, six streams of 200 tokens: SIGTERM lands while one runs and two or more wait (a window that stays
-    open for four whole generations, so a slow host's health polls still see it); all six end with their `done`
-    event, equal to their solo runs, then the server exits 0 and leaves no Ray process, and no file of the HAProxy
-    it runs behind by default."""
-    haproxy_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*"))
-    gen = Generator(gpt_mini)
-    reqs = [GenerateRequest([11 + i, 5], 200, stream=True) for i in range(6)]
-    results: dict[int, tuple[int, str, str]] = {}
-    process = ServerProcess(gpt_mini, tmp_path / "log", "--max-batch", "1", home=ray_home, port=free_port())
-
-    def send(i: int) -> None:
-        try:
-            results[i] = call(process.port, "POST", "/v1/generate", json.dumps(reqs[i].to_json()).encode())
-        except Exception as exc:
-            results[i] = (0, "", repr(exc))
-
-    with process:
-        running_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*")) - haproxy_folders
-        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(reqs))]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            health = json.loads(call(process.port, "GET", "/v1/health")[2])
-            if health["running"] == 1 and health["queued"] >= 2:
-                break
-            time.sleep(0.01)
-        process.terminate()
-        for thread in threads:
-            thread.join(120)
-        assert process.process is not None
-        returncode = process.process.wait(60)
-    assert health["running"] == 1 and health["queued"] >= 2, health  # SIGTERM came with generations waiting
-    assert returncode == 0 and process.leftovers == [], process.stderr()
-    for i, r in enumerate(reqs):
-        assert served_answer(*results[i])["ids"] == solo(gen, r, gen.manifest.eos_id)[0]
-    assert "draining the requests in flight" in process.stderr()
-    # By default behind HAProxy, or (if HAProxy failed to start on this host) a warning saying why it is not.
-    behind_haproxy = "behind HAProxy" in process.stdout()
-    assert behind_haproxy != ("warning: cannot start the Serve application" in process.stderr()), process.stderr()
-    assert len(running_folders) == (1 if behind_haproxy else 0)
-    assert set(Path(tempfile.gettempdir()).glob("mha-haproxy-*")) == haproxy_folders
-
-
-def test_haproxy_that_cannot_start_is_one_line_when_asked_for_and_the_default_falls_back_to_the_proxy(
-        gpt_mini: Path, ray_home: Path, tmp_path: Path) -> None:
-    """HAProxy's stats port (set by the user) is taken. With `--ingress haproxy` the server exits 1 with one line
-    that carries HAProxy's own [ALERT], not only the Ray actor method that failed. By default it says so in one
-    warning line and serves through Ray Serve's proxy, answers equal to the solo run. Neither leaves a process or
-    a HAProxy folder."""
-    haproxy_folders = set(Path(tempfile.gettempdir()).glob("mha-haproxy-*"))
-    gen = Generator(gpt_mini)
-    request = GenerateRequest([7, 8, 9], 12)
-    with socket.socket() as taken:
-        taken.bind(("0.0.0.0", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        asked = ServerProcess(gpt_mini, tmp_path / "asked", "--ingress", "haproxy", home=ray_home)
-        default = ServerProcess(gpt_mini, tmp_path / "default", home=ray_home)
-        for process in (asked, default):
-            process.env["RAY_SERVE_HAPROXY_STATS_PORT"] = str(port)
-        with pytest.raises(ServeError):
-            asked.start()
-        with default:
-            answer = served_answer(*call(default.port, "POST", "/v1/generate", json.dumps(request.to_json()).encode()))
-    line = asked.stderr().strip().splitlines()[-1]
-    assert asked.returncode == 1 and asked.leftovers == [] and "Traceback" not in asked.stderr()
-    assert line.startswith("Error: cannot start the Serve application: ray::HAProxyManager.ready(): "), line
-    assert "[ALERT]" in line and "cannot bind socket" in line and line.endswith(f":{port}]"), line
-    warnings = [w for w in default.stderr().splitlines() if w.startswith("warning: ")]
-    assert len(warnings) == 1 and "[ALERT]" in warnings[0], default.stderr()
-    assert warnings[0].endswith("serving through Ray Serve's proxy instead (--ingress haproxy makes this an error)")
-    assert "behind HAProxy" not in default.stdout() and default.returncode == 0 and default.leftovers == []
-    assert answer["ids"] == solo(gen, request, gen.manifest.eos_id)[0]
-    assert set(Path(tempfile.gettempdir()).glob("mha-haproxy-*")) == haproxy_folders
