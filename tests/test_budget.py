@@ -19,9 +19,17 @@ MHA = Path(sys.executable).parent / "mha"
 TINY = {"d_in": 8, "d_out": 8, "num_heads": 2, "context_length": 16}
 
 
-def _export(tmp_path: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+def _export(tmp_path: Path, *args: str | Path, work: bool = False) -> subprocess.CompletedProcess[str]:
+    """`mha export ARGS`; unless it is to do `work`, with a torch that cannot be imported first on the path: a
+    refusal comes before any work, torch's import (seconds) included."""
+    env = dict(os.environ)
+    if not work:
+        blocker = tmp_path / "no-torch" / "torch"
+        blocker.mkdir(parents=True, exist_ok=True)
+        (blocker / "__init__.py").write_text("raise ImportError('torch imported before the refusal')\n")
+        env["PYTHONPATH"] = os.pathsep.join([str(blocker.parent), *filter(None, [env.get("PYTHONPATH")])])
     return subprocess.run([str(MHA), "export", *map(str, args), "--out", str(tmp_path / "out")], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path)
+                          text=True, timeout=120, cwd=tmp_path, env=env)
 
 
 def _config(tmp_path: Path, **fields: int) -> Path:
@@ -139,5 +147,5 @@ def _export_on_a_terminal(tmp_path: Path) -> str:
 def test_progress_bars_only_on_a_terminal(tmp_path: Path) -> None:
     drawn = _export_on_a_terminal(tmp_path)
     assert "building seed" in drawn and "validating seed" in drawn and "%|" in drawn, drawn  # tqdm's bar
-    piped = _export(tmp_path, "--preset", "seed", "--variants", "fused")
+    piped = _export(tmp_path, "--preset", "seed", "--variants", "fused", work=True)
     assert piped.returncode == 0 and "building seed" not in piped.stderr and "validating" not in piped.stderr
