@@ -1,6 +1,6 @@
 """How `mha serve` picks its ingress and words a failed start, without starting Ray: the cause line of a real
 Ray task error, and the fallback from a default HAProxy that cannot start to Ray Serve's proxy (the launcher's
-start is replaced by a recorder; tests/test_gpt_serve.py does the same against a real server)."""
+start is replaced by a recorder; tests/test_gpt_serve_lifecycle.py does the same against a real server)."""
 from __future__ import annotations
 
 import os
