@@ -46,7 +46,7 @@ def test_sigterm_drains_the_generations_in_flight(gpt_mini: Path, ray_home: Path
             health = json.loads(call(process.port, "GET", "/v1/health")[2])
             if health["running"] == 1 and health["queued"] >= 2:
                 break
-            time.sleep(0.01)
+            time.sleep(0.01)  # polling a condition with a deadline; moved here unchanged from test_gpt_serve.py
         process.terminate()
         for thread in threads:
             thread.join(120)

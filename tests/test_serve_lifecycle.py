@@ -104,7 +104,7 @@ def test_address_joins_an_existing_cluster(seed_dir: Path, ray_home: Path, tmp_p
         head.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 5
         while session_members(head.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.2)  # polling a condition with a deadline; moved here unchanged from test_serve.py
         for pid in session_members(head.pid):  # `ray start --block` takes its time: this cluster was the test's own
             try:
                 os.kill(pid, signal.SIGKILL)
