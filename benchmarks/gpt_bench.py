@@ -66,7 +66,7 @@ SETTLE_S = 0.3  # between timed calls: the previous runner's spinning threads go
 ROUNDS = 5
 PROMPT_TOKENS, NEW_TOKENS, WARM_TOKENS = 32, 128, 4
 BATCH, BATCH_LENGTHS = 8, (8, 128)  # batch 8, prompt lengths spread evenly over 8..128
-TTFT_TOKENS, TTFT_REPEATS = 128, 11
+TTFT_TOKENS = 128
 CHECK_TOKENS = 8  # an fp32 runner whose first greedy ids differ from gpt.inplace.onnx's is a broken peer
 FP32_FORMS = (INPLACE_FORM, CONCAT_FORM)
 GENAI, HF, TORCH_KV = "onnxruntime-genai (gpt.onnx)", "transformers GPT2LMHeadModel", "torch KV-cache loop"
@@ -180,18 +180,25 @@ def bench_batch(g: Generator, cfg: GPTConfig, *, rounds: int, new_tokens: int) -
             "measure": "new tokens after each row's first over the seconds after the prefill of all rows"}
 
 
-def bench_first_token(g: Generator, cfg: GPTConfig, *, threads: int, peak: float, matmul_n: int) -> dict[str, Any]:
-    """Part 4: time to the first token of a 128-token prompt (prefill + the first pick), median of TTFT_REPEATS;
-    each sample follows one sample of the MatMul peak, so the floor's peak is taken beside the prefills it prices
-    (a host that speeds up or slows down in the run moves both). The floor uses the best peak of the whole run
-    (`peak`, from its start, and these samples): the strict case. The paired ratios (each sample over the floor
-    at the peak sampled just before it) are information."""
+def ttft_repeats(rounds: int) -> int:
+    """Prefills part 4 times: 2 * rounds + 1 (11 at the default 5 rounds; an odd count has a middle sample)."""
+    return 2 * rounds + 1
+
+
+def bench_first_token(g: Generator, cfg: GPTConfig, *, threads: int, peak: float, matmul_n: int,
+                      rounds: int) -> dict[str, Any]:
+    """Part 4: time to the first token of a 128-token prompt (prefill + the first pick), median of
+    ttft_repeats(rounds); each sample follows one sample of the MatMul peak, so the floor's peak is taken beside
+    the prefills it prices (a host that speeds up or slows down in the run moves both). The floor uses the best
+    peak of the whole run (`peak`, from its start, and these samples): the strict case. The paired ratios (each
+    sample over the floor at the peak sampled just before it) are information."""
     prompt = [_prompt(cfg, min(TTFT_TOKENS, cfg.context_length), 1)]
     meter = MatMulMeter(threads=threads, n=matmul_n)
     g.generate(prompt, max_new_tokens=1)
     flops = prefill_flops(cfg, len(prompt[0]))
     samples, peaks = [], []
-    for _ in range(TTFT_REPEATS):
+    repeats = ttft_repeats(rounds)
+    for _ in range(repeats):
         time.sleep(SETTLE_S)
         peaks.append(meter.sample())
         time.sleep(SETTLE_S)
@@ -203,7 +210,7 @@ def bench_first_token(g: Generator, cfg: GPTConfig, *, threads: int, peak: float
             "peak_samples": peaks, "floor_s": flops / best, "ratio_to_floor": median / (flops / best),
             "best_ratio_to_floor": min(samples) / (flops / best),
             "paired_ratio_median": statistics.median(s / (flops / p) for s, p in zip(samples, peaks, strict=True)),
-            "measure": f"median of {TTFT_REPEATS} prefills over the floor at the best MatMul peak of the run "
+            "measure": f"median of {repeats} prefills over the floor at the best MatMul peak of the run "
                        "(its start and one sample before each prefill)"}
 
 
@@ -265,7 +272,7 @@ def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = ROUNDS, new_t
     say(f"batch {BATCH} against batch 1 ({fastest}) ...")
     batch = bench_batch(g, cfg, rounds=rounds, new_tokens=new_tokens)
     say("time to first token ...")
-    first = bench_first_token(g, cfg, threads=threads, peak=peak["flop_per_s"], matmul_n=matmul_n)
+    first = bench_first_token(g, cfg, threads=threads, peak=peak["flop_per_s"], matmul_n=matmul_n, rounds=rounds)
     del g
     say(f"ORT profile of {fastest}'s decode steps ...")
     profile = decode_profile(folder, fastest, cfg, threads=threads)
@@ -334,7 +341,8 @@ def format_report(result: dict[str, Any]) -> str:
 @click.option("--artifact", type=click.Path(path_type=Path), default=Path("artifacts/gpt-124m"), show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("artifacts/bench"), show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--rounds", type=click.IntRange(min=1), default=ROUNDS, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=ROUNDS, show_default=True,
+              help="rounds of each taking-turns part; the first-token part takes 2 * rounds + 1 prefills")
 @click.option("--new-tokens", type=click.IntRange(min=2), default=NEW_TOKENS, show_default=True)
 @click.option("--export-memory", is_flag=True,
               help="Also export the artifact's preset (its folder name) in a child process: peak RSS, seconds.")
