@@ -36,24 +36,27 @@ def mid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _this_trees_export(name: str) -> Path | None:
-    """artifacts/<name> when it is what this tree's `mha export` writes, else None. `make test` exports seed and
-    gpt2-small there (for native-test and web-test) minutes before pytest; a second export of them was about a
-    minute and a half of the suite (docs/measurements/tests.md). Taken only when the folder holds exactly the
-    manifest's files, each as the manifest says, the artifacts are the pinned bytes (tests/data/preset_digests.json,
-    which a fresh export must equal: test_golden.py), the manifest is newer than every source file of both packages
-    (make's rule: an edit means a fresh export), and torch, onnx and onnxruntime are the versions installed here.
-    The tests that get it only read it (those that alter a folder take a copy: seed_copy)."""
+    """artifacts/<name> when it is what this tree's `mha export` writes, else None. `make test` exports seed,
+    gpt2-small and gpt-mini there (for native-test and web-test) minutes before pytest; a second export of them was
+    about a minute and a half of the suite (docs/measurements/tests.md). Taken only when the folder holds exactly
+    the manifest's files, each as the manifest says, the artifacts are the pinned bytes (tests/data/
+    preset_digests.json; a fresh seed or gpt2-small export must equal them: test_golden.py), the manifest is newer
+    than every source file of both packages (make's rule: an edit means a fresh export), and torch, onnx and
+    onnxruntime (and ExecuTorch, for a GPT folder with gpt.pte) are the versions installed here. The tests that get
+    it only read it (those that alter a folder take a copy: seed_copy)."""
     import json
 
     from helpers import PRESET_DIGESTS, preset_digests
     from mha_export.pipeline.seal import versions
     from mha_runtime.artifact.errors import ArtifactError
-    from mha_runtime.artifact.manifest import load_manifest, verify_all
+    from mha_runtime.artifact.manifest import folder_kind, load_manifest, verify_all
+    from mha_runtime.gpt.manifest import load_gpt_manifest
 
     folder = REPO / "artifacts" / name
     try:
-        manifest = load_manifest(folder)
-        verify_all(folder, manifest)
+        gpt = folder_kind(folder) == "gpt"
+        manifest = load_gpt_manifest(folder) if gpt else load_manifest(folder)
+        verify_all(folder, manifest)  # type: ignore[arg-type]  # both kinds list their files the same way
     except ArtifactError:
         return None
     held = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
@@ -62,7 +65,12 @@ def _this_trees_export(name: str) -> Path | None:
     sources = [*(REPO / "runtime" / "mha_runtime").rglob("*.py"), *(REPO / "export" / "mha_export").rglob("*.py"),
                REPO / "runtime" / "pyproject.toml", REPO / "export" / "pyproject.toml"]
     newest = max(p.stat().st_mtime for p in sources)
-    fresh = (folder / "manifest.json").stat().st_mtime > newest and manifest.versions == versions()
+    installed = versions()
+    if "executorch" in manifest.versions:
+        from importlib.metadata import version
+
+        installed["executorch"] = version("executorch")
+    fresh = (folder / "manifest.json").stat().st_mtime > newest and manifest.versions == installed
     pinned = preset_digests(folder) == json.loads(PRESET_DIGESTS.read_text())[name]
     return folder if fresh and pinned else None
 
@@ -129,13 +137,16 @@ def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def gpt_mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The gpt-mini preset with every default form and GPT-2's tokenizer (seeded weights), exported once."""
+    """The gpt-mini preset with all its forms, gpt.pte included, and GPT-2's tokenizer (seeded weights): `make
+    test`'s own artifacts/gpt-mini (`mha export --gpt --preset gpt-mini --variants all,pte`) when it is this tree's
+    (read only), else the same export made here."""
     from gpt_sources import vocab_dir
     from mha_export.gpt.export import export_gpt
     from mha_runtime.gpt.config import GPT_PRESETS
 
-    return export_gpt("gpt-mini", tmp_path_factory.mktemp("gpt-mini"), config=GPT_PRESETS["gpt-mini"],
-                      tokenizer=vocab_dir()).folder
+    return _this_trees_export("gpt-mini") or export_gpt(
+        "gpt-mini", tmp_path_factory.mktemp("gpt-mini"), config=GPT_PRESETS["gpt-mini"], tokenizer=vocab_dir(),
+        variants=("all", "pte")).folder
 
 
 @pytest.fixture(scope="session")

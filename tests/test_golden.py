@@ -26,6 +26,12 @@ def test_preset_artifacts_and_weights_are_unchanged(name: str, request: pytest.F
     assert preset_digests(folder) == pinned
 
 
+def test_gpt_mini_forms_and_weights_are_unchanged(gpt_mini: Path) -> None:
+    """The same pin for the GPT preset `make test` exports (all its forms, gpt.pte too): conftest.py takes that
+    folder only at these bytes, so a change that moves them fails here, not silently as a slower suite."""
+    assert preset_digests(gpt_mini) == json.loads(PRESET_DIGESTS.read_text())["gpt-mini"]
+
+
 @pytest.mark.parametrize("name", PRESETS)
 def test_goldens_are_the_eager_model_rebuilt_from_the_saved_weights(name: str, request: pytest.FixtureRequest) -> None:
     """Bit for bit: a golden written by any artifact instead of the eager model would differ in the last bits."""
