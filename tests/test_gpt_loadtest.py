@@ -1,4 +1,5 @@
-"""`mha loadtest --generate` on a real `mha serve` of the book's small GPT on loopback: a bounded mixed load
+"""`mha loadtest --generate` on a real `mha serve` of gpt-mini on loopback (the session's GPT server, which
+test_gpt_serve.py shares: conftest.py): a bounded mixed load
 (streamed and whole answers, greedy and seeded sampling) passes with every answer checked; a local folder with
 other weights is reported as wrong answers; a tampered stream or answer is caught; bad options are refused in
 one line before any request is sent."""
@@ -7,42 +8,37 @@ from __future__ import annotations
 import http.client
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from benchmarks.process import ServerProcess, free_port
-from gpt_sources import BOOK, book_model, save_book, vocab_dir
+from gpt_sources import book_model, save_book, vocab_dir
 from mha_export.gpt.export import export_gpt
 from mha_runtime.cli.main import cli
+from mha_runtime.gpt.config import GPT_PRESETS
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.serve.gpt.answers import GenOutcome, check_generations, reference_for
 from mha_runtime.serve.gpt.loadtest import _send, generate_requests
 from mha_runtime.serve.gpt.wire import GenerateRequest
 
-LOAD = ["--prompt-tokens", "1,7,32", "--max-new-tokens", "1,5,16"]  # 32 + 16 = BOOK's context_length 48
+MINI = GPT_PRESETS["gpt-mini"]
+LOAD = ["--prompt-tokens", "1,7,32", "--max-new-tokens", "1,5,16"]
 
 
 @pytest.fixture(scope="module")
 def other_gpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The book's config with other weights (another seed): every answer of the served folder differs."""
+    """gpt-mini's config with other weights (the book's GPTModel, another seed): every answer of the served folder
+    differs."""
     root = tmp_path_factory.mktemp("gpt-other")
-    weights = save_book(book_model(seed=322), root / "ckpt")
-    return export_gpt("other", root, config=BOOK, weights=weights, tokenizer=vocab_dir(), variants=("inplace",)).folder
+    weights = save_book(book_model(MINI, seed=322), root / "ckpt")
+    return export_gpt("other", root, config=MINI, weights=weights, tokenizer=vocab_dir(), variants=("inplace",)).folder
 
 
-@pytest.fixture(scope="module")
-def server(book_gpt: tuple[torch.nn.Module, Path], ray_home: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(book_gpt[1], tmp_path_factory.mktemp("gpt-server-log"), "--max-batch", "4",
-                            home=ray_home)
-    with process:
-        yield process
-    assert process.returncode == 0, process.stderr()
-    assert process.leftovers == [], "Ray processes outlived the server"
+@pytest.fixture
+def server(gpt_server: ServerProcess) -> ServerProcess:
+    return gpt_server
 
 
 def _loadtest(*args: str) -> tuple[int, str, str]:
@@ -50,11 +46,10 @@ def _loadtest(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_mixed_generate_load_every_answer_right(server: ServerProcess, book_gpt: tuple[torch.nn.Module, Path],
-                                               tmp_path: Path) -> None:
+def test_mixed_generate_load_every_answer_right(server: ServerProcess, gpt_mini: Path, tmp_path: Path) -> None:
     """48 requests from 6 connections into 4 slots: prompts 1..32, 1..16 new tokens, half streamed, half
     sampled with a seed; all answered, all equal to the local generation."""
-    folder, out = book_gpt[1], tmp_path / "load.json"
+    folder, out = gpt_mini, tmp_path / "load.json"
     code, stdout, stderr = _loadtest(server.url, "--generate", "--artifact", str(folder), "--requests", "48",
                                      "--concurrency", "6", *LOAD, "--seed", "5", "--json", str(out))
     assert code == 0, stdout + stderr
@@ -100,10 +95,10 @@ def _answer(server: ServerProcess, request: GenerateRequest) -> GenOutcome:
         connection.close()
 
 
-def test_tampered_answers_are_caught(server: ServerProcess, book_gpt: tuple[torch.nn.Module, Path]) -> None:
+def test_tampered_answers_are_caught(server: ServerProcess, gpt_mini: Path) -> None:
     """Real answers pass the check; the same answers with one id, the stop reason or the done event changed
     do not."""
-    gen = Generator(book_gpt[1])
+    gen = Generator(gpt_mini)
     reference, decode = reference_for(gen), gen.tokenizer.decode if gen.tokenizer else None
     streamed = GenerateRequest([464, 318, 257], 6, 0.9, 40, 11, stream=True)
     whole = GenerateRequest([464, 318, 257], 6, stream=False)
@@ -128,13 +123,12 @@ def test_tampered_answers_are_caught(server: ServerProcess, book_gpt: tuple[torc
     assert "stop 'eos', expected 'max_new_tokens'" in str(judged(whole, "stop"))
 
 
-def test_bad_options_are_one_line_before_any_request(server: ServerProcess,
-                                                     book_gpt: tuple[torch.nn.Module, Path]) -> None:
-    folder = str(book_gpt[1])
-    code, _, stderr = _loadtest(server.url, "--generate", "--artifact", folder, "--prompt-tokens", "40",
+def test_bad_options_are_one_line_before_any_request(server: ServerProcess, gpt_mini: Path) -> None:
+    folder = str(gpt_mini)
+    code, _, stderr = _loadtest(server.url, "--generate", "--artifact", folder, "--prompt-tokens", "250",
                                 "--max-new-tokens", "16")
     assert code == 2 and stderr.count("\n") == 1
-    assert "--prompt-tokens 40 + --max-new-tokens 16 = 56 runs past context_length 48" in stderr
+    assert "--prompt-tokens 250 + --max-new-tokens 16 = 266 runs past context_length 256" in stderr
     for args, says, status in (
         (["--prompt-tokens", "0"], "--prompt-tokens: expected counts >= 1", 2),
         (["--seed", "-1"], "--seed: expected an integer >= 0", 2),
@@ -146,7 +140,7 @@ def test_bad_options_are_one_line_before_any_request(server: ServerProcess,
     code, _, stderr = _loadtest(server.url, "--artifact", folder, "--prompt-tokens", "4")
     assert code == 2 and "--prompt-tokens: only with --generate" in stderr
     code, _, stderr = _loadtest(server.url, "--artifact", folder)  # the attention load test on a GPT server
-    assert code == 1 and "serves a GPT folder (book): load test it with --generate" in stderr
+    assert code == 1 and "serves a GPT folder (gpt-mini): load test it with --generate" in stderr
     code, _, stderr = _loadtest("http://192.0.2.1:8000", "--generate", "--artifact", folder)
     assert code == 1 and "loopback only" in stderr
     code, _, stderr = _loadtest(f"http://127.0.0.1:{free_port()}", "--generate", "--artifact", folder)

@@ -9,7 +9,6 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -284,13 +283,10 @@ def test_a_prefill_goes_first_and_the_running_batch_waits_for_it_at_most_its_lim
 
 # ---- real servers ---------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def server(gpt_mini: Path, ray_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(gpt_mini, tmp_path_factory.mktemp("gpt-server-log"), "--max-batch", "4", home=ray_home)
-    with process:
-        yield process
-    assert process.returncode == 0, process.stderr()
-    assert process.leftovers == [], "Ray processes outlived the server"
+@pytest.fixture
+def server(gpt_server: ServerProcess) -> ServerProcess:
+    """The session's GPT server on gpt-mini (conftest.py), which test_gpt_loadtest.py shares."""
+    return gpt_server
 
 
 def test_contract_and_health(server: ServerProcess, gpt_mini: Path) -> None:
