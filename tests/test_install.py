@@ -69,8 +69,9 @@ def check_export(venv: Path, cwd: Path, seed_dir: Path) -> None:
         "note: tiny: variant 'pte' left out: needs executorch: pip install './export[executorch]'")
     files = {p.name for p in (cwd / "out" / "tiny").iterdir()}  # the rest of the default set is made
     assert "mha.pte" not in files and {"mha.onnx", "mha.qblocks.onnx", "mha.int8.onnx"} <= files, files
-    validated = _run(venv, "mha", "validate", cwd / "out" / "tiny", cwd=cwd)
-    assert validated.returncode == 0 and validated.stdout.strip().endswith(" 0 failed"), validated.stderr
+    # The export validated every form it wrote (its table); `mha validate` itself is test_cli.py's.
+    rows = [line.split() for line in made.stdout.splitlines() if line.startswith("tiny ")]
+    assert {r[1] for r in rows} >= {"mha.onnx", "mha.int8.onnx"} and all(r[-1] == "ok" for r in rows), made.stdout
 
 
 def check_bench(venv: Path, cwd: Path, seed_dir: Path) -> None:
