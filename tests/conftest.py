@@ -171,7 +171,7 @@ def ray_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 _SHARED_SERVERS: dict[str, ServerProcess] = {}
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle, which it keeps apart from this
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle (tryfirst), whose order it otherwise keeps
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Move the files that use the shared GPT server next to the first of them, each file's tests in their order."""
     def uses(item: pytest.Item) -> bool:
