@@ -32,6 +32,11 @@ FP16 = Tolerance(atol=5e-3, rtol=0.0)
 # int8 is judged mainly by relative L2; the max abs bound still catches a broken quantization.
 INT8 = Tolerance(atol=0.1, rtol=0.0, rel_l2=3e-2)
 PROVIDERS = ("cpu", "cuda")
+# What ONNX Runtime 1.31's CUDA provider does with some forms (H200, docs/measurements/cuda.md).
+_CUDA_MHA_ONE_TOKEN = ("ONNX Runtime's CUDA MultiHeadAttention fails on a 1-token input "
+                       "('CUDA failure 1: invalid argument')")
+_CUDA_INPLACE = ("its cache bound in place gives wrong outputs in a CUDA session (GroupQueryAttention has no "
+                 "float32 CUDA kernel)")
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ class Variant:
     # them `all` leaves the variant out with a note naming the install, and a variant asked for by name is refused.
     requires: tuple[str, ...] = ()
     install: str | None = None
+    # Why ONNX Runtime's CUDA provider cannot run this form (None: it can); measured on a GPU
+    # (docs/measurements/cuda.md). `--provider cuda` refuses it in one line, `auto` runs it on the CPU.
+    cuda: str | None = None
 
     def missing(self) -> str | None:
         """What this environment lacks to build the variant, or None."""
@@ -111,13 +119,15 @@ REGISTRY: tuple[Variant, ...] = (
     Variant("contrib", "ONNX Runtime's com.microsoft.Attention, one node",
             _one("mha.contrib.onnx", "contrib"), tolerances={"cpu": FP32}),
     Variant("blocks", "fused projection + causal query blocks of com.microsoft.MultiHeadAttention",
-            _one("mha.blocks.onnx", "blocks"), tolerances={"cpu": FP32}, offline_optimized=True),
+            _one("mha.blocks.onnx", "blocks"), tolerances={"cpu": FP32}, offline_optimized=True,
+            cuda=_CUDA_MHA_ONE_TOKEN),
     Variant("qblocks", "the fastest fp32 form on CPU: causal query blocks of the ONNX Attention op (opset 23)",
             _one("mha.qblocks.onnx", "qblocks"), tolerances={"cpu": FP32}, offline_optimized=True),
     Variant("fp16", "float16 weights and compute, float32 I/O (onnxruntime's float16 converter)",
             _one("mha.fp16.onnx", "fp16"), needs=("fused",), low_precision=True, tolerances={"cpu": FP16}),
     Variant("int8", "onnxruntime dynamic quantization of the blocks graph (uint8 weights)",
-            _one("mha.int8.onnx", "int8"), needs=("blocks",), low_precision=True, tolerances={"cpu": INT8}),
+            _one("mha.int8.onnx", "int8"), needs=("blocks",), low_precision=True, tolerances={"cpu": INT8},
+            cuda=_CUDA_MHA_ONE_TOKEN),
     # The .ort files hold the same fp32 arithmetic as their sources, so they share the sources' rows.
     Variant("ort", "ORT format of mha.onnx and mha.fused.onnx (basic optimizations) for mobile builds",
             (ArtifactSpec("mha.ort", "onnx", ONNX_RUNTIME), ArtifactSpec("mha.fused.ort", "fused", ONNX_RUNTIME)),
@@ -129,7 +139,7 @@ REGISTRY: tuple[Variant, ...] = (
             _one("mha.decode.onnx", "decode", DECODE_RUNTIME), tolerances={"cpu": FP32}),
     Variant("decode-inplace", "decode with one preallocated cache of context_length written in place",
             _one("mha.decode-inplace.onnx", "decode-inplace", DECODE_INPLACE_RUNTIME), tolerances={"cpu": FP32},
-            refuses=_gqa_head_size),
+            refuses=_gqa_head_size, cuda=_CUDA_INPLACE),
 )
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in REGISTRY}
@@ -150,8 +160,8 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
 
 def tolerance_for(kind: str, provider: str = "cpu") -> Tolerance:
     """The row for (kind, provider). A provider without a row of its own for that kind is judged by the CPU row:
-    no CUDA row has been measured yet (no GPU was lent to this project), so CUDA starts from the CPU rows and a
-    measured row replaces one by declaring it. An unknown kind or provider is a programming error, named."""
+    on an H200 every form CUDA runs stayed within its CPU row (docs/measurements/cuda.md), so CUDA declares none;
+    a measured row would replace one by declaring it. An unknown kind or provider is a programming error, named."""
     if provider not in PROVIDERS:
         raise KeyError(f"no tolerance rows for provider {provider!r}; providers: {', '.join(PROVIDERS)}")
     row = TOLERANCES.get((kind, provider)) or TOLERANCES.get((kind, "cpu"))
@@ -210,6 +220,12 @@ def buildable(config: MHAConfig, variants: Selection) -> tuple[tuple[str, ...], 
 def artifact_specs(variants: Iterable[str]) -> tuple[ArtifactSpec, ...]:
     """Every artifact file the chosen variants produce (the core pair first), in registry order."""
     return tuple(spec for v in with_needs(variants) for spec in v.artifacts)
+
+
+def cpu_only(kind: str) -> str | None:
+    """Why the form of this artifact kind cannot run on ONNX Runtime's CUDA provider, or None."""
+    variant = VARIANTS.get(kind)
+    return variant.cuda if variant is not None else None
 
 
 def spec_for(file: str) -> ArtifactSpec:

@@ -37,6 +37,13 @@ from mha_runtime.gpt.llama import llama_cpp
 from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.gpt.quality import Quality, load_windows, measure
 from mha_runtime.infer.golden_check import CaseResult
+from mha_runtime.infer.providers import resolve_provider
+
+# A lossy form's golden ids and first-step logits are those of ONNX Runtime's CPU MatMulNBits kernels; the CUDA
+# kernels round differently (logits 0.014 apart on an H200, docs/measurements/cuda.md), so there it is judged by
+# its quality bar alone.
+LOSSY_ON_CUDA = ("recorded with the CPU kernels (CUDA's MatMulNBits rounds differently): judged on CUDA by its "
+                 "quality bar")
 
 
 def check_case(gen: Generator, case: GoldenGeneration, expected: np.ndarray, tolerance: Tolerance) -> CaseResult:
@@ -62,8 +69,10 @@ def check_case(gen: Generator, case: GoldenGeneration, expected: np.ndarray, tol
     return CaseResult(gen.form, case.name, shape, result.max_abs, result.rel_l2, tolerance, error is None, error)
 
 
-def check_quality(gen: Generator, reference: Generator, manifest: GPTManifest, folder: Path) -> CaseResult:
-    """The lossy form `gen` measured again against the fp32 in-place form, beside its recorded figures."""
+def check_quality(gen: Generator, reference: Generator, manifest: GPTManifest, folder: Path, *,
+                  recorded_here: bool = True) -> CaseResult:
+    """The lossy form `gen` measured again against the fp32 in-place form: within its bar, and beside its recorded
+    figures where they were measured with these kernels (`recorded_here`: the CPU provider's)."""
     spec, record = FORMS[gen.form], manifest.artifacts[gen.form]
     tolerance = Tolerance(atol=0.0, rtol=0.0)
     try:
@@ -78,7 +87,7 @@ def check_quality(gen: Generator, reference: Generator, manifest: GPTManifest, f
     error = None
     if not spec.meets_bar(got.mean_kl):
         error = f"mean KL divergence {got.mean_kl:.3g} above the bar {spec.max_mean_kl:g}"
-    elif not got.agrees_with(recorded):
+    elif recorded_here and not got.agrees_with(recorded):
         error = (f"quality differs from the recorded figures: mean KL {got.mean_kl:.3g} (recorded "
                  f"{recorded.mean_kl:.3g}), same top token {got.same_top:.3f} (recorded {recorded.same_top:.3f})")
     return CaseResult(gen.form, "quality", shape, got.mean_kl, float("nan"), tolerance, error is None, error,
@@ -131,6 +140,7 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
     # generation_config.json, genai_config.json, onnx/model.onnx), which other clients load as they are.
     verify_all(folder, manifest)  # type: ignore[arg-type]  # reads only .files
     loaded = {GENERATIONS_FILE: _load(folder, manifest, GENERATIONS_FILE)}  # each file read and hashed once
+    on_cpu = resolve_provider(provider) == "cpu"
     results = []
     reference: Generator | None = None
     for form in (f for f in [*FORMS, PTE_FORM] if f in manifest.artifacts):
@@ -148,11 +158,16 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
             continue
         if form == INPLACE_FORM:
             reference = gen
-        results += [check_case(gen, case, expected[case.name], golden.tolerance) for case in golden.cases]
-        if form in FORMS and FORMS[form].lossy:
+        lossy = form in FORMS and FORMS[form].lossy
+        if lossy and not on_cpu:  # its ids and logits are the CPU kernels'; its bar holds everywhere
+            results += [CaseResult(form, c.name, (1, len(c.prompt_ids)), float("nan"), float("nan"),
+                                   golden.tolerance, False, LOSSY_ON_CUDA, skipped=True) for c in golden.cases]
+        else:
+            results += [check_case(gen, case, expected[case.name], golden.tolerance) for case in golden.cases]
+        if lossy:
             if reference is None:
                 reference = Generator(folder, form=INPLACE_FORM, provider=provider, threads=threads)
-            results.append(check_quality(gen, reference, manifest, folder))
+            results.append(check_quality(gen, reference, manifest, folder, recorded_here=on_cpu))
     for form in (f for f in GGUF_FORMS if f in manifest.artifacts):
         file = _golden_for(folder, manifest, form)
         if file not in loaded:

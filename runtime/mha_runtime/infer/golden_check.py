@@ -25,6 +25,7 @@ from mha_runtime.artifact.registry import (
     EXECUTORCH_RUNTIME,
     ONNX_RUNTIME,
     TORCHSCRIPT_RUNTIME,
+    cpu_only,
     tolerance_for,
 )
 from mha_runtime.artifact.tolerance import Tolerance, compare
@@ -117,6 +118,10 @@ def check_onnx_artifacts(artifact_dir: Path, *, provider: str = "cpu", threads: 
     results: list[CaseResult] = []
     for entry in cases.artifacts:
         if entry.runtime not in (ONNX_RUNTIME, DECODE_RUNTIME, DECODE_INPLACE_RUNTIME):
+            continue
+        why = cpu_only(entry.kind) if resolved == "cuda" else None
+        if why is not None:
+            results += skipped(entry, cases, f"runs on the CPU only: {why}")
             continue
         run = _onnx_run(artifact_dir, entry, provider=resolved, threads=threads)
         tolerance = entry.tolerance if resolved == "cpu" else tolerance_for(entry.kind, resolved)

@@ -26,8 +26,13 @@ def resolve_provider(provider: str) -> str:
     return provider
 
 
-def session_providers(provider: str) -> list[str]:
+# TF32 off: ONNX Runtime's CUDA provider rounds fp32 MatMul inputs to TF32 by default on Ampere and later, which put
+# the fp32 forms 40-80x past their 1e-5 row on an H200 (docs/measurements/cuda.md); the forms promise fp32.
+CUDA_OPTIONS = {"use_tf32": "0"}
+
+
+def session_providers(provider: str) -> list[str | tuple[str, dict[str, str]]]:
     """The provider list for an InferenceSession; CUDA keeps the CPU provider as fallback for unsupported nodes."""
     if provider == "cuda":
-        return [_ORT_NAMES["cuda"], _ORT_NAMES["cpu"]]
+        return [(_ORT_NAMES["cuda"], dict(CUDA_OPTIONS)), _ORT_NAMES["cpu"]]
     return [_ORT_NAMES["cpu"]]

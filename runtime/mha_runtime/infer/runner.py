@@ -9,9 +9,9 @@ import onnxruntime as ort
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input, check_output
-from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, ProviderError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, Manifest, load_manifest, read_verified
-from mha_runtime.artifact.registry import ONNX
+from mha_runtime.artifact.registry import ONNX, cpu_only, spec_for
 from mha_runtime.infer.pick_copy import Choice, choose, say_once, session_options
 from mha_runtime.infer.providers import resolve_provider, session_providers
 
@@ -35,6 +35,7 @@ class OnnxRunner:
         self.provider = resolve_provider(provider)
         folder, name, manifest = locate_model(Path(artifact), model)
         self.path = folder / name
+        self.provider = _provider_for(name, self.provider, asked=provider)
         choice = Choice(name)
         if manifest is not None and offline_optimized:
             choice = choose(folder, name, manifest, self.provider)
@@ -73,6 +74,19 @@ class OnnxRunner:
             raise ArtifactError(f"{self.path}: ONNX Runtime failed on {shapes} ({first_line(exc)})") from None
 
     __call__ = run
+
+
+def _provider_for(name: str, provider: str, *, asked: str) -> str:
+    """The provider this form runs on: a form CUDA cannot run is refused for `cuda` and runs on the CPU for `auto`."""
+    try:
+        why = cpu_only(spec_for(name).kind) if provider == "cuda" else None
+    except KeyError:  # a file the registry does not name (a lone .onnx): nothing is known against CUDA
+        why = None
+    if why is None:
+        return provider
+    if asked == "auto":
+        return "cpu"
+    raise ProviderError(f"{name} runs on the CPU only: {why}; use --provider cpu or auto")
 
 
 def read_model(path: Path, model: str, suffixes: tuple[str, ...] = (".onnx", ".ort")) -> tuple[bytes, Path, bool]:
