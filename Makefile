@@ -107,6 +107,12 @@ serve-bench: $(STAMP) $(VOCAB_STAMP)
 	$(PY) -m benchmarks.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench
 	$(PY) -m benchmarks.gpt_serve_bench --artifact artifacts/gpt-124m --out artifacts/bench --ingress haproxy
 
+# The tests' mid-size attention folder (tests/data/mid.json), exported beside the other setup targets: pytest
+# takes it when it is this tree's export (tests/conftest.py), as it takes seed, gpt2-small and gpt-mini.
+MID_GOLDEN := artifacts/mid/golden/cases.json
+$(MID_GOLDEN): $(STAMP) tests/data/mid.json
+	$(VENV)/bin/mha export --config tests/data/mid.json --name mid --out artifacts
+
 # The whole suite, shuffled by pytest-randomly in the order of TEST_SEED (a seed CI has run green; no test may
 # depend on another's order: `make test TEST_SEED=<any integer>` runs another order), then its 25 slowest tests
 # (so a slow test added tomorrow is seen). Last, docs/portability.md's table must equal what the check outputs
@@ -121,7 +127,7 @@ test: lint
 	$(PY) -m pytest -p randomly --randomly-seed=$(TEST_SEED) --durations=25
 	$(PY) tools/portability.py --check docs/portability.md
 
-test-setup: vocab native-test web-test transformersjs optimum llama-cpp
+test-setup: vocab native-test web-test transformersjs optimum llama-cpp $(MID_GOLDEN)
 
 # For development: the Python suite without the tests marked slow (CI runs everything through make test).
 test-fast: $(STAMP) $(VOCAB_STAMP) $(TJS_STAMP)
@@ -219,4 +225,4 @@ portability: $(STAMP)
 	$(PY) tools/portability.py --write docs/portability.md
 
 clean:
-	rm -rf artifacts/seed artifacts/gpt2-small artifacts/gpt-mini artifacts/gpt-demo artifacts/gpt-demo-train artifacts/gpt-124m artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache
+	rm -rf artifacts/seed artifacts/mid artifacts/gpt2-small artifacts/gpt-mini artifacts/gpt-demo artifacts/gpt-demo-train artifacts/gpt-124m artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache

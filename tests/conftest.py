@@ -34,15 +34,17 @@ def seed_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def mid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_preset("mid", tmp_path_factory.mktemp("artifacts"), config=MID).folder
+    """tests/data/mid.json with every default form: `make test`'s artifacts/mid when it is this tree's (read only),
+    else one made here."""
+    return _this_trees_export("mid") or export_preset("mid", tmp_path_factory.mktemp("artifacts"), config=MID).folder
 
 
 def _this_trees_export(name: str) -> Path | None:
     """artifacts/<name> when it is what this tree's `mha export` writes, else None. `make test` exports seed,
-    gpt2-small and gpt-mini there (for native-test and web-test) minutes before pytest; a second export of them was
-    about a minute and a half of the suite (docs/measurements/tests.md). Taken only when the folder holds exactly
-    the manifest's files, each as the manifest says, the artifacts are the pinned bytes (tests/data/
-    preset_digests.json; a fresh seed or gpt2-small export must equal them: test_golden.py), the manifest is newer
+    gpt2-small and gpt-mini there (for native-test and web-test) minutes before pytest, and mid beside them; a
+    second export of them was about two minutes of the suite (docs/measurements/tests.md). Taken only when the
+    folder holds exactly the manifest's files, each as the manifest says, the artifacts are the pinned bytes
+    (tests/data/preset_digests.json; a fresh export must equal them: test_golden.py), the manifest is newer
     than every source file of both packages (make's rule: an edit means a fresh export), and torch, onnx and
     onnxruntime (and ExecuTorch, for a GPT folder with gpt.pte) are the versions installed here. The tests that get
     it only read it (those that alter a folder take a copy: seed_copy)."""

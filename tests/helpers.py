@@ -10,10 +10,11 @@ import numpy as np
 
 from mha_runtime.artifact.config import MHAConfig
 
-# A mid-size config (with qkv_bias) between the toy seed preset and gpt2-small.
-MID = MHAConfig(d_in=64, d_out=16, num_heads=4, context_length=48, qkv_bias=True)
 REPO = Path(__file__).resolve().parent.parent
 PRESET_DIGESTS = Path(__file__).parent / "data" / "preset_digests.json"
+# A mid-size config (with qkv_bias, and d_out 16 for decode-inplace) between the toy seed preset and gpt2-small;
+# `make test` exports it to artifacts/mid from the same file.
+MID = MHAConfig.from_file(Path(__file__).parent / "data" / "mid.json")
 
 
 def preset_digests(folder: Path) -> dict[str, str]:

@@ -26,6 +26,12 @@ def test_preset_artifacts_and_weights_are_unchanged(name: str, request: pytest.F
     assert preset_digests(folder) == pinned
 
 
+def test_mid_artifacts_and_weights_are_unchanged(mid_dir: Path) -> None:
+    """The tests' mid folder, pinned for the same reason (conftest.py takes `make test`'s artifacts/mid only at
+    these bytes)."""
+    assert preset_digests(mid_dir) == json.loads(PRESET_DIGESTS.read_text())["mid"]
+
+
 def test_gpt_mini_forms_and_weights_are_unchanged(gpt_mini: Path) -> None:
     """The same pin for the GPT preset `make test` exports (all its forms, gpt.pte too): conftest.py takes that
     folder only at these bytes, so a change that moves them fails here, not silently as a slower suite."""
