@@ -101,14 +101,18 @@ def mid_copy(mid_dir: Path, tmp_path: Path) -> Path:
 # The GPT folders: each source made by its defining library, exported once per session (gpt_sources.py).
 @pytest.fixture(scope="session")
 def book_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
-    """(the book's GPTModel, its exported folder with the tokenizer)."""
-    from gpt_sources import BOOK, book_model, save_book, vocab_dir
+    """(the book's GPTModel, its exported folder with the tokenizer): every default form, and gpt.pte where
+    ExecuTorch is installed (tests/test_gpt_pte.py; one export of the book GPT per session)."""
+    from gpt_sources import BOOK, BOOK_PTE, book_model, save_book, vocab_dir
     from mha_export.gpt.export import export_gpt
+    from mha_export.gpt.plan import parse_gpt_variants
 
     model = book_model()
     root = tmp_path_factory.mktemp("gpt")
     weights = save_book(model, root / "ckpt")
-    return model, export_gpt("book", root, config=BOOK, weights=weights, tokenizer=vocab_dir()).folder
+    variants = parse_gpt_variants("all,pte") if BOOK_PTE else None
+    return model, export_gpt("book", root, config=BOOK, weights=weights, tokenizer=vocab_dir(),
+                             variants=variants).folder
 
 
 @pytest.fixture(scope="session")

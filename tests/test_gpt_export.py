@@ -9,7 +9,7 @@ import onnx
 import pytest
 import torch
 
-from gpt_sources import BOOK, HF, book_model, hf_model, save_book, save_hf
+from gpt_sources import BOOK, BOOK_FORMS, HF, book_model, hf_model, save_book, save_hf
 from mha_export.gpt.export import export_gpt
 from mha_runtime.artifact.errors import ArtifactError, ConfigError
 from mha_runtime.artifact.tolerance import Tolerance, compare
@@ -136,12 +136,12 @@ def test_seeded_export_is_the_books_model_under_seed_123(tmp_path: Path) -> None
 def test_manifest_records_every_form_and_file(book_gpt: tuple[torch.nn.Module, Path]) -> None:
     _, folder = book_gpt
     manifest = load_gpt_manifest(folder)
-    assert set(manifest.artifacts) == set(FORMS)
+    assert set(manifest.artifacts) == set(BOOK_FORMS)
     for name, record in manifest.artifacts.items():
         assert record.passed and record.cases >= 20
-        assert record.tolerance == FORMS[name].tolerance.to_dict()
-        assert (record.quality is not None) == FORMS[name].lossy
-        if FORMS[name].lossy:
+        assert record.tolerance == BOOK_FORMS[name].tolerance.to_dict()
+        assert (record.quality is not None) == BOOK_FORMS[name].lossy
+        if BOOK_FORMS[name].lossy:
             assert 0.0 <= record.greedy_agreement <= 1.0 and record.quality["bar_mean_kl"] == FORMS[name].max_mean_kl
         else:
             assert record.greedy_agreement == 1.0

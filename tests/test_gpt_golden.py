@@ -12,6 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from gpt_sources import BOOK_FORMS
 from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.cli.main import cli
 from mha_runtime.gpt.contract import FORMS
@@ -78,8 +79,9 @@ def test_mha_check_passes_every_generation_on_both_forms(book_gpt: tuple[Any, Pa
     folder = book_gpt[1]
     results = check_generations(folder)
     cases = len(load_generations(folder, load_gpt_manifest(folder)).cases)
-    total = 4 * cases + 2  # the two fp32 forms and the two lossy forms, and each lossy form's quality
-    assert {r.artifact for r in results} == set(FORMS) and len(results) == total
+    # the fp32 forms (gpt.pte too where ExecuTorch is installed) and the two lossy forms, and each lossy form's quality
+    total = len(BOOK_FORMS) * cases + 2
+    assert {r.artifact for r in results} == set(BOOK_FORMS) and len(results) == total
     assert [r.artifact for r in results if r.case == "quality"] == [f for f in FORMS if FORMS[f].lossy]
     assert all(r.ok for r in results), [r.line() for r in results if not r.ok]
     out = CliRunner().invoke(cli, ["check", str(folder), "--json", str(tmp_path / "py.json")])
@@ -106,8 +108,8 @@ def test_a_golden_id_changed_fails_that_case_on_every_form(book_copy: Path) -> N
                                            "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     (book_copy / "manifest.json").write_text(json.dumps(manifest))
     failed = [r for r in check_generations(book_copy) if not r.ok]
-    assert {(r.artifact, r.case) for r in failed} == {(f, doc["cases"][1]["name"])
-                                                      for f in ("gpt.onnx", "gpt.inplace.onnx")}
+    fp32 = [f for f, form in BOOK_FORMS.items() if not form.lossy]  # the forms golden/generations.json is for
+    assert {(r.artifact, r.case) for r in failed} == {(f, doc["cases"][1]["name"]) for f in fp32}
     assert all("ids differ from token 3" in (r.error or "") for r in failed)
 
 

@@ -3,7 +3,7 @@ generations: greedy ids equal ch04's generate_text_simple, first-step logits wit
 (batch 1, prompt + new <= context_length) refused before ExecuTorch loads the program, a tampered file refused
 before it is parsed, and what to install where the runner is missing.
 
-One export serves the module (ExecuTorch's lowering is most of its time: about 50 s of CPU for two layers)."""
+The folder is the session's book GPT (tests/conftest.py), which has gpt.pte where ExecuTorch is installed."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from gpt_sources import BOOK, book_model, save_book, vocab_dir
+from gpt_sources import BOOK
 from mha_export.gpt.plan import parse_gpt_variants
 from mha_export.infer.gpt_pte_runner import PteGPT
 from mha_runtime.artifact.errors import ArtifactError, ContractError
@@ -32,19 +32,6 @@ from mha_runtime.gpt.manifest import load_gpt_manifest
 MEASURED_BOUND = 1e-5
 
 
-@pytest.fixture(scope="module")
-def pte_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
-    """(the book's GPTModel, its folder with gpt.inplace.onnx and gpt.pte and the tokenizer)."""
-    from mha_export.gpt.export import export_gpt
-
-    model = book_model()
-    root = tmp_path_factory.mktemp("gptpte")
-    weights = save_book(model, root / "ckpt")
-    folder = export_gpt("book", root, config=BOOK, weights=weights, tokenizer=vocab_dir(),
-                        variants=("inplace", "pte")).folder
-    return model, folder
-
-
 def book_greedy(model: torch.nn.Module, prompt: list[int], new: int) -> list[int]:
     from llms_from_scratch.ch04 import generate_text_simple
 
@@ -53,15 +40,15 @@ def book_greedy(model: torch.nn.Module, prompt: list[int], new: int) -> list[int
     return out[0, len(prompt):].tolist()
 
 
-def test_every_golden_generation_passes_on_gpt_pte(pte_gpt: tuple[torch.nn.Module, Path]) -> None:
-    _, folder = pte_gpt
+def test_every_golden_generation_passes_on_gpt_pte(book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    _, folder = book_gpt
     results = [r for r in check_generations(folder) if r.artifact == PTE_FORM]
     assert len(results) == 6 and all(r.ok for r in results), [r.line() for r in results]
     assert max(r.max_abs for r in results) < MEASURED_BOUND
 
 
-def test_manifest_and_contract_record_the_bounds(pte_gpt: tuple[torch.nn.Module, Path]) -> None:
-    _, folder = pte_gpt
+def test_manifest_and_contract_record_the_bounds(book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    _, folder = book_gpt
     manifest = load_gpt_manifest(folder)
     record = manifest.artifacts[PTE_FORM]
     bounds = {"batch": 1, "context_length": BOOK.context_length, "max_prefill_tokens": BOOK.context_length}
@@ -73,8 +60,8 @@ def test_manifest_and_contract_record_the_bounds(pte_gpt: tuple[torch.nn.Module,
 
 
 @pytest.mark.parametrize("length", [1, 7, 30])
-def test_greedy_ids_equal_the_books_generate_text_simple(pte_gpt: tuple[torch.nn.Module, Path], length: int) -> None:
-    model, folder = pte_gpt
+def test_greedy_ids_equal_the_books_generate_text_simple(book_gpt: tuple[torch.nn.Module, Path], length: int) -> None:
+    model, folder = book_gpt
     prompt = np.random.default_rng(length).integers(0, BOOK.vocab_size, length).tolist()
     new = BOOK.context_length - length
     gen = Generator(folder, form=PTE_FORM)
@@ -86,10 +73,10 @@ def test_greedy_ids_equal_the_books_generate_text_simple(pte_gpt: tuple[torch.nn
     assert result.ok and result.max_abs < MEASURED_BOUND, result
 
 
-def test_a_whole_context_prefill_and_steps_equal_the_books_logits(pte_gpt: tuple[torch.nn.Module, Path]) -> None:
+def test_a_whole_context_prefill_and_steps_equal_the_books_logits(book_gpt: tuple[torch.nn.Module, Path]) -> None:
     """Prefill of every length 1..context_length in one call each, then steps after a shorter prefill: the
     rows a previous call left in the cache never leak (the mask is by position)."""
-    model, folder = pte_gpt
+    model, folder = book_gpt
     ids = np.random.default_rng(3).integers(0, BOOK.vocab_size, BOOK.context_length).tolist()
     with torch.no_grad():
         expected = model(torch.tensor([ids]))[0].numpy()  # (C, V): the book's model attends causally
@@ -102,8 +89,8 @@ def test_a_whole_context_prefill_and_steps_equal_the_books_logits(pte_gpt: tuple
         assert compare(program.forward([ids[t]], t), expected[t], PTE.tolerance).ok, t
 
 
-def test_sampled_ids_equal_the_inplace_onnx_form(pte_gpt: tuple[torch.nn.Module, Path]) -> None:
-    _, folder = pte_gpt
+def test_sampled_ids_equal_the_inplace_onnx_form(book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    _, folder = book_gpt
     kwargs = dict(max_new_tokens=20, temperature=0.9, top_k=50, seed=5)
     prompt = [[464, 318, 257]]
     ours = Generator(folder, form=PTE_FORM).generate(prompt, **kwargs).ids  # type: ignore[arg-type]
@@ -115,10 +102,10 @@ def test_sampled_ids_equal_the_inplace_onnx_form(pte_gpt: tuple[torch.nn.Module,
     ([[1, 2, 3]], BOOK.context_length - 2, f"prompt 3 \\+ max_new_tokens {BOOK.context_length - 2} = "
                                            f"{BOOK.context_length + 1} tokens, beyond its context_length"),
 ])
-def test_bounds_are_refused_before_executorch_loads_the_program(pte_gpt: tuple[torch.nn.Module, Path],
+def test_bounds_are_refused_before_executorch_loads_the_program(book_gpt: tuple[torch.nn.Module, Path],
                                                                  prompts: list[list[int]], new: int,
                                                                  message: str) -> None:
-    _, folder = pte_gpt
+    _, folder = book_gpt
     gen = Generator(folder, form=PTE_FORM)
     with pytest.raises(ContractError, match=message):
         gen.generate(prompts, max_new_tokens=new)
@@ -132,8 +119,8 @@ def test_bounds_are_refused_before_executorch_loads_the_program(pte_gpt: tuple[t
         gen.pte.decoder().prefill([[1], [2]])
 
 
-def test_cli_generate_runs_gpt_pte_and_refuses_its_bounds_in_one_line(pte_gpt: tuple[torch.nn.Module, Path]) -> None:
-    _, folder = pte_gpt
+def test_cli_generate_runs_gpt_pte_and_refuses_its_bounds_in_one_line(book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    _, folder = book_gpt
     runner = CliRunner()
     args = ["generate", str(folder), "--prompt-ids", "5,6,7", "--max-new-tokens", "6", "--json"]
     ours = runner.invoke(cli, [*args, "--form", PTE_FORM])
@@ -147,9 +134,9 @@ def test_cli_generate_runs_gpt_pte_and_refuses_its_bounds_in_one_line(pte_gpt: t
         assert refused.stdout == ""
 
 
-def test_a_tampered_gpt_pte_is_refused_before_it_is_loaded(pte_gpt: tuple[torch.nn.Module, Path],
+def test_a_tampered_gpt_pte_is_refused_before_it_is_loaded(book_gpt: tuple[torch.nn.Module, Path],
                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _, folder = pte_gpt
+    _, folder = book_gpt
     copy = tmp_path / "book"
     shutil.copytree(folder, copy)
     data = bytearray((copy / PTE_FORM).read_bytes())
@@ -166,8 +153,8 @@ def test_a_tampered_gpt_pte_is_refused_before_it_is_loaded(pte_gpt: tuple[torch.
         check_generations(copy)
 
 
-def test_a_manifest_whose_bounds_were_edited_is_refused(pte_gpt: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
-    _, folder = pte_gpt
+def test_a_manifest_whose_bounds_were_edited_is_refused(book_gpt: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
+    _, folder = book_gpt
     copy = tmp_path / "book"
     shutil.copytree(folder, copy)
     doc = json.loads((copy / "manifest.json").read_text())
@@ -177,9 +164,9 @@ def test_a_manifest_whose_bounds_were_edited_is_refused(pte_gpt: tuple[torch.nn.
         Generator(copy, form=PTE_FORM)
 
 
-def test_without_the_runner_it_says_what_to_install(pte_gpt: tuple[torch.nn.Module, Path],
+def test_without_the_runner_it_says_what_to_install(book_gpt: tuple[torch.nn.Module, Path],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    _, folder = pte_gpt
+    _, folder = book_gpt
     monkeypatch.setattr("mha_runtime.gpt.executorch.entry_points", lambda group: [])
     with pytest.raises(ArtifactError, match=r"needs ExecuTorch: pip install './export\[executorch\]'"):
         Generator(folder, form=PTE_FORM)
