@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,11 +33,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutio
 
 
 @pytest.fixture
-def cuda_listed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def cuda_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     """onnxruntime lists CUDA (as onnxruntime-gpu does); sessions that ask for it still run on the CPU here."""
     listed = ["CUDAExecutionProvider", "CPUExecutionProvider"]
     monkeypatch.setattr(ort, "get_available_providers", lambda: listed)
-    yield
 
 
 def test_cuda_sessions_keep_float32() -> None:
