@@ -10,7 +10,18 @@ from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 from mha_export.gpt.eager import seeded_gpt
 from mha_export.gpt.graphs.concat import concat_model
 from mha_export.gpt.graphs.inplace import inplace_model
-from mha_export.gpt.lossy.quantize import ACCURACY_LEVEL, BLOCK, QuantPlan, lossy_source, matmul_weights, quantize_to
+from mha_export.gpt.lossy.quantize import (
+    ACCURACY_LEVEL,
+    BLOCK,
+    FAST,
+    HEAD,
+    QuantPlan,
+    fit,
+    fitted_block,
+    lossy_source,
+    matmul_weights,
+    quantize_to,
+)
 from mha_runtime.gpt.config import GPTConfig
 
 CFG = GPTConfig(vocab_size=97, context_length=16, emb_dim=16, n_heads=2, n_layers=2, qkv_bias=True)
@@ -59,6 +70,56 @@ def test_a_plan_keeps_its_matrices_at_the_higher_precision(tmp_path: Path) -> No
         else:
             assert head.op_type == "MatMulNBits" and bits_of.pop(head.name) == want
         assert set(bits_of.values()) == {bits}
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_the_fast_plan_writes_what_it_records(tmp_path: Path, bits: int) -> None:
+    """FAST: every MatMulNBits has the bits and block size the plan names for its weight (the 8-bit head in blocks
+    of 32; the 4-bit form's head at 8 bits), a zero point exactly where the plan is asymmetric, and each node equals
+    onnxruntime's quantizer's own node for that weight at those settings."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    cfg = GPTConfig(vocab_size=97, context_length=16, emb_dim=256, n_heads=2, n_layers=1, qkv_bias=True)
+    state = {k: v for k, v in seeded_gpt(cfg).state_dict().items() if not k.endswith(".mask")}
+    plan = FAST[bits]
+    assert fit(plan, lossy_source(state, cfg, tied=False)) == plan  # 256 input rows: no block padded
+    quantize_to(lossy_source(state, cfg, tied=False), tmp_path / "q.onnx", plan)
+    graph = onnx.load(str(tmp_path / "q.onnx")).graph
+    nodes = {n.input[1].split("_Q")[0]: n for n in graph.node if n.op_type == "MatMulNBits"}
+    assert set(nodes) == set(matmul_weights(lossy_source(state, cfg, tied=False)))
+    for weight, node in nodes.items():
+        want_bits = 8 if plan.kept.get(weight) == "int8" else bits
+        block = plan.finer.get(weight, plan.block_size)
+        symmetric = plan.symmetric or weight in plan.kept
+        got = _attrs(node)
+        assert (got["bits"], got["block_size"], got["accuracy_level"]) == (want_bits, block, ACCURACY_LEVEL), weight
+        assert (len(node.input) == 3) == symmetric, weight  # a 4th input: the zero points
+        alone = MatMulNBitsQuantizer(lossy_source(state, cfg, tied=False), bits=want_bits, block_size=block,
+                                     is_symmetric=symmetric, accuracy_level=ACCURACY_LEVEL,
+                                     nodes_to_exclude=[n for w, n in matmul_weights(
+                                         lossy_source(state, cfg, tied=False)).items() if w != weight])
+        alone.process()
+        ref = next(n for n in alone.model.model.graph.node if n.op_type == "MatMulNBits")
+        inits = {t.name: t for t in graph.initializer}
+        ref_inits = {t.name: t for t in alone.model.model.graph.initializer}
+        assert [inits[i].raw_data for i in node.input[1:]] == [ref_inits[i].raw_data for i in ref.input[1:]], weight
+    assert HEAD in (plan.kept | plan.finer)
+
+
+def test_a_block_longer_than_a_matrix_is_fitted_to_it() -> None:
+    """CFG's matrices have 16 (and 64) input rows: every block of the fast plans is fitted to a power of two that
+    divides them, and recorded in the plan (blocks of 128 or 256 would be mostly padding)."""
+    state = {k: v for k, v in seeded_gpt(CFG).state_dict().items() if not k.endswith(".mask")}
+    source = lossy_source(state, CFG, tied=False)
+    rows = {t.name: t.dims[0] for t in source.graph.initializer if t.name in matmul_weights(source)}
+    for bits in (8, 4):
+        fitted = fit(FAST[bits], source)
+        assert sorted(set(rows.values())) == [16, 64] and fitted.finer == rows  # each block: the matrix's rows
+    assert [fitted_block(256, n) for n in (768, 64, 96, 100, 3072)] == [256, 64, 32, 16, 256]
 
 
 def test_the_weightless_check_still_checks_the_graph() -> None:

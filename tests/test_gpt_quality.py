@@ -16,6 +16,7 @@ from scipy.special import softmax
 from scipy.stats import entropy
 
 from gpt_sources import save_hf
+from mha_export.gpt.lossy.quantize import FAST, FINE
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import FORMS, INPLACE_FORM, INT4_FORM, INT8_FORM
 from mha_runtime.gpt.generate import Generator
@@ -172,9 +173,9 @@ def test_inspect_shows_each_forms_quality(hf_gpt: tuple[torch.nn.Module, Path]) 
 
 @pytest.mark.parametrize("bits", [8, 4])
 def test_fallback_keeps_the_worst_matrices_until_the_bar_is_met(tmp_path: Path, bits: int) -> None:
-    """A model whose whole-model form misses a bar set between its whole-model figure and the figure with the head
-    kept at a higher precision: the export keeps matrices (the head among them, the one rounding moves most
-    here) until it is met, and records the plan."""
+    """A model whose fast and fine plans both miss a bar set between their figures and the figure with a quarter
+    of the matrices kept at a higher precision: the export keeps matrices (the head among them, the one rounding
+    moves most here) in the fine plan until it is met, and records every plan tried, the fast one first."""
     from dataclasses import replace
 
     from mha_export.gpt.export import load_gpt
@@ -196,10 +197,13 @@ def test_fallback_keeps_the_worst_matrices_until_the_bar_is_met(tmp_path: Path, 
                            reference=lambda: decoder_for("inplace", ref, cfg, "ref"), windows=windows)
 
     whole = run(replace(form, max_mean_kl=0.0))  # nothing meets 0: every plan is tried
-    first, last = whole.tries[0]["mean_kl"], whole.tries[-1]["mean_kl"]
-    assert last < first and len(whole.tries) >= 2
-    bar = (first + last) / 2
+    assert [t["plan"].split(",")[0] for t in whole.tries[:2]] == [FAST[bits].label().split(",")[0],
+                                                                  FINE[bits].label().split(",")[0]]
+    fast, first, last = (whole.tries[i]["mean_kl"] for i in (0, 1, -1))
+    assert last < min(fast, first) and len(whole.tries) >= 3
+    bar = (min(fast, first) + last) / 2  # neither the fast nor the fine plan meets it
     chosen = run(replace(form, max_mean_kl=bar))
     assert chosen.ok and chosen.quality.mean_kl <= bar and chosen.plan.kept
+    assert chosen.plan.block_size == FINE[bits].block_size
     assert set(chosen.plan.kept.values()) == {"fp32" if bits == 8 else "int8"}
-    assert chosen.tries[0]["mean_kl"] == pytest.approx(first) and len(chosen.tries) <= len(whole.tries)
+    assert chosen.tries[0]["mean_kl"] == pytest.approx(fast) and len(chosen.tries) <= len(whole.tries)

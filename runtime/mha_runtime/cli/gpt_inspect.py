@@ -43,9 +43,12 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
             bar = a.quality.get("bar_mean_kl")
             plan = a.quantization or {}
             level = "" if plan.get("accuracy_level") is None else f", accuracy level {plan.get('accuracy_level')}"
+            sym = {True: ", symmetric", False: ", asymmetric"}.get(plan.get("symmetric"), "")  # type: ignore[call-overload]
+            finer = ", ".join(f"{k} ({v})" for k, v in (plan.get("finer") or {}).items()) or "none"
+            kept = ", ".join(f"{k} ({v})" for k, v in (plan.get("kept") or {}).items()) or "none"
             click.echo(f"{file}: mean KL divergence from fp32 {a.quality.get('mean_kl', float('nan')):.3g} "
                        f"(bar {bar}) over {a.quality.get('positions')} positions; {plan.get('bits')} bits, blocks "
-                       f"of {plan.get('block_size')}{level}; kept at a higher "
-                       f"precision: {', '.join(f'{k} ({v})' for k, v in (plan.get('kept') or {}).items()) or 'none'}")
+                       f"of {plan.get('block_size')}{sym}{level}; in smaller blocks: {finer}; kept at a higher "
+                       f"precision: {kept}")
     click.echo("\n" + table(["file", "size", "sha256"],
                             [[f, human_size(r.size), r.sha256[:16]] for f, r in manifest.files.items()]))

@@ -1,12 +1,12 @@
 """A lossy form that meets its quality bar by construction, or is named as missing it.
 
-The whole-model form (every MatMul at the form's bits) is measured first (mha_runtime.gpt.quality: mean KL
-divergence from the fp32 in-place form over the quality windows). When it misses its bar, the matrices that
-rounding moves most (quantize.weight_error, largest first) are kept at a higher precision (fp32 in the 8-bit form,
-8 bits in the 4-bit form), 1, 2, 4, ... of them up to a quarter of the MatMuls, each plan measured in turn; the
-first that meets the bar is the form, and its plan (the kept matrices) goes into the manifest. A model that no
-such plan brings under the bar has no such form: kept any further, it would no longer be the small, fast form
-it is named for.
+The form's fast plan (quantize.FAST: larger blocks) is measured first (mha_runtime.gpt.quality: mean KL
+divergence from the fp32 in-place form over the quality windows); when it misses its bar, the fine plan
+(quantize.FINE: every MatMul in blocks of 32); then the matrices that rounding moves most (quantize.weight_error,
+largest first) are kept at a higher precision in the fine plan (fp32 in the 8-bit form, 8 bits in the 4-bit
+form), 1, 2, 4, ... of them up to a quarter of the MatMuls, each plan measured in turn. The first that meets the
+bar is the form, and its plan goes into the manifest with every plan tried. A model that no such plan brings
+under the bar has no such form: kept any further, it would no longer be the small, fast form it is named for.
 
 The quality windows: for a folder with GPT-2's tokenizer, held-out English text that ships with Python (CPython's
 documentation topics from character 200,000 on; the demo model trains on the first 40,000 by default), cut into
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +24,17 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from mha_export.gpt.lossy.quantize import FP32, QuantPlan, lossy_source, matmul_weights, quantize_to, weight_error
+from mha_export.gpt.lossy.quantize import (
+    FAST,
+    FINE,
+    FP32,
+    QuantPlan,
+    fit,
+    lossy_source,
+    matmul_weights,
+    quantize_to,
+    weight_error,
+)
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import Form
 from mha_runtime.gpt.decoder import Decoder, decoder_for, make_session
@@ -71,8 +81,8 @@ class LossyOutcome:
     def miss_line(self) -> str:
         """One line: the figure, the bar, and what was tried."""
         return (f"{self.form.file}: mean KL divergence from fp32 {self.quality.mean_kl:.3g} is above its bar "
-                f"{self.form.max_mean_kl:g} with every plan tried (up to {len(self.plan.kept)} of the matrices "
-                "kept at a higher precision)")
+                f"{self.form.max_mean_kl:g} with every plan tried (blocks of {FAST[self.plan.bits].block_size} and "
+                f"{self.plan.block_size}, up to {len(self.plan.kept)} of the matrices kept at a higher precision)")
 
 
 def _ranking(source: onnx.ModelProto, bits: int) -> list[str]:
@@ -93,17 +103,23 @@ def _counts(n: int) -> list[int]:
     return [*out, cap]
 
 
+def plans(bits: int, ranking: list[str]) -> list[QuantPlan]:
+    """The plans a `bits` form tries, in order: FAST, FINE, then FINE keeping the first 1, 2, 4, ... of `ranking`
+    at the higher precision."""
+    higher = FP32 if bits == 8 else "int8"
+    kept = [replace(FINE[bits], kept={name: higher for name in ranking[:count]}) for count in _counts(len(ranking))]
+    return [FAST[bits], *kept]
+
+
 def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path: Path, *, tied: bool,
                 reference: Callable[[], Decoder], windows: Windows) -> LossyOutcome:
     """Write the first plan that meets the form's bar to `path` (or, when none does, the last tried: the caller
     deletes it)."""
     assert form.bits is not None
-    higher = FP32 if form.bits == 8 else "int8"
     source = lossy_source(state, cfg, tied=tied)
     ranking = _ranking(source, form.bits)
     outcome: LossyOutcome | None = None
-    for count in _counts(len(ranking)):
-        plan = QuantPlan(form.bits, {name: higher for name in ranking[:count]})
+    for plan in [fit(p, source) for p in plans(form.bits, ranking)]:
         if source is None:
             source = lossy_source(state, cfg, tied=tied)
         quantize_to(source, path, plan)
@@ -112,7 +128,8 @@ def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path
         session = make_session(str(path), where=str(path))
         quality = measure(reference(), decoder_for(form.kind, session, cfg, path), windows)
         del session
-        tries = (outcome.tries if outcome else []) + [{"kept": count, "mean_kl": quality.mean_kl}]
+        tries = (outcome.tries if outcome else []) + [{"plan": plan.label(), "kept": len(plan.kept),
+                                                       "mean_kl": quality.mean_kl}]
         outcome = LossyOutcome(form, plan, quality, tries)
         if outcome.ok:
             break

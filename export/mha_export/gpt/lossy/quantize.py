@@ -1,19 +1,22 @@
 """The lossy forms: the fastest fp32 graph (gpt.inplace.onnx) with its MatMul weights in 8 or 4 bits.
 
-onnxruntime's MatMulNBitsQuantizer (blocks of 32 along the input axis, symmetric) turns each MatMul into
-com.microsoft.MatMulNBits; accuracy_level 4 lets its kernel compute in int8 with activations quantized per
-block (level 1, fp32 compute, ran at 1.7 tokens/s on GPT_CONFIG_124M here: no fallback on this CPU). Chosen over
-quantize_dynamic (MatMulInteger with one activation scale per tensor): on GPT_CONFIG_124M that moved logits 17x
-further from fp32 for a similar speed (docs/gpt.md). The head is a MatMul on its own (E, V) copy in the graph
-handed to the quantizer (graph.add_head); embeddings, LayerNorms and attention stay fp32.
+onnxruntime's MatMulNBitsQuantizer turns each MatMul into com.microsoft.MatMulNBits (blocks along the input axis);
+accuracy_level 4 lets its kernel compute in int8 with activations quantized per block (level 1, fp32 compute,
+ran at 1.7 tokens/s on GPT_CONFIG_124M here: no fallback on this CPU). Chosen over quantize_dynamic (MatMulInteger
+with one activation scale per tensor): on GPT_CONFIG_124M that moved logits 17x further from fp32 for a similar
+speed (docs/gpt.md). The head is a MatMul on its own (E, V) copy in the graph handed to the quantizer
+(graph.add_head); embeddings, LayerNorms and attention stay fp32.
 
-A plan may keep some matrices at a higher precision (fp32 in the 8-bit form, 8 bits in the 4-bit form): the
-export chooses them by measurement when the whole-model form misses its quality bar (mha_export.gpt.lossy.build).
+A plan: the bits, block size and symmetry of most matrices; some kept at a higher precision (fp32 in the 8-bit
+form, 8 bits in the 4-bit form, at the plan's block size) and some in smaller blocks at the plan's bits. Each form
+has a fast plan and a fine one (FAST, FINE; what they cost and give is measured in docs/measurements/gpt.md); the
+export measures them in that order, then the fine plan with the matrices rounding moves most kept higher, and
+takes the first that meets the form's quality bar (mha_export.gpt.lossy.build).
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +33,43 @@ from mha_runtime.gpt.config import GPTConfig
 BLOCK = 32
 ACCURACY_LEVEL = 4  # int8 compute
 FP32 = "fp32"
+HEAD = "head.weight_t"  # graphs.shared.add_head's (E, V) MatMul weight
 
 
 @dataclass(frozen=True)
 class QuantPlan:
-    """How one lossy form is quantized: its bits, and the weights kept at a higher precision (name -> "fp32" or
-    "int8"), as the manifest records it."""
+    """How one lossy form is quantized, as the manifest records it: the bits, block size and symmetry of most
+    matrices; `kept`: weights at a higher precision (name -> "fp32" or "int8", at the plan's block size); `finer`:
+    weights in smaller blocks (name -> block size), at the plan's bits or at the higher precision they are kept at."""
 
     bits: int  # 8 | 4
     kept: dict[str, str] = field(default_factory=dict)
     block_size: int = BLOCK
     accuracy_level: int = ACCURACY_LEVEL
+    symmetric: bool = True
+    finer: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": "MatMulNBits (onnxruntime MatMulNBitsQuantizer, symmetric)", "bits": self.bits,
-                "block_size": self.block_size, "accuracy_level": self.accuracy_level, "kept": dict(self.kept)}
+        return {"method": "MatMulNBits (onnxruntime MatMulNBitsQuantizer)", "bits": self.bits,
+                "block_size": self.block_size, "symmetric": self.symmetric, "accuracy_level": self.accuracy_level,
+                "kept": dict(self.kept), "finer": dict(self.finer)}
+
+    def label(self) -> str:
+        """The plan in a few words, for the manifest's list of plans tried."""
+        parts = [f"{self.bits} bits in blocks of {self.block_size}", "symmetric" if self.symmetric else "asymmetric"]
+        parts += [f"{n} in blocks of {b}" for n, b in self.finer.items()]
+        if self.kept:
+            parts.append(f"{len(self.kept)} kept at {'/'.join(sorted(set(self.kept.values())))}")
+        return ", ".join(parts)
+
+
+# Each form's fast plan, measured first: larger blocks (fewer scales to apply per weight) decode faster on
+# MatMulNBits' int8-compute kernels; the head, the matrix rounding moves most, in blocks of 32 at 8 bits, and at
+# 8 bits in the 4-bit form (as llama.cpp's Q4_0 keeps its output matrix at Q6_K); asymmetric 4-bit blocks (a zero
+# point each) round closer at the same speed. Then FINE (blocks of 32, symmetric), then FINE with matrices kept.
+FAST = {8: QuantPlan(8, block_size=128, finer={HEAD: BLOCK}),
+        4: QuantPlan(4, {HEAD: "int8"}, block_size=256, symmetric=False)}
+FINE = {8: QuantPlan(8), 4: QuantPlan(4)}
 
 
 def lossy_source(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> onnx.ModelProto:
@@ -75,13 +100,49 @@ def weight_error(weight: np.ndarray, bits: int, block: int = BLOCK) -> float:
     return err / norm if norm else 0.0
 
 
-def _quantizer(model: onnx.ModelProto, bits: int, exclude: list[str], plan: QuantPlan) -> onnx.ModelProto:
+def fitted_block(block: int, rows: int) -> int:
+    """The block for a weight of `rows` input rows: the largest power of two up to `block` (and at least 16,
+    MatMulNBits' smallest) that divides `rows`, so that no block is padded; 16 when none does."""
+    b = block
+    while b > 16 and rows % b:
+        b //= 2
+    return b
+
+
+def fit(plan: QuantPlan, model: onnx.ModelProto) -> QuantPlan:
+    """`plan` for this model's weights: a weight whose input rows its block does not divide gets the block
+    fitted_block gives, recorded in `finer` (a block of 256 on a 64-row matrix would be three quarters padding)."""
+    names = matmul_weights(model)
+    finer = dict(plan.finer)
+    for t in model.graph.initializer:
+        if t.name in names and plan.kept.get(t.name) != FP32:
+            block = finer.get(t.name, plan.block_size)
+            if fitted_block(block, t.dims[0]) != block:
+                finer[t.name] = fitted_block(block, t.dims[0])
+    return replace(plan, finer=finer)
+
+
+def _quantizer(model: onnx.ModelProto, bits: int, block: int, symmetric: bool, level: int,
+               exclude: list[str]) -> onnx.ModelProto:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=plan.block_size, is_symmetric=True,
-                                     accuracy_level=plan.accuracy_level, nodes_to_exclude=exclude)
+    quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block, is_symmetric=symmetric,
+                                     accuracy_level=level, nodes_to_exclude=exclude)
     quantizer.process()
     out: onnx.ModelProto = quantizer.model.model
+    return out
+
+
+def _passes(plan: QuantPlan, weights: list[str]) -> list[tuple[int, int, bool, set[str]]]:
+    """(bits, block, symmetric, weights) of each quantizer pass the plan takes, its main one first."""
+    main = {w for w in weights if w not in plan.kept and w not in plan.finer}
+    out = [(plan.bits, plan.block_size, plan.symmetric, main)]
+    for block in sorted(set(plan.finer.values())):
+        out.append((plan.bits, block, plan.symmetric, {w for w, b in plan.finer.items()
+                                                       if b == block and w not in plan.kept}))
+    for block in sorted({plan.finer.get(w, plan.block_size) for w, p in plan.kept.items() if p == "int8"}):
+        out.append((8, block, True, {w for w, p in plan.kept.items() if p == "int8"
+                                     and plan.finer.get(w, plan.block_size) == block}))
     return out
 
 
@@ -89,20 +150,20 @@ def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan) -> None:
     """Quantize `source` in place by `plan` (its fp32 MatMul weights are replaced) and save it to `path`, streamed
     (the bytes equal onnx.save's, whose serialized copy of the whole model was the export's peak:
     docs/measurements/gpt.md). The caller keeps no other copy of the weights, so the peak is about the fp32 model
-    once. Kept matrices at int8 (in a 4-bit plan) are quantized by a second pass over what the first left as MatMul."""
+    once. One quantizer pass per group of `_passes`; weights kept at fp32 are in none."""
     targets = matmul_weights(source)
-    unknown = sorted(set(plan.kept) - set(targets))
+    unknown = sorted((set(plan.kept) | set(plan.finer)) - set(targets))
     if unknown:
-        raise AssertionError(f"plan keeps weights the graph does not quantize: {unknown}")
+        raise AssertionError(f"plan names weights the graph does not quantize: {unknown}")
     logger = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
     level = logger.level
     logger.setLevel(logging.WARNING)  # it logs two INFO lines per MatMul
+    model = source
     try:
-        model = _quantizer(source, plan.bits, [targets[w] for w in plan.kept], plan)
-        at8 = [w for w, p in plan.kept.items() if p == "int8"]
-        if at8:
-            others = [n for w, n in targets.items() if w not in at8]
-            model = _quantizer(model, 8, others, plan)
+        for bits, block, symmetric, group in _passes(plan, list(targets)):
+            if group:
+                model = _quantizer(model, bits, block, symmetric, plan.accuracy_level,
+                                   [n for w, n in targets.items() if w not in group])
     finally:
         logger.setLevel(level)
     check_model_light(model)  # the graph, not a second copy of the weights (check.py)
