@@ -8,7 +8,9 @@ weights, in one run: decode and prefill speed, and quality on the same text, as 
   token); llama.cpp's llama-bench at one repetition per round (its decode: 128 steps on a cache of 32 tokens; its
   prefill: 128 tokens). Medians over the rounds.
 - Floors: a read-only pass over 1 GiB on the bench's threads (gpt_floors.read_bandwidth) over the bytes each form
-  reads per step (gpt_floors.step_bytes): batch-1 decode reads every weight once a token.
+  reads per step (gpt_floors.step_bytes): batch-1 decode reads every weight once a token. The bandwidth is sampled
+  in every round beside the runners (a shared host's memory speed moved 37-56 GB/s within minutes); the floor is
+  the best sample of the run, and the median of each round's decode over that round's own floor is information.
 - Quality: the windows `llama-perplexity --kl-divergence -c 128 --chunks 16` scores on the held-out pydoc text
   (llama_peer.llama_windows): ours measured there by mha_runtime.gpt.quality against gpt.inplace.onnx, llama.cpp's
   by llama-perplexity against its F32 GGUF (the same windows; it scores 63 of each window's 64 positions).
@@ -45,6 +47,7 @@ SPEED_TARGET = {"F32": 1.05, "Q8_0": 1.1, "Q4_0": 1.2}
 FLOOR_TARGET = {"fp32": 0.9, "int8": 0.7, "int4": 0.7}
 PROMPT, NEW, PREFILL = 32, 128, 128
 CTX, CHUNKS = 128, 16
+READ = "read bandwidth"
 NOT_BUILT = ("llama.cpp's tools are not built: run `make llama-tools` (tools/llama_cpp.sh --tools, about 9 minutes on "
              "2 cores)")
 
@@ -76,7 +79,6 @@ def run_quant_bench(folder: Path, *, threads: int, rounds: int, vocab_dir: Path,
     built = peers and llama_bin("llama-bench") is not None and llama_bin("llama-perplexity") is not None
     if manifest.tokenizer is None:
         return {"skipped": f"{folder} has no tokenizer: the quality windows are text (export with --tokenizer)"}
-    read = read_bandwidth(threads=threads)
     with tempfile.TemporaryDirectory(prefix="mha-quant-bench-") as tmp:
         work = Path(tmp)
         text_file = write_text(work / "text.txt")
@@ -92,6 +94,7 @@ def run_quant_bench(folder: Path, *, threads: int, rounds: int, vocab_dir: Path,
         # ours warm up on a short generation; llama-bench runs its own warm-up before each measured repetition
         warm: dict[str, Any] = {n: (lambda: None) for n in calls}
         warm |= {f: (lambda g=g: g.generate([[1]], max_new_tokens=4)) for f, g in generators.items()}
+        calls[READ] = warm[READ] = lambda: read_bandwidth(threads=threads)
         samples = take_turns(calls, rounds, warm=warm)
         quality = _quality(folder, forms, windows, threads=threads)
         peer_quality = {}
@@ -99,6 +102,9 @@ def run_quant_bench(folder: Path, *, threads: int, rounds: int, vocab_dir: Path,
             if FORMS[form].lossy:
                 peer_quality[PAIRS[form]] = llama_kl(ggufs["F32"], ggufs[PAIRS[form]], text_file, threads=threads,
                                                      ctx=CTX, chunks=CHUNKS, base_logits=work / "base.kld")
+    reads = [r["bytes_per_s"] for r in samples[READ]]
+    read = samples[READ][0] | {"bytes_per_s": max(reads), "round_samples": reads,
+                               "method": f"{samples[READ][0]['method']}; one such sample a round, the best of the run"}
     rows = []
     for form in forms:
         ours = samples[form]
@@ -110,6 +116,8 @@ def run_quant_bench(folder: Path, *, threads: int, rounds: int, vocab_dir: Path,
             "decode_samples": [s["decode"] for s in ours],
             "prefill_tokens_per_s": statistics.median(s["prefill"] for s in ours), "step_bytes": own,
             "floor_tokens_per_s": floor, "ratio_to_floor": decode / floor,
+            "paired_ratio_to_floor_median": statistics.median(
+                s["decode"] * own / r for s, r in zip(ours, reads, strict=True)),
             "floor_target": FLOOR_TARGET[FORMS[form].dtype], "quality": quality.get(form)}
         peer = PAIRS[form]
         if built:
@@ -156,4 +164,7 @@ def format_quant(q: dict[str, Any]) -> str:
         f"quantized forms beside {q['peers']}, {q['threads']} threads, medians of {q['rounds']} rounds taking turns",
         table(["ours", "decode tok/s", "prefill tok/s", "/ own floor", "mean KL / same top", "peer",
                "decode tok/s", "prefill tok/s", "mean KL / same top", "ours / peer"], rows),
-        f"read bandwidth {bw['bytes_per_s'] / 1e9:.1f} GB/s ({bw['method']}); floor = {q['floor_formula']}"])
+        f"read bandwidth {bw['bytes_per_s'] / 1e9:.1f} GB/s, rounds {min(bw['round_samples']) / 1e9:.1f}-"
+        f"{max(bw['round_samples']) / 1e9:.1f} ({bw['method']}); floor = {q['floor_formula']}; each round's decode "
+        "over its own round's floor, median: " + ", ".join(f"{r['dtype']} {r['paired_ratio_to_floor_median']:.2f}"
+                                                          for r in q["forms"])])

@@ -74,9 +74,12 @@ def test_gpt_bench_writes_every_figure(gpt_mini: Path, tmp_path: Path, monkeypat
     assert math.isclose(sum(profile["share"].values()), 1.0)
     quantized = report["quantized"]
     assert [r["form"] for r in quantized["forms"]] == [INPLACE_FORM, INT8_FORM, INT4_FORM]
-    _positive(quantized["read_bandwidth"]["bytes_per_s"])
+    bandwidth = quantized["read_bandwidth"]
+    assert len(bandwidth["round_samples"]) == quantized["rounds"] and bandwidth["bytes_per_s"] == max(
+        bandwidth["round_samples"])  # sampled beside the runners each round; the floor at the best of them
     for row in quantized["forms"]:
-        _positive(row["decode_tokens_per_s"], row["prefill_tokens_per_s"], row["step_bytes"], row["ratio_to_floor"])
+        _positive(row["decode_tokens_per_s"], row["prefill_tokens_per_s"], row["step_bytes"], row["ratio_to_floor"],
+                  row["paired_ratio_to_floor_median"])
         if row["form"] != INPLACE_FORM:  # measured on llama-perplexity's windows of the held-out text
             assert row["quality"]["positions"] == 16 * 64 and row["quality"]["perplexity"] > 1
             assert row["step_bytes"] < quantized["forms"][0]["step_bytes"]
