@@ -9,8 +9,9 @@ weights, in one run: decode and prefill speed, and quality on the same text, as 
   prefill: 128 tokens). Medians over the rounds.
 - Floors: a read-only pass over 1 GiB on the bench's threads (gpt_floors.read_bandwidth) over the bytes each form
   reads per step (gpt_floors.step_bytes): batch-1 decode reads every weight once a token. The bandwidth is sampled
-  in every round beside the runners (a shared host's memory speed moved 37-56 GB/s within minutes); the floor is
-  the best sample of the run, and the median of each round's decode over that round's own floor is information.
+  in every round beside the runners (a shared host's memory speed moves within minutes: docs/measurements/gpt.md,
+  "The fast plans"); the floor is the best sample of the run, and the median of each round's decode over that
+  round's own floor is information.
 - Quality: the windows `llama-perplexity --kl-divergence -c 128 --chunks 16` scores on the held-out pydoc text
   (llama_peer.llama_windows): ours measured there by mha_runtime.gpt.quality against gpt.inplace.onnx, llama.cpp's
   by llama-perplexity against its F32 GGUF (the same windows; it scores 63 of each window's 64 positions).
@@ -103,8 +104,9 @@ def run_quant_bench(folder: Path, *, threads: int, rounds: int, vocab_dir: Path,
                 peer_quality[PAIRS[form]] = llama_kl(ggufs["F32"], ggufs[PAIRS[form]], text_file, threads=threads,
                                                      ctx=CTX, chunks=CHUNKS, base_logits=work / "base.kld")
     reads = [r["bytes_per_s"] for r in samples[READ]]
-    read = samples[READ][0] | {"bytes_per_s": max(reads), "round_samples": reads,
-                               "method": f"{samples[READ][0]['method']}; one such sample a round, the best of the run"}
+    first = samples[READ][0]
+    read = {"bytes_per_s": max(reads), "round_samples": reads, "array_bytes": first["array_bytes"],
+            "threads": threads, "method": f"{first['method']}; one such sample a round, the best of the run"}
     rows = []
     for form in forms:
         ours = samples[form]

@@ -43,7 +43,8 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
             bar = a.quality.get("bar_mean_kl")
             plan = a.quantization or {}
             level = "" if plan.get("accuracy_level") is None else f", accuracy level {plan.get('accuracy_level')}"
-            sym = {True: ", symmetric", False: ", asymmetric"}.get(plan.get("symmetric"), "")  # type: ignore[call-overload]
+            symmetric = plan.get("symmetric")
+            sym = "" if symmetric is None else ", symmetric" if symmetric else ", asymmetric"
             finer = ", ".join(f"{k} ({v})" for k, v in (plan.get("finer") or {}).items()) or "none"
             kept = ", ".join(f"{k} ({v})" for k, v in (plan.get("kept") or {}).items()) or "none"
             click.echo(f"{file}: mean KL divergence from fp32 {a.quality.get('mean_kl', float('nan')):.3g} "
