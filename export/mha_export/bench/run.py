@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import platform
 import statistics
 import sys
 import time
@@ -47,6 +45,7 @@ from mha_runtime.artifact.registry import (
     DECODE_INPLACE,
     LOW_PRECISION_KINDS,
 )
+from mha_runtime.infer.cpu_features import load_average, machine
 
 
 def _stats(samples: list[float]) -> dict[str, float]:
@@ -69,14 +68,6 @@ def fastest_fp32(results: list[dict[str, Any]], manifest: Manifest, *, batch: in
     return min(fp32, key=lambda r: r["median_s"]) if fp32 else None
 
 
-def loadavg() -> float | None:
-    """The 1-minute load average, where the system has one."""
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
-
-
 def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Shape] | None = None,
               threads: list[int] | None = None, rounds: int = 10, warmup: int = 1, progress: bool = True,
               only: list[str] | None = None, settle: float = SETTLE_S) -> dict[str, Any]:
@@ -93,7 +84,7 @@ def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Sh
         unknown = sorted(set(only) - set(names))
         if unknown:
             raise BadValueError(f"--only: unknown runner {unknown[0]!r}; choose from {', '.join(names)}")
-    start_load = loadavg()
+    start_load = load_average()
     notes: list[str] = missing_variants(manifest)
     by_threads: dict[str, Any] = {}
     files: list[str] = []
@@ -112,7 +103,7 @@ def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Sh
         "batches": [[b, t] for b, t in shapes if b > 1], "shapes": [list(s) for s in shapes],
         "threads": threads, "main_threads": max(threads), "rounds": rounds, "settle_s": settle,
         "decode_burst": DECODE_BURST,
-        "machine": {**machine(), "loadavg_start": start_load, "loadavg_end": loadavg()},
+        "machine": {**machine(), "loadavg_start": start_load, "loadavg_end": load_average()},
         "versions": versions(), "flop_formula": dense_formula(config), "notes": notes,
         "artifacts": {f: {"size_bytes": manifest.files[f].size,
                           "export_seconds": manifest.artifacts[f].export_seconds,
@@ -229,18 +220,5 @@ def _decode_summary(config: MHAConfig, forms: list[DecodeForm], steps: dict[str,
         out["inplace_vs_decode"] = (out["forms"][DECODE.file]["median_s"]
                                     / out["forms"][DECODE_INPLACE.file]["median_s"])
     return out
-
-
-def machine() -> dict[str, Any]:
-    """The CPU model, core count, system and Python version."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(), "python": platform.python_version()}
 
 

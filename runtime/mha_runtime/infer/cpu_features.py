@@ -1,9 +1,12 @@
-"""This machine's CPU fingerprint: the architecture and the SIMD features ONNX Runtime's kernels dispatch on."""
+"""This machine's CPU fingerprint: the architecture and the SIMD features ONNX Runtime's kernels dispatch on; and
+the machine a benchmark's figures were taken on."""
 from __future__ import annotations
 
 import functools
+import os
 import platform
 from pathlib import Path
+from typing import Any
 
 from mha_runtime.artifact.optimized_records import Fingerprint
 
@@ -40,3 +43,27 @@ def cpu_fingerprint() -> Fingerprint:
     except OSError:
         flags = None
     return Fingerprint(machine=platform.machine(), cpu_flags=flags)
+
+
+def machine() -> dict[str, Any]:
+    """The CPU model and its SIMD flags, core count, system and Python version: what a benchmark's figures were
+    taken on (two hosts both named "AMD EPYC" ran the same forms at different ratios: one had AVX-512, one AVX2)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in CPUINFO.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = cpu_fingerprint().cpu_flags
+    return {"cpu": cpu, "cpu_flags": None if flags is None else list(flags), "cores": os.cpu_count(),
+            "system": platform.platform(), "python": platform.python_version()}
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, where the system has one: how busy the machine was around a benchmark."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
