@@ -50,13 +50,11 @@ def machine() -> dict[str, Any]:
     taken on (two hosts both named "AMD EPYC" ran the same forms at different ratios: one had AVX-512, one AVX2)."""
     cpu = platform.processor() or platform.machine()
     try:
-        for line in CPUINFO.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        text = CPUINFO.read_text()
     except OSError:
-        pass
-    flags = cpu_fingerprint().cpu_flags
+        text = ""
+    cpu = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), cpu)
+    flags = parse_cpuinfo(text)  # the same flags cpu_fingerprint keeps, from the one read
     return {"cpu": cpu, "cpu_flags": None if flags is None else list(flags), "cores": os.cpu_count(),
             "system": platform.platform(), "python": platform.python_version()}
 
