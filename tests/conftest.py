@@ -60,7 +60,7 @@ def _this_trees_export(name: str) -> Path | None:
     try:
         gpt = folder_kind(folder) == "gpt"
         manifest = load_gpt_manifest(folder) if gpt else load_manifest(folder)
-        verify_all(folder, manifest)  # type: ignore[arg-type]  # both kinds list their files the same way
+        verify_all(folder, manifest)  # both kinds list their files the same way
     except ArtifactError:
         return None
     held = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}

@@ -28,6 +28,7 @@ from clients import optimum_venv
 from gpt_sources import BOOK
 from helpers import REPO
 from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.artifact.tolerance import compare
 from mha_runtime.cli.main import cli
 from mha_runtime.gpt.contract import (
@@ -40,7 +41,7 @@ from mha_runtime.gpt.contract import (
     WEIGHTS_FILE,
 )
 from mha_runtime.gpt.golden import first_logits, load_generations
-from mha_runtime.gpt.manifest import load_gpt_manifest, read_gpt_file
+from mha_runtime.gpt.manifest import load_gpt_manifest
 
 CLIENTS = REPO / "tests" / "clients"
 TJS = CLIENTS / "transformersjs"
@@ -183,21 +184,21 @@ def test_onnx_model_is_a_relative_link_to_gpt_onnx_listed_and_verified(folders: 
     manifest = load_gpt_manifest(folder)
     assert manifest.files[ONNX_MODEL] == manifest.files[CONCAT_FORM]
     for name in (HF_CONFIG, GENERATION_CONFIG, ONNX_MODEL):
-        read_gpt_file(folder, name, manifest)  # size and sha256, through the link
+        read_verified(folder, name, manifest)  # size and sha256, through the link
     plain = Path(shutil.copytree(folder, tmp_path / "plain"))  # a copy that follows links: still the same bytes
     assert not (plain / ONNX_MODEL).is_symlink()
-    read_gpt_file(plain, ONNX_MODEL, manifest)
+    read_verified(plain, ONNX_MODEL, manifest)
     kept = Path(shutil.copytree(folder, tmp_path / "kept", symlinks=True))  # cp -a: the relative link still resolves
     assert (kept / ONNX_MODEL).samefile(kept / CONCAT_FORM)
-    read_gpt_file(kept, ONNX_MODEL, manifest)
+    read_verified(kept, ONNX_MODEL, manifest)
     (kept / ONNX_MODEL).unlink()
     (kept / ONNX_MODEL).symlink_to(f"../{INPLACE_FORM}")  # re-pointed: refused
     with pytest.raises(ArtifactError, match="bytes"):
-        read_gpt_file(kept, ONNX_MODEL, manifest)
+        read_verified(kept, ONNX_MODEL, manifest)
     config = kept / HF_CONFIG
     config.write_text(config.read_text().replace('"n_head": 4', '"n_head": 2'))  # same size, other bytes
     with pytest.raises(ArtifactError, match="sha256"):
-        read_gpt_file(kept, HF_CONFIG, manifest)
+        read_verified(kept, HF_CONFIG, manifest)
     # `mha check` verifies every listed file, also those only other clients read, before running anything.
     checked = CliRunner().invoke(cli, ["check", str(kept)])
     assert checked.exit_code == 1 and "config.json: sha256" in checked.output, checked.output

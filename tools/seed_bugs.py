@@ -112,7 +112,7 @@ MUTANTS: list[Mutant] = [
            "the eos id is returned among the new ids (the book's generate leaves it out)",
            [STOPS]),
     Mutant("generate-tokenizer-unverified", "runtime/mha_runtime/gpt/generate.py",
-           "data = read_gpt_file(self.folder, TOKENIZER_FILE, self.manifest)",
+           "data = read_verified(self.folder, TOKENIZER_FILE, self.manifest)",
            "data = (self.folder / TOKENIZER_FILE).read_bytes()",
            "tokenizer.json is read without its sha256 check: an altered but valid tokenizer is used",
            [f"{EDGES}::test_a_valid_but_altered_tokenizer_is_refused_for_its_sha256"]),
@@ -208,8 +208,8 @@ MUTANTS: list[Mutant] = [
            [NAMED_LOSSY]),
     # ---- export/mha_export/gpt/lossy/quantize.py
     Mutant("quantize-second-pass-inverted", "export/mha_export/gpt/lossy/quantize.py",
-           "others = [n for w, n in targets.items() if w not in at8]",
-           "others = [n for w, n in targets.items() if w in at8]",
+           "for w, p in plan.kept.items() if p == \"int8\"}):",
+           "for w, p in plan.kept.items() if p == \"none\"}):",
            "a 4-bit plan's kept matrices are left fp32 instead of 8 bits (the second pass excludes them)",
            ["tests/test_gpt_build.py::test_a_plan_keeps_its_matrices_at_the_higher_precision"]),
     # ---- export/mha_export/gpt/lossy/build.py
@@ -333,8 +333,8 @@ MUTANTS: list[Mutant] = [
            "a GGUF whose tokenizer encodes the text prompts otherwise (another vocabulary) passes",
            [GGUF_JUDGE]),
     Mutant("gguf-copy-digest-unchecked", "runtime/mha_runtime/gpt/llama/llama_cpp.py",
-           "        check_digest(path, digest.hexdigest(), entry.sha256)\n        yield copy",
-           "        yield copy",
+           "            verify_listed(folder, name, manifest, lambda chunk: _write(sink, chunk, copy))",
+           "            sink.write((Path(folder) / name).read_bytes())",
            "llama.cpp is handed a copy whose bytes were never compared with the manifest (a file swapped after "
            "verify_all runs unverified)",
            ["tests/test_gpt_gguf.py::test_a_tampered_gguf_is_refused_before_llama_cpp_sees_it"]),

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.config_fields import read_regular
@@ -132,15 +133,14 @@ class Manifest:
                    optimized=optimized_from_dict(data.get("optimized"), f"{where}: optimized"))
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, sink: Callable[[bytes], object] | None = None) -> str:
+    """The file's sha256, read in 1 MiB chunks (each also handed to `sink` when given)."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
+            if sink is not None:
+                sink(chunk)
     return digest.hexdigest()
 
 
@@ -187,59 +187,60 @@ def load_manifest(artifact_dir: Path) -> Manifest:
     return Manifest.from_dict(data, str(path))
 
 
-def read_listed(artifact_dir: Path, name: str, manifest: Manifest) -> tuple[bytes, str]:
-    """Read one file listed in the manifest and check its size; return its bytes and expected sha256."""
+class Listed(Protocol):
+    """A manifest of either kind, as far as checking its files goes."""
+
+    @property
+    def files(self) -> dict[str, FileRecord]: ...
+
+
+def _listed(folder: Path, name: str, manifest: Listed) -> tuple[Path, FileRecord]:
     entry = manifest.files.get(name)
     if entry is None:
-        raise ArtifactError(f"{name}: not listed in {Path(artifact_dir) / MANIFEST_NAME}")
-    path = Path(artifact_dir) / name
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ArtifactError(f"{path}: listed in the manifest but missing") from None
-    except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read it ({first_line(exc)})") from None
-    if len(data) != entry.size:
-        raise ArtifactError(f"{path}: expected {entry.size} bytes (manifest), found {len(data)}; "
-                            "file truncated or replaced: re-export it with `mha export`")
-    return data, entry.sha256
+        raise ArtifactError(f"{name}: not listed in {Path(folder) / MANIFEST_NAME}")
+    return Path(folder) / name, entry
 
 
-def check_digest(path: Path, digest: str, expected: str) -> None:
-    if digest != expected:
-        raise ArtifactError(f"{path}: sha256 {digest[:12]}... differs from the manifest's {expected[:12]}...; "
-                            "the file was altered: re-export it with `mha export`")
+def _unreadable(path: Path, exc: OSError) -> ArtifactError:
+    if isinstance(exc, FileNotFoundError):
+        return ArtifactError(f"{path}: listed in the manifest but missing")
+    return ArtifactError(f"{path}: cannot read it ({first_line(exc)})")
 
 
-def read_verified(artifact_dir: Path, name: str, manifest: Manifest) -> bytes:
-    """Read one file listed in the manifest and check its size and sha256; return its bytes."""
-    data, expected = read_listed(artifact_dir, name, manifest)
-    check_digest(Path(artifact_dir) / name, sha256_bytes(data), expected)
-    return data
-
-
-def verify_listed(artifact_dir: Path, name: str, manifest: Manifest) -> None:
-    """Check one listed file's size and sha256 without holding it (read in 1 MiB chunks: a GPT's weights and GGUF
-    files are hundreds of MB)."""
-    entry = manifest.files.get(name)
-    if entry is None:
-        raise ArtifactError(f"{name}: not listed in {Path(artifact_dir) / MANIFEST_NAME}")
-    path = Path(artifact_dir) / name
-    try:
-        size = path.stat().st_size
-        if size == entry.size:
-            digest = sha256_file(path)
-    except FileNotFoundError:
-        raise ArtifactError(f"{path}: listed in the manifest but missing") from None
-    except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read it ({first_line(exc)})") from None
+def _check(path: Path, entry: FileRecord, size: int, digest: str) -> None:
     if size != entry.size:
         raise ArtifactError(f"{path}: expected {entry.size} bytes (manifest), found {size}; "
                             "file truncated or replaced: re-export it with `mha export`")
-    check_digest(path, digest, entry.sha256)
+    if digest != entry.sha256:
+        raise ArtifactError(f"{path}: sha256 {digest[:12]}... differs from the manifest's {entry.sha256[:12]}...; "
+                            "the file was altered: re-export it with `mha export`")
 
 
-def verify_all(artifact_dir: Path, manifest: Manifest) -> None:
+def read_verified(folder: Path, name: str, manifest: Listed) -> bytes:
+    """Read one file listed in the manifest and check its size and sha256; return its bytes."""
+    path, entry = _listed(folder, name, manifest)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    _check(path, entry, len(data), hashlib.sha256(data).hexdigest() if len(data) == entry.size else "")
+    return data
+
+
+def verify_listed(folder: Path, name: str, manifest: Listed, sink: Callable[[bytes], object] | None = None) -> None:
+    """Check one listed file's size and sha256 without holding it (read in 1 MiB chunks: a GPT's weights and GGUF
+    files are hundreds of MB); each chunk also goes to `sink` when given (a copy of exactly the bytes checked;
+    an OSError it raises would be taken for the file's own)."""
+    path, entry = _listed(folder, name, manifest)
+    try:
+        size = path.stat().st_size
+        digest = sha256_file(path, sink) if size == entry.size else ""
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    _check(path, entry, size, digest)
+
+
+def verify_all(folder: Path, manifest: Listed) -> None:
     """Check every file the manifest lists."""
     for name in manifest.files:
-        verify_listed(artifact_dir, name, manifest)
+        verify_listed(folder, name, manifest)

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mha_runtime.artifact.errors import ArtifactError, ContractError
+from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import FASTEST, FORMS, PTE, PTE_FORM, TOKENIZER_FILE
 from mha_runtime.gpt.decoder import Decoder, decoder_for, make_session
 from mha_runtime.gpt.executorch import PteProgram, check_bounds, check_request, pte_program
-from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest, read_gpt_file
+from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.gpt.sampling import Sampler, check_sampling
 from mha_runtime.gpt.tokenizer import GPTTokenizer
 
@@ -99,14 +100,14 @@ class Generator:
             if provider != "cpu":
                 raise ContractError(f"{where}: runs on the CPU (XNNPACK); --provider {provider} is for the ONNX forms")
             self.bounds = check_bounds(self.manifest.artifacts[self.form].bounds or {}, self.config, str(where))
-            self.pte = pte_program(read_gpt_file(self.folder, self.form, self.manifest), self.config, self.bounds,
+            self.pte = pte_program(read_verified(self.folder, self.form, self.manifest), self.config, self.bounds,
                                    where=str(where), threads=threads)
         else:
-            self.session = make_session(read_gpt_file(self.folder, self.form, self.manifest), provider=provider,
+            self.session = make_session(read_verified(self.folder, self.form, self.manifest), provider=provider,
                                         threads=threads, where=str(where))
         self.tokenizer: GPTTokenizer | None = None
         if self.manifest.tokenizer is not None:
-            data = read_gpt_file(self.folder, TOKENIZER_FILE, self.manifest)
+            data = read_verified(self.folder, TOKENIZER_FILE, self.manifest)
             self.tokenizer = GPTTokenizer(data, vocab_size=self.config.vocab_size,
                                           where=str(self.folder / TOKENIZER_FILE))
 

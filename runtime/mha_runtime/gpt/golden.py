@@ -26,17 +26,17 @@ token is the first whose float64 cumulative probability exceeds u times the tota
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mha_runtime.artifact.errors import ArtifactError, first_line
-from mha_runtime.artifact.fields import get, obj, plain_name, record
+from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.artifact.fields import get, plain_name, record
+from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.artifact.tolerance import Tolerance
-from mha_runtime.gpt.manifest import GPTManifest, read_gpt_file
+from mha_runtime.gpt.manifest import GPTManifest, read_listed_json
 
 GENERATIONS_FILE = "golden/generations.json"
 GENERATIONS_KIND = "gpt-generations"
@@ -88,16 +88,8 @@ class GoldenGenerations:
 def load_generations(folder: Path, manifest: GPTManifest, file: str = GENERATIONS_FILE) -> GoldenGenerations:
     """The folder's golden generations (a lossy form's: its own `file`) after the sha256 check of the file
     (ArtifactError if none or broken)."""
-    where = str(Path(folder) / file)
-    if file not in manifest.files:
-        raise ArtifactError(f"{where}: the manifest lists no golden generations (re-export with this version)")
-    try:
-        doc = json.loads(read_gpt_file(Path(folder), file, manifest))
-    except (ValueError, RecursionError) as exc:
-        raise ArtifactError(f"{where}: expected JSON ({first_line(exc)})") from None
-    doc = obj(doc, where)
-    if doc.get("kind") != GENERATIONS_KIND or doc.get("format") != GENERATIONS_FORMAT:
-        raise ArtifactError(f"{where}: expected kind {GENERATIONS_KIND!r} format {GENERATIONS_FORMAT}")
+    where, doc = read_listed_json(folder, manifest, file, kind=GENERATIONS_KIND, fmt=GENERATIONS_FORMAT,
+                                  what="golden generations")
     cases = [GoldenGeneration.from_dict(c, f"{where}: cases[{i}]")
              for i, c in enumerate(get(doc, "cases", list, where))]
     return GoldenGenerations(Tolerance.from_dict(get(doc, "tolerance", dict, where)), cases, doc)
@@ -105,7 +97,7 @@ def load_generations(folder: Path, manifest: GPTManifest, file: str = GENERATION
 
 def first_logits(folder: Path, manifest: GPTManifest, case: GoldenGeneration, vocab_size: int) -> np.ndarray:
     """A case's expected (V,) first-step logits, from its sha256-checked .bin."""
-    data = read_gpt_file(Path(folder), f"golden/{case.first_logits_bin}", manifest)
+    data = read_verified(folder, f"golden/{case.first_logits_bin}", manifest)
     if len(data) != 4 * vocab_size:
         raise ArtifactError(f"{folder}/golden/{case.first_logits_bin}: expected {4 * vocab_size} bytes "
                             f"({vocab_size} float32), got {len(data)}")

@@ -16,6 +16,7 @@ how to build it.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -138,16 +139,14 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
     manifest = load_gpt_manifest(folder)
     # Every listed file first, as for the attention: also those no runner here reads (config.json,
     # generation_config.json, genai_config.json, onnx/model.onnx), which other clients load as they are.
-    verify_all(folder, manifest)  # type: ignore[arg-type]  # reads only .files
-    loaded = {GENERATIONS_FILE: _load(folder, manifest, GENERATIONS_FILE)}  # each file read and hashed once
+    verify_all(folder, manifest)
+    golden_of = functools.cache(lambda file: _load(folder, manifest, file))  # each file read and hashed once
+    golden_of(GENERATIONS_FILE)
     on_cpu = resolve_provider(provider) == "cpu"
     results = []
     reference: Generator | None = None
     for form in (f for f in [*FORMS, PTE_FORM] if f in manifest.artifacts):
-        file = _golden_for(folder, manifest, form)
-        if file not in loaded:
-            loaded[file] = _load(folder, manifest, file)
-        golden, expected = loaded[file]
+        golden, expected = golden_of(_golden_for(folder, manifest, form))
         try:
             if form == PTE_FORM and provider != "cpu":
                 raise RunnerMissing(f"{PTE_FORM} runs on the CPU (XNNPACK): checked with --provider cpu")
@@ -169,8 +168,5 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
                 reference = Generator(folder, form=INPLACE_FORM, provider=provider, threads=threads)
             results.append(check_quality(gen, reference, manifest, folder, recorded_here=on_cpu))
     for form in (f for f in GGUF_FORMS if f in manifest.artifacts):
-        file = _golden_for(folder, manifest, form)
-        if file not in loaded:
-            loaded[file] = _load(folder, manifest, file)
-        results += check_gguf(folder, manifest, form, *loaded[file])
+        results += check_gguf(folder, manifest, form, *golden_of(_golden_for(folder, manifest, form)))
     return results

@@ -4,11 +4,12 @@ Every file is listed with its size and sha256 and is checked before it is parsed
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mha_runtime.artifact.errors import ArtifactError, ConfigError
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.artifact.fields import get, obj, plain_name, record
 from mha_runtime.artifact.manifest import GPT_KIND, FileRecord, read_manifest_json, read_verified
 from mha_runtime.gpt.config import GPTConfig
@@ -97,6 +98,17 @@ def load_gpt_manifest(folder: Path) -> GPTManifest:
     return GPTManifest.from_dict(data, str(path))
 
 
-def read_gpt_file(folder: Path, name: str, manifest: GPTManifest) -> bytes:
-    """A listed file's bytes after its size and sha256 check (verify before parse)."""
-    return read_verified(folder, name, manifest)  # type: ignore[arg-type]  # reads only .files
+def read_listed_json(folder: Path, manifest: GPTManifest, file: str, *, kind: str, fmt: int,
+                     what: str) -> tuple[str, dict[str, Any]]:
+    """A listed JSON file of kind `kind` and format `fmt` after its size and sha256 check, with its name for error
+    lines; ArtifactError if the manifest lists none (`what`) or it is broken."""
+    where = str(Path(folder) / file)
+    if file not in manifest.files:
+        raise ArtifactError(f"{where}: the manifest lists no {what} (re-export with this version)")
+    try:
+        doc = obj(json.loads(read_verified(folder, file, manifest)), where)
+    except (ValueError, RecursionError) as exc:
+        raise ArtifactError(f"{where}: expected JSON ({first_line(exc)})") from None
+    if doc.get("kind") != kind or doc.get("format") != fmt:
+        raise ArtifactError(f"{where}: expected kind {kind!r} format {fmt}")
+    return where, doc

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from mha_runtime.artifact.errors import ArtifactError, first_line
-from mha_runtime.artifact.fields import get, obj, record
+from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.artifact.fields import get, record
 from mha_runtime.gpt.decoder import Decoder
-from mha_runtime.gpt.manifest import GPTManifest, read_gpt_file
+from mha_runtime.gpt.manifest import GPTManifest, read_listed_json
 
 QUALITY_FILE = "golden/quality.json"
 QUALITY_KIND = "gpt-quality-windows"
@@ -129,15 +129,8 @@ def measure(reference: Decoder, form: Decoder, windows: Windows) -> Quality:
 
 def load_windows(folder: Path, manifest: GPTManifest) -> Windows:
     """The folder's quality windows after the sha256 check (ArtifactError if none or broken)."""
-    where = str(Path(folder) / QUALITY_FILE)
-    if QUALITY_FILE not in manifest.files:
-        raise ArtifactError(f"{where}: the manifest lists no quality windows (re-export with this version)")
-    try:
-        doc = obj(json.loads(read_gpt_file(Path(folder), QUALITY_FILE, manifest)), where)
-    except (ValueError, RecursionError) as exc:
-        raise ArtifactError(f"{where}: expected JSON ({first_line(exc)})") from None
-    if doc.get("kind") != QUALITY_KIND or doc.get("format") != QUALITY_FORMAT:
-        raise ArtifactError(f"{where}: expected kind {QUALITY_KIND!r} format {QUALITY_FORMAT}")
+    where, doc = read_listed_json(folder, manifest, QUALITY_FILE, kind=QUALITY_KIND, fmt=QUALITY_FORMAT,
+                                  what="quality windows")
     ids = get(doc, "windows", list, where)
     vocab, context = manifest.config.vocab_size, manifest.config.context_length
     width = len(ids[0]) if ids and isinstance(ids[0], list) else 0

@@ -10,7 +10,6 @@ skipped with it.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,11 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.manifest import check_digest
+from mha_runtime.artifact.errors import ArtifactError, first_line
+from mha_runtime.artifact.manifest import verify_listed
 from mha_runtime.artifact.tolerance import Comparison, Tolerance, compare
 from mha_runtime.gpt.golden import GoldenGeneration
 from mha_runtime.gpt.manifest import GPTManifest
@@ -97,32 +97,22 @@ def tokenize(text: str) -> str:
 
 
 @contextmanager
-def verified_copy(folder: Path, name: str, manifest: GPTManifest, *, keep: bool = True) -> Iterator[Path]:
+def verified_copy(folder: Path, name: str, manifest: GPTManifest) -> Iterator[Path]:
     """A private copy of the listed file `name`, its size and sha256 checked on the bytes copied: llama.cpp reads
-    a file by path, so it is handed exactly the bytes that were verified (ArtifactError before it sees any).
-    keep=False: only the check (nothing is written)."""
-    entry = manifest.files.get(name)
-    path = Path(folder) / name
-    if entry is None:
-        raise ArtifactError(f"{name}: not listed in {Path(folder) / 'manifest.json'}")
-    if not path.is_file():
-        raise ArtifactError(f"{path}: listed in the manifest but missing")
-    if path.stat().st_size != entry.size:
-        raise ArtifactError(f"{path}: expected {entry.size} bytes (manifest), found {path.stat().st_size}; "
-                            "file truncated or replaced: re-export it with `mha export`")
+    a file by path, so it is handed exactly the bytes that were verified (ArtifactError before it sees any)."""
     with tempfile.TemporaryDirectory(prefix="mha-gguf-") as tmp:
         copy = Path(tmp) / name
-        digest = hashlib.sha256()
-        size = 0
-        with open(path, "rb") as src, open(copy if keep else os.devnull, "wb") as dst:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
-                digest.update(chunk)
-                dst.write(chunk)
-                size += len(chunk)
-        if size != entry.size:
-            raise ArtifactError(f"{path}: changed while it was read")
-        check_digest(path, digest.hexdigest(), entry.sha256)
+        with open(copy, "wb") as sink:
+            verify_listed(folder, name, manifest, lambda chunk: _write(sink, chunk, copy))
         yield copy
+
+
+def _write(sink: BinaryIO, chunk: bytes, copy: Path) -> None:
+    """A write to the private copy: its failure (a full disk) is the copy's, not the listed file's."""
+    try:
+        sink.write(chunk)
+    except OSError as exc:
+        raise ArtifactError(f"{copy}: cannot write the copy llama.cpp reads ({first_line(exc)})") from None
 
 
 @dataclass(frozen=True)

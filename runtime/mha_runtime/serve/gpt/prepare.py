@@ -5,10 +5,9 @@ from pathlib import Path
 from typing import Any
 
 from mha_runtime.artifact.errors import MHAError, ServeError, first_line
-from mha_runtime.artifact.manifest import MANIFEST_NAME
+from mha_runtime.artifact.manifest import MANIFEST_NAME, read_verified
 from mha_runtime.gpt.contract import FASTEST, FORMS, TOKENIZER_FILE
 from mha_runtime.gpt.generate import MAX_BATCH, Generator
-from mha_runtime.gpt.manifest import read_gpt_file
 from mha_runtime.serve.gpt.wire import DEFAULT_MAX_NEW_TOKENS, GENERATE, REQUEST_KEYS, generate_body_limit
 from mha_runtime.serve.options import ServeOptions
 
@@ -46,7 +45,7 @@ def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]
     m = gen.manifest
     names = [MANIFEST_NAME, form] + ([TOKENIZER_FILE] if m.tokenizer is not None else [])
     files = {MANIFEST_NAME: (Path(folder) / MANIFEST_NAME).read_bytes()}
-    files.update({name: read_gpt_file(Path(folder), name, m) for name in names[1:]})
+    files.update({name: read_verified(Path(folder), name, m) for name in names[1:]})
     info = {"name": m.name, "kind": "gpt", "model": form, "sha256": m.files[form].sha256,
             "config": gen.config.to_dict(), "contract": m.contract, "tolerance": FORMS[form].tolerance.to_dict(),
             "eos_id": m.eos_id, "tokenizer": m.tokenizer is not None, "max_batch": max_batch,
