@@ -22,6 +22,7 @@ from mha_runtime.artifact.contract import check_input
 from mha_runtime.artifact.errors import ContractError, RequestError, ServeError
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.cli.main import cli
+from mha_runtime.infer.npy import npy_bytes
 from mha_runtime.infer.runner import OnnxRunner
 from mha_runtime.serve.attention.batching import length_groups, pad_batch, run_grouped, run_padded, work
 from mha_runtime.serve.attention.loadtest import Shot, check_answers, good_shots, loopback_target, run_load, summarize
@@ -34,7 +35,6 @@ from mha_runtime.serve.attention.wire import (
     decode_request,
     encode_answer,
     encode_request,
-    npy_body,
 )
 from mha_runtime.serve.http import Reply
 
@@ -50,7 +50,7 @@ def test_requests_and_answers_round_trip_in_both_formats() -> None:
         array, answer_fmt = decode_request(body, content_type)
         assert answer_fmt == fmt and np.array_equal(check_input(array, SEED), x)
         assert np.array_equal(decode_answer(*encode_answer(x, fmt)), x)
-    big_endian = npy_body(x.astype(">f4"))
+    big_endian = npy_bytes(x.astype(">f4"))
     assert np.array_equal(check_input(decode_request(big_endian, NPY)[0], SEED), x)  # made native, then accepted
 
 
@@ -64,8 +64,8 @@ def test_requests_and_answers_round_trip_in_both_formats() -> None:
     (b"[" * 100_000, "application/json", "expected JSON"),
     (b'{"x": [[[1' + b"0" * 5000 + b"]]]}", "application/json", "expected JSON integers of at most 4300 digits"),
     (b"garbage", NPY, "no \\x93NUMPY magic"),
-    (npy_body(np.zeros((1, 2, 3), np.float32))[:-4], NPY, "the body holds"),
-    (npy_body(np.zeros((1, 2, 3), np.float32)).replace(b"(1, 2, 3)", b"(9, 9, 9)"), NPY, "the body holds"),
+    (npy_bytes(np.zeros((1, 2, 3), np.float32))[:-4], NPY, "the body holds"),
+    (npy_bytes(np.zeros((1, 2, 3), np.float32)).replace(b"(1, 2, 3)", b"(9, 9, 9)"), NPY, "the body holds"),
     (b"x=1", "text/plain", "Content-Type: expected"),
 ])
 def test_malformed_bodies_are_refused_in_one_line(body: bytes, content_type: str, says: str) -> None:
@@ -86,7 +86,7 @@ def test_body_limit_follows_the_config_max_batch_and_format() -> None:
     assert body_limit(SEED, 1, "npy") == 4096 + 6 * 3 * 4  # float32
     for fmt in ("json", "npy"):
         assert body_limit(SEED, 8, fmt) - 4096 == 8 * (body_limit(SEED, 1, fmt) - 4096)
-    full = npy_body(np.zeros((8, 6, 3), np.float32))  # the largest input a --max-batch 8 server takes
+    full = npy_bytes(np.zeros((8, 6, 3), np.float32))  # the largest input a --max-batch 8 server takes
     assert len(full) <= body_limit(SEED, 8, "npy") < len(full) + 4096
     assert len(json.dumps({"x": np.full((8, 6, 3), -0.12345678901234567).tolist()})) <= body_limit(SEED, 8, "json")
 
@@ -250,7 +250,7 @@ def test_service_refuses_npy_with_bytes_after_the_array() -> None:
     """The seeded bug: without read_npy's byte-count check, np.frombuffer(count=...) would read the array and
     silently drop what follows it."""
     service = _service()
-    body = npy_body(np.ones((1, 2, 3), np.float32)) + b"\0" * 4
+    body = npy_bytes(np.ones((1, 2, 3), np.float32)) + b"\0" * 4
     reply = _handle(service, "POST", "/v1/context", body, {"content-type": NPY})
     assert reply.status == 400
     assert _error(reply) == "body: the .npy header says shape [1, 2, 3] float32 (24 bytes), the body holds 28"
@@ -332,7 +332,7 @@ def _bad_shots(config: MHAConfig, limit: int) -> list[Shot]:
     def contract(x: np.ndarray, fmt: str) -> Shot:
         with pytest.raises(ContractError) as expected:
             check_input(x, config)
-        body, content_type = (npy_body(x), NPY) if fmt == "npy" else (
+        body, content_type = (npy_bytes(x), NPY) if fmt == "npy" else (
             json.dumps({"x": x.tolist()}).encode(), "application/json")
         return Shot(body, content_type, expect=400, error=str(expected.value))
 
@@ -347,7 +347,7 @@ def _bad_shots(config: MHAConfig, limit: int) -> list[Shot]:
         contract(np.ones((1, 2, width), np.int32), "npy"),  # integer dtype
         Shot(b'{"x": [[[true, false, true]]]}', "application/json", expect=400),
         Shot(b" " * (limit + 1), "application/json", expect=413),  # over the body limit
-        Shot(npy_body(np.ones((9, 1, width), np.float32)), NPY, expect=413,  # the server runs --max-batch 8
+        Shot(npy_bytes(np.ones((9, 1, width), np.float32)), NPY, expect=413,  # the server runs --max-batch 8
              error="input 'x': batch 9 is over this server's max batch 8 (--max-batch); send at most 8 per request"),
         Shot(b'{"x": [[[1, 2, 3]]], "y": 1}', "application/json", expect=400,
              error='body: expected a JSON object {"x": [[[...]]]}, got unknown key \'y\''),

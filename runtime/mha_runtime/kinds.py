@@ -7,10 +7,9 @@ of asking "is it a GPT?".
 The functions are named, not imported, so that looking a kind up loads nothing (inspect needs no ONNX Runtime)."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
+from pkgutil import resolve_name
 from typing import Any
 
 from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND, folder_kind
@@ -28,23 +27,17 @@ class ModelKind:
     requests_per_slot: int  # requests a replica may hold per batch slot (those past the slots wait in it)
 
     def check(self, folder: Path, *, provider: str, threads: int | None) -> list[Any]:
-        return _load(self.checker)(folder, provider=provider, threads=threads)  # type: ignore[no-any-return]
+        return resolve_name(self.checker)(folder, provider=provider, threads=threads)  # type: ignore[no-any-return]
 
     def inspect(self, folder: Path, *, as_json: bool) -> None:
-        _load(self.inspector)(folder, as_json=as_json)
+        resolve_name(self.inspector)(folder, as_json=as_json)
 
     def prepare_serving(self, options: Any) -> tuple[dict[str, bytes], dict[str, Any]]:
-        return _load(self.preparer)(options)  # type: ignore[no-any-return]
+        return resolve_name(self.preparer)(options)  # type: ignore[no-any-return]
 
     def replica(self, files: dict[str, bytes], options: Any, info: dict[str, Any]) -> Any:
         """Imports the kind's serving modules (Ray for the attention): only inside a replica."""
-        return _load(self.replicator)(files, options, info)
-
-
-def _load(target: str) -> Callable[..., Any]:
-    module, name = target.split(":")
-    function: Callable[..., Any] = getattr(import_module(module), name)
-    return function
+        return resolve_name(self.replicator)(files, options, info)
 
 
 KINDS: dict[str, ModelKind] = {

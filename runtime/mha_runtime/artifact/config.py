@@ -2,18 +2,18 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from mha_runtime.artifact.config_fields import flags, from_fields, positive_ints, rate, read_config_json
-from mha_runtime.artifact.errors import BadValueError, ConfigError
+from mha_runtime.artifact.config_fields import ConfigFile, flags, from_fields, json_object, positive_ints, rate
+from mha_runtime.artifact.errors import BadValueError
 
 
 @dataclass(frozen=True, kw_only=True)
-class MHAConfig:
+class MHAConfig(ConfigFile):
     """Shape of the tutorial's MultiHeadAttentionWrapper (chapter 3)."""
+
+    FILE_WHAT: ClassVar[str] = "a JSON file of config fields"
 
     d_in: int
     d_out: int  # per head
@@ -43,35 +43,14 @@ class MHAConfig:
             del data["out_proj"]
         return data
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MHAConfig:
         return from_fields(cls, data, label="config", noun="field", expected="expected only")
 
     @classmethod
-    def from_file(cls, path: Path) -> MHAConfig:
-        """A config from a JSON file; every problem is one ConfigError line naming the file."""
-        data = read_config_json(path, flag="--config", what="a JSON file of config fields")
-        try:
-            return cls.from_dict(data)
-        except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
-            raise type(exc)(f"--config {path}: {exc}") from None
-
-    @classmethod
     def from_json(cls, text: str) -> MHAConfig:
         """The config an artifact carries in its metadata."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"config: expected JSON, got a parse error ({exc})") from None
-        except RecursionError:
-            raise ConfigError("config: expected a flat JSON object of config fields, got nesting too deep to "
-                              "parse") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config: expected a JSON object, got {type(data).__name__}")
-        return cls.from_dict(data)
+        return cls.from_dict(json_object(text, "config"))
 
 
 PRESETS: dict[str, MHAConfig] = {

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import stat
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from mha_runtime.artifact.errors import BadValueError, ConfigError, first_line
 
@@ -73,18 +73,50 @@ def read_config_json(path: Path, *, flag: str, what: str) -> dict[str, Any]:
     """The JSON object in a config file; every problem is one ConfigError line naming the flag and the file
     (`what`: the file the flag expects, for the line when nothing is there)."""
     try:
-        data = json.loads(read_regular(Path(path), MAX_CONFIG_BYTES).decode())
+        text = read_regular(Path(path), MAX_CONFIG_BYTES).decode()
     except FileNotFoundError:
         raise ConfigError(f"{flag} {path}: expected {what}, found nothing there") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{flag} {path}: cannot read it ({first_line(exc)})") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{flag} {path}: expected JSON, got a parse error ({first_line(exc)})") from None
-    except RecursionError:
-        raise ConfigError(f"{flag} {path}: expected a flat JSON object of config fields, got nesting too deep to "
-                          "parse") from None
     except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
         raise type(exc)(f"{flag} {path}: {exc}") from None
+    return json_object(text, f"{flag} {path}")
+
+
+def json_object(text: str, where: str) -> dict[str, Any]:
+    """The JSON object of config fields in `text`, or one ConfigError line starting with `where`."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: expected JSON, got a parse error ({first_line(exc)})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: expected a flat JSON object of config fields, got nesting too deep to "
+                          "parse") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{flag} {path}: expected a JSON object, got {type(data).__name__}")
+        raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+class ConfigFile:
+    """What both config types do alike: their JSON (sorted keys: the bytes in every artifact's metadata) and their
+    file read, every problem one ConfigError line naming the flag and the file."""
+
+    FILE_WHAT: ClassVar[str]  # the file `--config` expects, for the line when nothing is there
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        raise NotImplementedError
+
+    @classmethod
+    def from_file(cls, path: Path, *, flag: str = "--config") -> Self:
+        data = read_config_json(path, flag=flag, what=cls.FILE_WHAT)
+        try:
+            return cls.from_dict(data)
+        except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
+            raise type(exc)(f"{flag} {path}: {exc}") from None

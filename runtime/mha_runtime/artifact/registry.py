@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import BadValueError, ExportError
@@ -51,9 +51,6 @@ class ArtifactSpec:
     def tolerance(self) -> Tolerance:
         """The CPU row: what the export validates with and what cases.json records."""
         return tolerance_for(self.kind, "cpu")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "kind": self.kind, "runtime": self.runtime, "tolerance": self.tolerance.to_dict()}
 
 
 @dataclass(frozen=True)

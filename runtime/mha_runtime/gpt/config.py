@@ -1,14 +1,11 @@
 """The GPT config: the book's GPT_CONFIG_124M keys, read from gpt.json or from a Hugging Face config.json."""
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from mha_runtime.artifact.config_fields import flags, from_fields, positive_ints, rate, read_config_json
-from mha_runtime.artifact.errors import BadValueError, ConfigError
+from mha_runtime.artifact.config_fields import ConfigFile, flags, from_fields, positive_ints, rate
+from mha_runtime.artifact.errors import BadValueError
 
 # GPT-2's <|endoftext|>, written as eos_token_id into genai_config.json and used by `mha generate --eos`.
 GPT2_EOS_ID = 50256
@@ -21,8 +18,10 @@ MAX_HEADS = 256
 
 
 @dataclass(frozen=True, kw_only=True)
-class GPTConfig:
+class GPTConfig(ConfigFile):
     """The book's GPTModel config (chapter 4, GPT_CONFIG_124M)."""
+
+    FILE_WHAT: ClassVar[str] = "a JSON file of the book's GPT config keys"
 
     vocab_size: int
     context_length: int
@@ -58,12 +57,6 @@ class GPTConfig:
         block = attention + 2 * (2 * e) + (e * 4 * e + 4 * e) + (4 * e * e + e)
         return v * e + self.context_length * e + self.n_layers * block + 2 * e + (0 if tied else v * e)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
         """The book's keys, or a Hugging Face GPT-2 config.json (recognised by `n_embd`)."""
@@ -87,15 +80,6 @@ class GPTConfig:
             raise BadValueError("config.json: tie_word_embeddings false; expected GPT-2's tied output head")
         return cls(vocab_size=data["vocab_size"], context_length=data["n_positions"], emb_dim=data["n_embd"],
                    n_heads=data["n_head"], n_layers=data["n_layer"], drop_rate=0.0, qkv_bias=True)
-
-    @classmethod
-    def from_file(cls, path: Path, *, flag: str = "--config") -> GPTConfig:
-        """gpt.json or config.json; every problem is one ConfigError line naming the file."""
-        data = read_config_json(path, flag=flag, what="a JSON file of the book's GPT config keys")
-        try:
-            return cls.from_dict(data)
-        except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
-            raise type(exc)(f"{flag} {path}: {exc}") from None
 
 
 GPT_PRESETS: dict[str, GPTConfig] = {

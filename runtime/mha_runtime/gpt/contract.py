@@ -35,6 +35,7 @@ BATCH = "batch_size"
 TOKENS = "sequence_length"
 PAST = "past_sequence_length"
 TOTAL = "past_sequence_length + sequence_length"
+Signed = tuple[str, list[Any]]  # (dtype, shape) of one input or output
 
 CONCAT_FORM = "gpt.onnx"
 INPLACE_FORM = "gpt.inplace.onnx"
@@ -146,48 +147,38 @@ def pte_bounds(config: GPTConfig) -> dict[str, int]:
     return {"batch": 1, "context_length": config.context_length, "max_prefill_tokens": config.context_length}
 
 
-def pte_signature(config: GPTConfig) -> dict[str, tuple[str, list[Any]]]:
+def pte_signature(config: GPTConfig) -> dict[str, Signed]:
     """name -> (dtype, shape) of gpt.pte's forward inputs, then its output (the cache is inside the program)."""
     return {INPUT_IDS: ("int64", [1, TOKENS]), INPUT_POS: ("int64", [1]),
             NEXT_LOGITS: ("float32", [1, config.vocab_size])}
 
 
-def concat_signature(config: GPTConfig) -> dict[str, tuple[str, list[Any]]]:
+def _signature(config: GPTConfig, inputs: dict[str, Signed], past: list[Any], output: tuple[str, Signed],
+               present: list[Any]) -> dict[str, Signed]:
+    """The inputs, every layer's past key and value, the output, every layer's present key and value."""
+    layers = range(config.n_layers)
+    sig = inputs | {name(i): ("float32", list(past)) for i in layers for name in (past_key, past_value)}
+    sig[output[0]] = output[1]
+    return sig | {name(i): ("float32", list(present)) for i in layers for name in (present_key, present_value)}
+
+
+def concat_signature(config: GPTConfig) -> dict[str, Signed]:
     """name -> (dtype, shape) of every input, then every output, of gpt.onnx."""
     h, d = config.n_heads, config.head_dim
-    sig: dict[str, tuple[str, list[Any]]] = {INPUT_IDS: ("int64", [BATCH, TOKENS]),
-                                             ATTENTION_MASK: ("int64", [BATCH, TOTAL]),
-                                             POSITION_IDS: ("int64", [BATCH, TOKENS])}
-    for i in range(config.n_layers):
-        sig[past_key(i)] = ("float32", [BATCH, h, PAST, d])
-        sig[past_value(i)] = ("float32", [BATCH, h, PAST, d])
-    sig[LOGITS] = ("float32", [BATCH, TOKENS, config.vocab_size])
-    for i in range(config.n_layers):
-        sig[present_key(i)] = ("float32", [BATCH, h, TOTAL, d])
-        sig[present_value(i)] = ("float32", [BATCH, h, TOTAL, d])
-    return sig
+    return _signature(config, {INPUT_IDS: ("int64", [BATCH, TOKENS]), ATTENTION_MASK: ("int64", [BATCH, TOTAL]),
+                               POSITION_IDS: ("int64", [BATCH, TOKENS])}, [BATCH, h, PAST, d],
+                      (LOGITS, ("float32", [BATCH, TOKENS, config.vocab_size])), [BATCH, h, TOTAL, d])
 
 
-def inplace_signature(config: GPTConfig) -> dict[str, tuple[str, list[Any]]]:
+def inplace_signature(config: GPTConfig) -> dict[str, Signed]:
     """name -> (dtype, shape) of every input, then every output, of gpt.inplace.onnx (and its lossy forms)."""
-    h, c, d = config.n_heads, config.context_length, config.head_dim
-    sig: dict[str, tuple[str, list[Any]]] = {INPUT_IDS: ("int64", [BATCH, TOKENS]), PAST_TOKENS: ("int32", [BATCH])}
-    for i in range(config.n_layers):
-        sig[past_key(i)] = ("float32", [BATCH, h, c, d])
-        sig[past_value(i)] = ("float32", [BATCH, h, c, d])
-    sig[NEXT_LOGITS] = ("float32", [BATCH, config.vocab_size])
-    for i in range(config.n_layers):
-        sig[present_key(i)] = ("float32", [BATCH, h, c, d])
-        sig[present_value(i)] = ("float32", [BATCH, h, c, d])
-    return sig
+    buffer = [BATCH, config.n_heads, config.context_length, config.head_dim]
+    return _signature(config, {INPUT_IDS: ("int64", [BATCH, TOKENS]), PAST_TOKENS: ("int32", [BATCH])}, buffer,
+                      (NEXT_LOGITS, ("float32", [BATCH, config.vocab_size])), buffer)
 
 
 def n_inputs(kind: str, config: GPTConfig) -> int:
     return (3 if kind == "concat" else 2) + 2 * config.n_layers
-
-
-def signature(form: Form, config: GPTConfig) -> dict[str, tuple[str, list[Any]]]:
-    return concat_signature(config) if form.kind == "concat" else inplace_signature(config)
 
 
 def contract_dict(config: GPTConfig, *, executorch: bool = False) -> dict[str, Any]:

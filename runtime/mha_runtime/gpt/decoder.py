@@ -30,6 +30,7 @@ from mha_runtime.gpt.contract import (
     present_key,
     present_value,
 )
+from mha_runtime.infer.pick_copy import session_options
 from mha_runtime.infer.providers import resolve_provider, session_providers
 
 
@@ -46,11 +47,7 @@ def make_session(model: bytes | str, *, provider: str = "cpu", threads: int | No
     """A session from already verified bytes (the file is never re-read after its sha256 check), or from a path
     the caller has just written (the export's validation)."""
     provider = resolve_provider(provider)  # CUDA asked for where there is none: one line, not ORT's fallback
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads is not None:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
+    options = session_options(threads, preoptimized=False)
     try:
         return ort.InferenceSession(model, options, providers=session_providers(provider))
     except Exception as exc:  # ONNX Runtime's own error types

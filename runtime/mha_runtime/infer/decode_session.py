@@ -20,8 +20,6 @@ from mha_runtime.artifact.errors import ContractError
 from mha_runtime.artifact.registry import DECODE
 from mha_runtime.infer.runner import OnnxRunner
 
-DECODE_MODEL = DECODE.file
-
 
 class DecodeSession:
     """Feed tokens in any chunks (prefill, single tokens, uneven pieces); each call returns the new
@@ -31,7 +29,7 @@ class DecodeSession:
     is left as it was.
     """
 
-    def __init__(self, artifact: str | Path, *, model: str = DECODE_MODEL, provider: str = "auto",
+    def __init__(self, artifact: str | Path, *, model: str = DECODE.file, provider: str = "auto",
                  threads: int | None = None) -> None:
         self.runner = OnnxRunner(artifact, model=model, provider=provider, threads=threads)
         self.config = self.runner.config

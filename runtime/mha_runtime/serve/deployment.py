@@ -12,7 +12,8 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mha_runtime.kinds import KINDS
+from mha_runtime.kinds import KINDS, kind_of
+from mha_runtime.serve.launcher import DRAIN_TIMEOUT_S
 from mha_runtime.serve.options import ServeOptions
 from mha_runtime.serve.replica import KindReplica, request_body, to_response
 
@@ -37,12 +38,14 @@ class ModelDeployment:
             model.close()
 
 
-def application(kind: str, options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
-                settings: dict[str, Any]) -> Any:
-    """The bound deployment. The files go to the object store first and the replicas get their refs: bound as bytes
-    they would be pickled into the application's config, which Ray refuses for a 124M model (650 MB). Ray's default
-    of 5 requests in flight per replica would cap every batch at 5: the kind says how many a slot may have waiting."""
+def application(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any]) -> Any:
+    """The bound deployment of the folder's kind. The files go to the object store first and the replicas get their
+    refs: bound as bytes they would be pickled into the application's config, which Ray refuses for a 124M model
+    (650 MB). Ray's default of 5 requests in flight per replica would cap every batch at 5: the kind says how many
+    a slot may have waiting."""
     refs = {name: ray.put(data) for name, data in files.items()}
-    ongoing = max(KINDS[kind].requests_per_slot * options.max_batch, 32)
-    return ModelDeployment.options(max_ongoing_requests=ongoing, **settings).bind(
-        refs, kind=kind, options=options, info=info)
+    kind = kind_of(options.artifact)
+    return ModelDeployment.options(
+        max_ongoing_requests=max(kind.requests_per_slot * options.max_batch, 32), num_replicas=options.replicas,
+        graceful_shutdown_wait_loop_s=0.2, graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S,
+    ).bind(refs, kind=kind.name, options=options, info=info)

@@ -166,10 +166,12 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
     try:
         serve.start(http_options={"host": options.host, "port": options.port},
                     logging_config={"log_level": "WARNING", "enable_access_log": False})
-        app = _application(options, files, info)
-        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)  # returns once the replicas are healthy
+        from mha_runtime.serve.deployment import application
+
+        # returns once the replicas are healthy
+        serve.run(application(options, files, info), name=APP_NAME, route_prefix="/", blocking=False)
     except Exception as exc:
-        _shutdown(local)
+        ray.shutdown()
         error = HAProxyStartError if "HAProxyManager" in first_line(exc) else ServeError
         raise error(f"cannot start the Serve application: {cause_line(exc)}") from None
     route = kind_of(options.artifact).route
@@ -185,23 +187,8 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
     except Exception as exc:
         raise ServeError(f"draining failed: {first_line(exc)}") from None
     finally:
-        _shutdown(local)
+        # Local: ray.shutdown() stops the whole instance, Serve's controller and proxy with it (serve.shutdown()
+        # first would only add a raylet error line about the killed controller). On a cluster: disconnect, and
+        # leave its Serve running; only our application was ours.
+        ray.shutdown()
     print("stopped", file=out, flush=True)
-
-
-def _application(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any]) -> Any:
-    """The bound Serve application of the folder's kind (its deployment, with the settings every kind shares)."""
-    settings = dict(num_replicas=options.replicas, graceful_shutdown_wait_loop_s=0.2,
-                    graceful_shutdown_timeout_s=DRAIN_TIMEOUT_S)
-    from mha_runtime.serve.deployment import application
-
-    return application(kind_of(options.artifact).name, options, files, info, settings)
-
-
-def _shutdown(local: bool) -> None:
-    """Local: ray.shutdown() stops the whole instance, Serve's controller and proxy with it (serve.shutdown()
-    first would only add a raylet error line about the killed controller). On a cluster: disconnect, and leave
-    its Serve running; only our application was ours."""
-    import ray
-
-    ray.shutdown()

@@ -14,6 +14,7 @@ import numpy as np
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.artifact.errors import RequestError, cut, first_line
+from mha_runtime.infer.npy import npy_bytes
 from mha_runtime.serve.http import JSON
 
 NPY = "application/x-npy"
@@ -124,23 +125,17 @@ def read_npy(body: bytes, where: str) -> np.ndarray:
     return array.astype(dtype.newbyteorder("="))  # a native-order copy (writable; '>f4' becomes float32)
 
 
-def npy_body(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
-
-
 def encode_request(x: np.ndarray, fmt: str) -> tuple[bytes, str]:
     """An input array -> (body, Content-Type) in 'npy' or 'json'."""
     if fmt == "npy":
-        return npy_body(x), NPY
+        return npy_bytes(x), NPY
     return json.dumps({INPUT_NAME: x.tolist()}).encode(), JSON
 
 
 def encode_answer(context: np.ndarray, fmt: str) -> tuple[bytes, str]:
     """The output -> (body, Content-Type), in the format the request came in."""
     if fmt == "npy":
-        return npy_body(context), NPY
+        return npy_bytes(context), NPY
     return json.dumps({OUTPUT_NAME: context.tolist()}).encode(), JSON
 
 
