@@ -69,7 +69,7 @@ def fastest_fp32(results: list[dict[str, Any]], manifest: Manifest, *, batch: in
 
 
 def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Shape] | None = None,
-              threads: list[int] | None = None, rounds: int = 10, warmup: int = 1, progress: bool = True,
+              threads: list[int] | None = None, rounds: int = 10, progress: bool = True,
               only: list[str] | None = None, settle: float = SETTLE_S) -> dict[str, Any]:
     """Time every runner at every shape and thread count (each thread count its own interleaved rounds), plus the
     MatMul peak, the decode forms and cold starts. tokens/batches None: the defaults; threads None: 1 and 2."""
@@ -91,8 +91,8 @@ def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Sh
     previous = torch.get_num_threads()
     try:
         for count in threads:
-            run, timed_files = _run_threads(folder, manifest, shapes, count, rounds=rounds, warmup=warmup,
-                                            progress=progress, only=only, settle=settle, notes=notes)
+            run, timed_files = _run_threads(folder, manifest, shapes, count, rounds=rounds, progress=progress,
+                                            only=only, settle=settle, notes=notes)
             by_threads[str(count)] = run
             files += [f for f in timed_files if f not in files]
             gc.collect()  # this count's sessions go before the next count's are made
@@ -116,7 +116,7 @@ def run_bench(folder: Path, *, tokens: list[int] | None = None, batches: list[Sh
     return out
 
 
-def _run_threads(folder: Path, manifest: Manifest, shapes: list[Shape], threads: int, *, rounds: int, warmup: int,
+def _run_threads(folder: Path, manifest: Manifest, shapes: list[Shape], threads: int, *, rounds: int,
                  progress: bool, only: list[str] | None, settle: float,
                  notes: list[str]) -> tuple[dict[str, Any], list[str]]:
     """One thread count: torch, ONNX Runtime and ExecuTorch all set to it, every job timed in interleaved rounds.
@@ -148,12 +148,11 @@ def _run_threads(folder: Path, manifest: Manifest, shapes: list[Shape], threads:
         fn()
         return time.perf_counter() - start
 
-    for _ in range(warmup):
-        peak()
-        for r, s in jobs:
-            r.fn(inputs[s])
-        for f in forms:
-            f.step()
+    peak()  # one untimed warm-up pass of every job
+    for r, s in jobs:
+        r.fn(inputs[s])
+    for f in forms:
+        f.step()
     label = f"benchmarking, {threads} thread{'s' if threads > 1 else ''}"
     bar = click.progressbar(range(rounds), label=label, file=sys.stderr) if progress else None
     with bar if bar is not None else contextlib.nullcontext(range(rounds)) as items:

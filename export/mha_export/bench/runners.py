@@ -153,12 +153,12 @@ def missing_variants(manifest: Manifest) -> list[str]:
             f"(`mha export` builds them)"]
 
 
-def cold_start(folder: Path, file: str, config: MHAConfig, threads: int, repeats: int = 5) -> float:
-    """Median seconds for session creation (manifest check included) plus a first run on one token, through
+def cold_start(folder: Path, file: str, config: MHAConfig, threads: int) -> float:
+    """Median seconds of five session creations (manifest check included) plus a first run on one token, through
     OnnxRunner as users get it: the folder's optimized copy where this machine can use it (cold_start_loads)."""
     x = np.zeros((1, 1, config.d_in), np.float32)
     times = []
-    for _ in range(repeats):
+    for _ in range(5):
         start = time.perf_counter()
         OnnxRunner(folder, model=file, provider="cpu", threads=threads).run(x)
         times.append(time.perf_counter() - start)

@@ -12,7 +12,9 @@ and the manifest; the runner refuses a larger batch, or more tokens than context
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 import torch.nn as nn
@@ -25,6 +27,33 @@ from mha_runtime.artifact.registry import PTE, PTE_MAX_BATCH
 
 # Additive mask value: finite, so that 0 * mask is 0 (not NaN); exp(score - 1e30 - max) is exactly 0.
 NEG = -1e30
+T = TypeVar("T")
+
+
+def causal_mask(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """(Q, K) additive mask from float positions: NEG where the key is after the query, else 0 (both programs)."""
+    return torch.clamp(keys - queries.unsqueeze(-1), 0.0, 1.0) * NEG
+
+
+def lower(module: nn.Module, example: tuple[torch.Tensor, ...], dynamic: dict[str, Any],
+          constant_methods: dict[str, Any], refuse: Callable[[list[Any]], T], backend: Any = None) -> tuple[bytes, T]:
+    """torch.export (non-strict, no grad) -> XNNPACK lowering with the constant methods -> `refuse` on the targets
+    left outside the delegate (it raises the caller's own error; its value comes back) -> the program's bytes.
+    Both programs' export: the module is built by the caller and the ExecuTorch imports are made here."""
+    from torch.export import export
+
+    with quiet():
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
+
+        with torch.no_grad():
+            program = export(module, example, dynamic_shapes=dynamic, strict=False)
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
+                                           constant_methods=constant_methods)
+        kept = refuse([n.target for n in edge.exported_program().graph_module.graph.nodes
+                       if n.op == "call_function" and "delegate" not in str(n.target)
+                       and "getitem" not in str(n.target)])
+        return edge.to_executorch(backend).buffer, kept
 
 
 class PerHeadBMM(nn.Module):
@@ -49,7 +78,7 @@ class PerHeadBMM(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.pos[: x.shape[1]]  # (T,)
-        mask = torch.clamp(p - p.unsqueeze(-1), 0.0, 1.0) * NEG  # (T, T): NEG where the key is after the query
+        mask = causal_mask(p, p)  # (T, T)
         heads = []
         for w_q, w_k, w_v in zip(self.W_query, self.W_key, self.W_value, strict=True):
             scores = torch.bmm(w_q(x), w_k(x).transpose(1, 2)) + mask  # (B, T, T)
@@ -61,26 +90,17 @@ class PerHeadBMM(nn.Module):
 def pte_bytes(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> bytes:
     """torch.export with dynamic batch (1..PTE_MAX_BATCH) and tokens (1..context_length inclusive), lowered to
     XNNPACK; refuses a program whose compute is not all delegated."""
-    from torch.export import Dim, export
+    from torch.export import Dim
 
-    with quiet():
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        from executorch.exir import to_edge_transform_and_lower
-
-        tokens = max(2, min(3, config.context_length))  # > 1 and != batch: a 1 or a shared size gets specialised
-        example = (torch.randn(2, tokens, config.d_in),)
-        dynamic = {"x": {0: Dim("batch", min=1, max=PTE_MAX_BATCH), 1: Dim("tokens", min=1, max=config.context_length)}}
-        with torch.no_grad():
-            program = export(PerHeadBMM(wrapper, config).eval(), example, dynamic_shapes=dynamic, strict=False)
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
-                                           constant_methods={CONFIG_METHOD: config.to_json(),
-                                                             BATCH_METHOD: PTE_MAX_BATCH})
-        outside = [n.target for n in edge.exported_program().graph_module.graph.nodes
-                   if n.op == "call_function" and "delegate" not in str(n.target) and "getitem" not in str(n.target)
-                   and not any(ok in str(n.target) for ok in ("sym_size", "slice_copy", "view_copy"))]
+    def refuse(targets: list[Any]) -> None:
+        outside = [t for t in targets if not any(ok in str(t) for ok in ("sym_size", "slice_copy", "view_copy"))]
         if outside:
             raise ExportError(f"{PTE.file}: XNNPACK did not take {len(outside)} op(s), e.g. {outside[0]}")
-        return edge.to_executorch().buffer
+
+    tokens = max(2, min(3, config.context_length))  # > 1 and != batch: a 1 or a shared size gets specialised
+    dynamic = {"x": {0: Dim("batch", min=1, max=PTE_MAX_BATCH), 1: Dim("tokens", min=1, max=config.context_length)}}
+    return lower(PerHeadBMM(wrapper, config).eval(), (torch.randn(2, tokens, config.d_in),), dynamic,
+                 {CONFIG_METHOD: config.to_json(), BATCH_METHOD: PTE_MAX_BATCH}, refuse)[0]
 
 
 def build_pte(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:

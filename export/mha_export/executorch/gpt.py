@@ -26,24 +26,26 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from mha_export.executorch.attention import causal_mask, lower
 from mha_export.gpt.eager import GPTModel
-from mha_export.gpt.validate import GREEDY_NEW, References, Tally, agreement
+from mha_export.gpt.golden import form_generations
+from mha_export.gpt.validate import GREEDY_NEW, FormReport, References, Tally, agreement
 from mha_export.infer.gpt_pte_runner import BOUNDS_METHOD, CONFIG_METHOD, PteGPT
+from mha_export.infer.pte_runner import quiet
 from mha_runtime.artifact.errors import ExportError
 from mha_runtime.artifact.tolerance import Tolerance
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import PTE, PTE_FORM, pte_bounds
 from mha_runtime.gpt.golden import GoldenGeneration
 from mha_runtime.gpt.manifest import GPTArtifact
-from mha_runtime.gpt.sampling import Sampler
 
 PTE_BATCH = 1  # pte_bounds' batch: the cache buffers are planned for one sequence
-NEG = -1e30  # finite: 0 * NEG stays 0; exp(score + NEG - max) is exactly 0 in float32
 
 
 class LayerNorm4D(nn.Module):
@@ -108,8 +110,7 @@ class CachedGPT(nn.Module):
     def forward(self, input_ids: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         t = input_ids.shape[1]
         positions = input_pos + torch.arange(t, dtype=torch.int64)  # (T,)
-        query_pos = positions.to(torch.float32).unsqueeze(-1)  # (T, 1)
-        mask = torch.clamp(self.key_pos - query_pos, 0.0, 1.0) * NEG  # (T, C): NEG where the key is after the query
+        mask = causal_mask(self.key_pos, positions.to(torch.float32))  # (T, C)
         x = self.tok_emb(input_ids) + self.pos_emb(positions)  # (1, T, E)
         for block in self.blocks:
             x = block(x, positions, mask)
@@ -140,46 +141,33 @@ class PteBuild:
 
 def pte_bytes(model: GPTModel, cfg: GPTConfig) -> PteBuild:
     """torch.export with dynamic T (1 .. context_length), lowered to XNNPACK, the cache as mutable buffers."""
-    from torch.export import Dim, export
-
-    from mha_export.infer.pte_runner import quiet
+    from torch.export import Dim
 
     start = time.perf_counter()
-    with quiet():
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-        from executorch.exir.passes import MemoryPlanningPass
 
-        cached = CachedGPT(model, cfg).eval()
-        t = min(3, cfg.context_length)
-        example = (torch.zeros(1, t, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
-        dynamic = {"input_ids": {1: Dim("tokens", min=1, max=cfg.context_length)}, "input_pos": None}
-        with torch.no_grad():
-            program = export(cached, example, dynamic_shapes=dynamic, strict=False)
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
-                                           constant_methods={CONFIG_METHOD: cfg.to_json(),
-                                                             BOUNDS_METHOD: list(pte_bounds(cfg).values())})
-        outside = tuple(sorted({_op_name(n.target) for n in edge.exported_program().graph_module.graph.nodes
-                                if n.op == "call_function" and "delegate" not in str(n.target)
-                                and "getitem" not in str(n.target)}))
+    def refuse(targets: list[Any]) -> tuple[str, ...]:
+        outside = tuple(sorted({_op_name(t) for t in targets}))
         compute = [o for o in outside if o.split(".")[1] not in PORTABLE_OPS]
         if compute:
             raise ExportError(f"{PTE_FORM}: XNNPACK did not take {len(compute)} op(s): {', '.join(compute)}")
-        data = edge.to_executorch(ExecutorchBackendConfig(
-            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False), run_reinplace_pass=True)).buffer
+        return outside
+
+    with quiet():
+        from executorch.exir import ExecutorchBackendConfig
+        from executorch.exir.passes import MemoryPlanningPass
+
+    t = min(3, cfg.context_length)
+    example = (torch.zeros(1, t, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
+    dynamic = {"input_ids": {1: Dim("tokens", min=1, max=cfg.context_length)}, "input_pos": None}
+    data, outside = lower(CachedGPT(model, cfg).eval(), example, dynamic,
+                          {CONFIG_METHOD: cfg.to_json(), BOUNDS_METHOD: list(pte_bounds(cfg).values())}, refuse,
+                          ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+                                                  run_reinplace_pass=True))
     return PteBuild(data, time.perf_counter() - start, outside)
 
 
-@dataclass(frozen=True)
-class PteReport:
-    cases: int
-    max_abs_error: float
-    greedy_agreement: float
-    failures: tuple[str, ...]
-
-
 def validate_pte(program: PteGPT, refs: References, golden: tuple[list[GoldenGeneration], dict[str, np.ndarray]],
-                 cfg: GPTConfig, tolerance: Tolerance) -> PteReport:
+                 tolerance: Tolerance) -> FormReport:
     """The export's references, row by row (batch 1 is the bound): prefills at every length, a shorter prefill and
     single steps, greedy tokens; then every golden generation (first-step logits and ids, sampled ones too)."""
     tally = Tally(PTE_FORM, tolerance)
@@ -205,20 +193,12 @@ def validate_pte(program: PteGPT, refs: References, golden: tuple[list[GoldenGen
     if share < 1.0:
         failures.append(f"{PTE_FORM}: greedy tokens differ from eager PyTorch (agreement {share:.2f})")
     cases_golden, logits_golden = golden
-    for case in cases_golden:
-        sampler = Sampler(1, temperature=case.temperature, top_k=case.top_k, seed=case.seed,
-                          vocab_size=cfg.vocab_size)
-        logits = program.forward(case.prompt_ids, 0)
-        check(logits, logits_golden[case.name], f"golden {case.name} first step")
-        ids: list[int] = []
-        while True:
-            ids.append(sampler.next_ids(logits[None])[0])
-            if len(ids) == case.max_new_tokens:
-                break
-            logits = program.forward([ids[-1]], len(case.prompt_ids) + len(ids) - 1)
-        if ids != case.ids:
-            failures.append(f"{PTE_FORM} golden {case.name}: ids {ids} differ from the golden {case.ids}")
-    return PteReport(tally.cases, tally.worst, share, tuple(failures))
+    own, own_logits = form_generations(program.decoder, cases_golden, prefix=PTE_FORM)
+    for case, got in zip(cases_golden, own, strict=True):
+        check(own_logits[case.name], logits_golden[case.name], f"golden {case.name} first step")
+        if got.ids != case.ids:
+            failures.append(f"{PTE_FORM} golden {case.name}: ids {got.ids} differ from the golden {case.ids}")
+    return FormReport(tally.cases, tally.worst, share, not failures, tuple(failures))
 
 
 @dataclass(frozen=True)
@@ -234,8 +214,8 @@ def build_pte(model: GPTModel, cfg: GPTConfig, refs: References,
     """gpt.pte's bytes, judged by ExecuTorch's runtime against the eager references and the golden generations."""
     built = pte_bytes(model, cfg)
     bounds = pte_bounds(cfg)
-    report = validate_pte(PteGPT(built.data, cfg, bounds), refs, golden, cfg, PTE.tolerance)
+    report = validate_pte(PteGPT(built.data, cfg, bounds), refs, golden, PTE.tolerance)
     artifact = GPTArtifact(kind=PTE.kind, dtype=PTE.dtype, tolerance=PTE.tolerance.to_dict(), cases=report.cases,
                            max_abs_error=report.max_abs_error, greedy_agreement=report.greedy_agreement,
-                           passed=not report.failures, export_seconds=round(built.seconds, 3), bounds=bounds)
+                           passed=report.passed, export_seconds=round(built.seconds, 3), bounds=bounds)
     return PteResult(built.data, artifact, report.failures, built.outside)

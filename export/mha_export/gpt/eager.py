@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -103,3 +104,13 @@ def seeded_gpt(cfg: GPTConfig) -> GPTModel:
     """The book's initialisation: torch.manual_seed(123), then GPTModel(cfg). In eval mode."""
     torch.manual_seed(SEED)
     return GPTModel(cfg).eval()
+
+
+def eager_at(model: GPTModel, ids: list[list[int]], positions: list[int]) -> np.ndarray:
+    """(B, len(positions), V): row by row, keeping only the positions compared (at context_length 1024 and
+    GPT-2's vocabulary a whole batch's logits would be 617 MB)."""
+    rows = []
+    with torch.no_grad():
+        for row in ids:
+            rows.append(model(torch.tensor([row], dtype=torch.int64))[0, positions].numpy())
+    return np.stack(rows)

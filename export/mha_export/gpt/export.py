@@ -12,7 +12,6 @@ import datetime as dt
 import gc
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -197,7 +196,7 @@ class GPTExport:
             self.artifacts[PTE_FORM] = self.pte.artifact
             self.failures += self.pte.failures
         if self.failures:
-            raise ValidationError([_Line(f) for f in self.failures])
+            raise ValidationError(self.failures)
 
     def seal(self, stage: Path) -> GPTManifest:
         config, tok = self.config, self.tok
@@ -259,10 +258,3 @@ def _encoder(tokenizer_json: bytes) -> Callable[[str], list[int]]:
     tok = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
     return lambda text: list(tok.encode(text, add_special_tokens=False).ids)
 
-
-@dataclass(frozen=True)
-class _Line:
-    text: str
-
-    def line(self) -> str:
-        return self.text

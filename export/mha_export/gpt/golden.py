@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mha_export.gpt.eager import GPTModel
-from mha_export.gpt.validate import eager_at
+from mha_export.gpt.eager import GPTModel, eager_at
 from mha_runtime.artifact.tolerance import Tolerance
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.decoder import Decoder
@@ -73,8 +73,9 @@ def golden_generations(model: GPTModel, cfg: GPTConfig, encode: Callable[[str], 
 
 def form_generations(decoder: Callable[[], Decoder], cases: list[GoldenGeneration], *, prefix: str
                      ) -> tuple[list[GoldenGeneration], dict[str, np.ndarray]]:
-    """A lossy form's own golden generations: the same prompts and sampling settings, the ids and first-step
-    logits the form itself gives through the runtime's decoder (its logits files named `prefix.` + the case's)."""
+    """A form's own golden generations (a lossy form's reference; gpt.pte's, checked against the golden): the same
+    prompts and sampling settings, the ids and first-step logits the form itself gives through its decoder (its
+    logits files named `prefix.` + the case's)."""
     out, logits = [], {}
     for case in cases:
         d = decoder()
@@ -88,10 +89,7 @@ def form_generations(decoder: Callable[[], Decoder], cases: list[GoldenGeneratio
             if len(ids) < case.max_new_tokens:
                 step = d.step([ids[-1]], [True])
         name = f"{prefix}.{case.name}"
-        out.append(GoldenGeneration(name=case.name, prompt_ids=case.prompt_ids, prompt_text=case.prompt_text,
-                                    max_new_tokens=case.max_new_tokens, temperature=case.temperature,
-                                    top_k=case.top_k, seed=case.seed, ids=ids,
-                                    first_logits_bin=f"{name}.logits.bin", first_logits_npy=f"{name}.logits.npy"))
+        out.append(replace(case, ids=ids, first_logits_bin=f"{name}.logits.bin", first_logits_npy=f"{name}.logits.npy"))
         logits[case.name] = first.astype("<f4")
     return out, logits
 

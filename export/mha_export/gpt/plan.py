@@ -30,14 +30,14 @@ def parse_gpt_variants(text: str | None) -> tuple[str, ...]:
     return tuple(n for n in known if n in names)
 
 
-def check_gpt_budget(cfg: GPTConfig, *, available: int | None = None) -> None:
+def check_gpt_budget(cfg: GPTConfig) -> None:
     """Refuse, before any work, a model whose fp32 file exceeds protobuf's 2 GiB or whose export needs more
     memory than is available."""
     params = cfg.parameters(tied=False) * 4
     if params >= PROTOBUF_LIMIT:
         raise BadValueError(f"gpt config: {gib(params)} of fp32 parameters; an ONNX file holds at most "
                             f"{gib(PROTOBUF_LIMIT)}")
-    available = available_memory() if available is None else available
+    available = available_memory()
     if available is not None and MEMORY_FACTOR * params > available:
         raise ConfigError(f"gpt config: exporting needs about {gib(MEMORY_FACTOR * params)} of memory, "
                           f"{gib(available)} is available")

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnxruntime as ort
-import torch
 
-from mha_export.gpt.eager import GPTModel
+from mha_export.gpt.eager import GPTModel, eager_at
+from mha_export.gpt.golden import eager_generation
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import Form
@@ -66,23 +66,6 @@ def golden_prompts(cfg: GPTConfig, rng: np.random.Generator) -> list[list[int]]:
     return [rng.integers(0, cfg.vocab_size, n).tolist() for n in lengths]
 
 
-def eager_at(model: GPTModel, ids: list[list[int]], positions: list[int]) -> np.ndarray:
-    """(B, len(positions), V): row by row, keeping only the positions compared (at context_length 1024 and
-    GPT-2's vocabulary a whole batch's logits would be 617 MB)."""
-    rows = []
-    with torch.no_grad():
-        for row in ids:
-            rows.append(model(torch.tensor([row], dtype=torch.int64))[0, positions].numpy())
-    return np.stack(rows)
-
-
-def eager_greedy(model: GPTModel, prompt: list[int], new: int) -> list[int]:
-    ids = list(prompt)
-    for _ in range(new):
-        ids.append(int(np.argmax(eager_at(model, [ids], [len(ids) - 1])[0, 0])))
-    return ids[len(prompt):]
-
-
 def agreement(a: list[int], b: list[int]) -> float:
     """Share of tokens equal up to the first difference (after it the two continue from different text)."""
     same = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
@@ -105,14 +88,6 @@ class References:
     first: np.ndarray  # (3, V): each mixed prompt's last-token logits
     greedy: list[list[int]]  # GREEDY_NEW greedy ids per prompt
 
-    def logit_rms(self) -> float:
-        """The RMS of every reference logit: the scale the int8 row's atol is a share of."""
-        total, count = 0.0, 0
-        for x in [c.expected for c in self.cases] + [self.first]:
-            total += float(np.sum(np.square(x.astype(np.float64))))
-            count += x.size
-        return (total / count) ** 0.5
-
 
 def references(model: GPTModel, cfg: GPTConfig) -> References:
     rng = np.random.default_rng(VALIDATION_SEED)
@@ -124,7 +99,8 @@ def references(model: GPTModel, cfg: GPTConfig) -> References:
             cases.append(LengthCase(ids, split, eager_at(model, ids, list(range(split - 1, n)))))
     prompts = golden_prompts(cfg, rng)
     first = np.stack([eager_at(model, [p], [len(p) - 1])[0, 0] for p in prompts])
-    return References(cases, prompts, first, [eager_greedy(model, p, GREEDY_NEW) for p in prompts])
+    greedy = [eager_generation(model, p, GREEDY_NEW, 0.0, None, None, cfg.vocab_size)[0] for p in prompts]
+    return References(cases, prompts, first, greedy)
 
 
 def validate_form(session: ort.InferenceSession, form: Form, refs: References, cfg: GPTConfig, *,

@@ -39,25 +39,19 @@ def _quiet_torch_logs() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def trace(module: torch.nn.Module, args: tuple[torch.Tensor, ...], *, input_names: list[str],
-          output_names: list[str], dynamic_shapes: dict[str, dict[int, Dim]], opset: int) -> ir.Model:
-    """torch.onnx.export (dynamo), quietly, into an ONNX IR model (one file, no external data)."""
+def trace_to_onnx(module: torch.nn.Module, config: MHAConfig, *, opset: int) -> ir.Model:
+    """The main contract, `x` -> `context` with symbolic `batch` and `tokens`: torch.onnx.export (dynamo), quietly,
+    into an ONNX IR model (one file, no external data)."""
+    x = example_input(config)  # (2, T_example, d_in): no size-1 axis, T_example < context_length
+    dynamic_shapes = {"x": {0: Dim(BATCH_AXIS), 1: Dim(TOKENS_AXIS, max=config.context_length)}}
     with warnings.catch_warnings(), redirect_stdout(io.StringIO()), _quiet_torch_logs():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            module.eval(), args, input_names=input_names, output_names=output_names,
+            module.eval(), (x,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
             dynamic_shapes=dynamic_shapes, dynamo=True, opset_version=check_opset(opset),
             external_data=False, verbose=False, report=False,
         )
     return program.model
-
-
-def trace_to_onnx(module: torch.nn.Module, config: MHAConfig, *, opset: int) -> ir.Model:
-    """The main contract: `x` -> `context` with symbolic `batch` and `tokens`."""
-    x = example_input(config)  # (2, T_example, d_in): no size-1 axis, T_example < context_length
-    dynamic_shapes = {"x": {0: Dim(BATCH_AXIS), 1: Dim(TOKENS_AXIS, max=config.context_length)}}
-    return trace(module, (x,), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                 dynamic_shapes=dynamic_shapes, opset=opset)
 
 
 def shrink(model: ir.Model) -> ir.Model:
@@ -79,20 +73,6 @@ def shrink(model: ir.Model) -> ir.Model:
 MACHINE_METADATA = ("pkg.torch.onnx.stack_trace",)
 
 
-def strip_machine_metadata(model: ir.Model) -> None:
-    """Remove MACHINE_METADATA from every node of every graph (subgraphs included)."""
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        for key in MACHINE_METADATA:
-            node.metadata_props.pop(key, None)
-
-
-def stamp_metadata(model: ir.Model, config: MHAConfig, contract_json: str | None = None) -> None:
-    """Carry the config and the I/O contract in metadata_props, so a runner needs nothing else."""
-    strip_machine_metadata(model)
-    model.metadata_props.update(metadata(config, contract_json))
-    model.producer_name = "mha-export"
-
-
 def check_saved(path: Path, config: MHAConfig, signature: dict[str, list[str | int]] | None = None) -> None:
     """The saved file: checker-clean, one file, and the contract's names and symbolic axes, in order."""
     proto = onnx.load(str(path), load_external_data=False)
@@ -111,16 +91,18 @@ def check_saved(path: Path, config: MHAConfig, signature: dict[str, list[str | i
             raise ExportError(f"{path}: {name!r} has shape {found[name]}, expected {want} (an axis was frozen)")
 
 
-def save_onnx(model: ir.Model, path: Path, config: MHAConfig, *, contract_json: str | None = None,
-              signature: dict[str, list[str | int]] | None = None) -> None:
-    stamp_metadata(model, config, contract_json)
-    ir.save(model, str(path))
-    check_saved(path, config, signature)
-
-
 def export_onnx(module: torch.nn.Module, config: MHAConfig, path: Path, *, opset: int = DEFAULT_OPSET) -> None:
-    """Trace `module`, shrink the graph, stamp the contract, save to `path` and check the file."""
-    save_onnx(shrink(trace_to_onnx(module, config, opset=opset)), path, config)
+    """Trace `module`, shrink the graph, drop MACHINE_METADATA from every node of every graph (subgraphs included),
+    carry the config and the I/O contract in metadata_props (a runner needs nothing else), save to `path` and check
+    the file."""
+    model = shrink(trace_to_onnx(module, config, opset=opset))
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for key in MACHINE_METADATA:
+            node.metadata_props.pop(key, None)
+    model.metadata_props.update(metadata(config))
+    model.producer_name = "mha-export"
+    ir.save(model, str(path))
+    check_saved(path, config)
 
 
 def build_onnx(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from mha_export.graphs.onnx_trace import save_onnx, shrink, trace_to_onnx
+from mha_export.graphs.onnx_trace import export_onnx
 from mha_export.model.fused import fuse
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.registry import VARIANTS
@@ -14,14 +14,10 @@ FUSED_OPSET = 18  # fp16 and ort start from this form
 ATTENTION_OPSET = 23  # scaled_dot_product_attention becomes one ONNX Attention node
 
 
-def export_fused(wrapper: torch.nn.Module, config: MHAConfig, path: Path, *, opset: int) -> None:
-    """SDPA rather than the spelled-out softmax: faster at opset 18 (docs/design-notes.md, "Variants")."""
-    save_onnx(shrink(trace_to_onnx(fuse(wrapper, config), config, opset=opset)), path, config)
-
-
+# SDPA rather than the spelled-out softmax: faster at opset 18 (docs/design-notes.md, "Variants").
 def build_fused(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    export_fused(wrapper, config, folder / VARIANTS["fused"].file, opset=FUSED_OPSET)
+    export_onnx(fuse(wrapper, config), config, folder / VARIANTS["fused"].file, opset=FUSED_OPSET)
 
 
 def build_attention(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    export_fused(wrapper, config, folder / VARIANTS["attention"].file, opset=ATTENTION_OPSET)
+    export_onnx(fuse(wrapper, config), config, folder / VARIANTS["attention"].file, opset=ATTENTION_OPSET)

@@ -12,13 +12,12 @@ import contextlib
 import json
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from mha_export.infer.pte_runner import quiet
+from mha_export.infer.pte_runner import loading
 from mha_runtime.artifact.errors import ArtifactError, ContractError, first_line
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import PTE_FORM
@@ -56,19 +55,11 @@ class PteGPT:
     def load(self) -> Any:
         if self._method is not None:
             return self._method
-        with quiet():
-            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-            from executorch.runtime import Runtime
-
-            if self.threads is not None:
-                _unsafe_reset_threadpool(self.threads)  # ExecuTorch's own pool; torch's setting does not reach it
-            try:
-                self._program = Runtime.get().load_program(self.data)  # kept: a Method outliving it crashes
-                (text,) = self._program.load_method(CONFIG_METHOD).execute([])
-                bounds = list(self._program.load_method(BOUNDS_METHOD).execute([]))
-                method = self._program.load_method("forward")
-            except Exception as exc:
-                raise ArtifactError(f"{self.where}: ExecuTorch cannot load it ({first_line(exc)})") from None
+        with loading(self.where, self.threads) as runtime:
+            self._program = runtime.load_program(self.data)  # kept: a Method outliving it crashes
+            (text,) = self._program.load_method(CONFIG_METHOD).execute([])
+            bounds = list(self._program.load_method(BOUNDS_METHOD).execute([]))
+            method = self._program.load_method("forward")
         expected = [self.bounds["batch"], self.bounds["context_length"], self.bounds["max_prefill_tokens"]]
         if json.loads(text) != self.config.to_dict() or bounds != expected:
             raise ArtifactError(f"{self.where}: the program was built for another config or bounds (config "
@@ -125,12 +116,5 @@ class PteDecoder:
         return logits
 
 
-def gpt_pte_program(data: bytes, config: GPTConfig, bounds: dict[str, int], *, where: str = PTE_FORM,
-                    threads: int | None = None) -> PteGPT:
-    """The `mha.runners` entry point `gpt-executorch`: gpt.pte from bytes the caller has verified."""
-    return PteGPT(data, config, bounds, where=where, threads=threads)
-
-
-def from_file(path: Path, config: GPTConfig, bounds: dict[str, int]) -> PteGPT:
-    """A lone gpt.pte (the export's validation, before the manifest exists)."""
-    return PteGPT(Path(path).read_bytes(), config, bounds, where=str(path))
+# The `mha.runners` entry point `gpt-executorch` (export/pyproject.toml): gpt.pte from bytes the caller has verified.
+gpt_pte_program = PteGPT

@@ -39,6 +39,22 @@ def quiet() -> Iterator[None]:
         os.close(saved)
 
 
+@contextlib.contextmanager
+def loading(where: str | Path, threads: int | None) -> Iterator[Any]:
+    """ExecuTorch's Runtime, quietly, its own pool set to `threads`; whatever the body raises (a program that does
+    not load, a method missing or of another arity) becomes one ArtifactError naming `where`. A context manager, not
+    a function: each caller loads its methods in its own order and unpacks their values inside it."""
+    with quiet():
+        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+        from executorch.runtime import Runtime
+
+        if threads is not None:
+            _unsafe_reset_threadpool(threads)  # ExecuTorch's own pool; torch's thread setting does not reach it
+        try:
+            yield Runtime.get()
+        except Exception as exc:
+            raise ArtifactError(f"{where}: ExecuTorch cannot load it ({first_line(exc)})") from None
+
 
 class PteRunner:
     """Run `mha.pte` with ExecuTorch's Python runtime. Like OnnxRunner: from a folder (checked against the
@@ -46,19 +62,11 @@ class PteRunner:
 
     def __init__(self, artifact: str | Path, *, model: str = PTE.file, threads: int | None = None) -> None:
         data, self.path, self.verified = read_model(Path(artifact), model, (".pte",))  # verified before parsing
-        with quiet():
-            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-            from executorch.runtime import Runtime
-
-            if threads is not None:
-                _unsafe_reset_threadpool(threads)  # ExecuTorch's own pool; torch's thread setting does not reach it
-            try:
-                self._program = Runtime.get().load_program(data)  # kept: a Method outliving its Program crashes
-                self._method = self._program.load_method("forward")
-                (text,) = self._program.load_method(CONFIG_METHOD).execute([])
-                (self.batch_max,) = self._program.load_method(BATCH_METHOD).execute([])
-            except Exception as exc:
-                raise ArtifactError(f"{self.path}: ExecuTorch cannot load it ({first_line(exc)})") from None
+        with loading(self.path, threads) as runtime:
+            self._program = runtime.load_program(data)  # kept: a Method outliving its Program crashes
+            self._method = self._program.load_method("forward")
+            (text,) = self._program.load_method(CONFIG_METHOD).execute([])
+            (self.batch_max,) = self._program.load_method(BATCH_METHOD).execute([])
         try:
             self.config = MHAConfig.from_json(text)
         except ConfigError as exc:

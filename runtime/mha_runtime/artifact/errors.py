@@ -60,11 +60,12 @@ class Interrupted(MHAError):
 
 
 class ValidationError(MHAError):
-    """One or more artifacts differ from eager PyTorch beyond tolerance; every failing case is listed."""
+    """One or more artifacts differ from eager PyTorch beyond tolerance; every failing case is listed (a case with
+    its own `line()`, or the line itself)."""
 
-    def __init__(self, failures: Sequence[_Failure]) -> None:
+    def __init__(self, failures: Sequence[_Failure | str]) -> None:
         self.failures = list(failures)
-        lines = "\n".join("  " + f.line() for f in self.failures)
+        lines = "\n".join("  " + (f if isinstance(f, str) else f.line()) for f in self.failures)
         super().__init__(f"validation failed: {len(self.failures)} case(s) beyond tolerance\n{lines}")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -204,8 +204,7 @@ def _judged(form: Form, r: _Ran, cases: list[GoldenGeneration], eager: dict[str,
 def _own(form: Form, cases: list[GoldenGeneration], got: llama_cpp.Greedy
          ) -> tuple[list[GoldenGeneration], dict[str, np.ndarray]]:
     """A quant type's own greedy generations: the golden prompts, the ids and first-step logits llama.cpp gave."""
-    return ([GoldenGeneration(name=c.name, prompt_ids=c.prompt_ids, prompt_text=c.prompt_text,
-                              max_new_tokens=c.max_new_tokens, temperature=0.0, top_k=None, seed=None,
-                              ids=got.ids[c.name], first_logits_bin=f"{form.dtype}.{c.name}.logits.bin",
-                              first_logits_npy=f"{form.dtype}.{c.name}.logits.npy") for c in cases],
+    return ([replace(c, temperature=0.0, top_k=None, seed=None, ids=got.ids[c.name],
+                     first_logits_bin=f"{form.dtype}.{c.name}.logits.bin",
+                     first_logits_npy=f"{form.dtype}.{c.name}.logits.npy") for c in cases],
             {c.name: got.first[c.name].astype("<f4") for c in cases})

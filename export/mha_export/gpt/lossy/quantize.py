@@ -83,14 +83,14 @@ def matmul_weights(model: onnx.ModelProto) -> dict[str, str]:
     return {n.input[1]: n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits}
 
 
-def weight_error(weight: np.ndarray, bits: int, block: int = BLOCK) -> float:
+def weight_error(weight: np.ndarray, bits: int) -> float:
     """Relative RMS error of `weight` (in, out) after symmetric blockwise rounding along the input axis: the
     ranking of which matrices lose most (an estimate of the quantizer's, not its exact arithmetic)."""
     w = weight.astype(np.float64)
-    rows = -(-w.shape[0] // block) * block
+    rows = -(-w.shape[0] // BLOCK) * BLOCK
     padded = np.zeros((rows, w.shape[1]))
     padded[:w.shape[0]] = w
-    blocks = padded.reshape(rows // block, block, w.shape[1])  # (in / block, block, out)
+    blocks = padded.reshape(rows // BLOCK, BLOCK, w.shape[1])  # (in / block, block, out)
     top = 2 ** (bits - 1) - 1
     scale = np.abs(blocks).max(axis=1, keepdims=True) / top
     scale[scale == 0] = 1.0
