@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mha_export.executorch.attention import causal_mask, lower
+from mha_export.executorch.lower import causal_mask, lower
 from mha_export.gpt.eager import GPTModel
 from mha_export.gpt.golden import form_generations
 from mha_export.gpt.validate import GREEDY_NEW, FormReport, References, Tally, agreement

@@ -141,7 +141,7 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
     # generation_config.json, genai_config.json, onnx/model.onnx), which other clients load as they are.
     verify_all(folder, manifest)
     golden_of = functools.cache(lambda file: _load(folder, manifest, file))  # each file read and hashed once
-    golden_of(GENERATIONS_FILE)
+    golden_of(GENERATIONS_FILE)  # first, whichever forms the folder has: a broken file is the first line
     on_cpu = resolve_provider(provider) == "cpu"
     results = []
     reference: Generator | None = None
