@@ -44,7 +44,7 @@ def _torch_flops(config: MHAConfig, *, batch: int, tokens: int) -> int:
 @pytest.mark.parametrize("out_proj", [False, True])
 @pytest.mark.parametrize("name,tokens", [("seed", 6), ("seed", 1), ("gpt2-small", 16), ("mid", 48)])
 def test_dense_flops_equal_torchs_count_of_the_wrapper(name: str, tokens: int, out_proj: bool) -> None:
-    """torch's FlopCounterMode counts the eager wrapper's matmuls independently of export/flops.py, with and
+    """torch's FlopCounterMode counts the eager wrapper's matmuls independently of mha_export/bench/flops.py, with and
     without the output projection (mid has q/k/v biases: bias adds are not FLOPs in either count)."""
     config = dataclasses.replace(MID if name == "mid" else preset(name), out_proj=out_proj)
     assert dense_flops(config, batch=2, tokens=tokens) == _torch_flops(config, batch=2, tokens=tokens)

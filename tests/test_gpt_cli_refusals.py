@@ -3,6 +3,7 @@ nothing on stdout, nothing written. Checkpoints are made by transformers (save_p
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,17 @@ def test_a_bad_generation_setting_exits_2_before_any_output(book_gpt: tuple[obje
                                                               text: str) -> None:
     prompt = [] if "--prompt-ids" in flags else ["--prompt", "Every effort"]
     refused(mha("generate", book_gpt[1], *prompt, *flags), 2, text)
+
+
+def test_a_manifest_config_edited_after_export_is_refused(gpt_mini: Path, tmp_path: Path) -> None:
+    """manifest.json is not listed in itself: a config edited there (more layers than the model has; 10**18 of
+    them took the process to the kernel's OOM killer) is refused against the model's own metadata before anything
+    is sized from it."""
+    folder = tmp_path / "g"
+    shutil.copytree(gpt_mini, folder, symlinks=True)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    layers = manifest["config"]["n_layers"]
+    manifest["config"]["n_layers"] = layers + 3
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    result = mha("generate", folder, "--prompt-ids", "1,2", "--max-new-tokens", "2")
+    refused(result, 1, f"n_layers={layers + 3}", f"n_layers={layers}", "does not belong to this folder")

@@ -2,12 +2,14 @@
 error class), no traceback, and no output file written or changed."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from helpers import REPO
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.cli.main import cli
+from mha_runtime.cli.options import MAX_BATCH, MAX_THREADS
 from mha_runtime.infer.decode_session import DecodeSession
 from mha_runtime.infer.runner import OnnxRunner
 
@@ -74,9 +77,9 @@ RUN_CASES: dict[str, tuple[Setup, str]] = {
     "finite but overflowing attention": (lambda s, w: [str(s), "--input", _x(w, np.full((1, 3, 3), 1e20, "f4"))],
                                          "max |x| = 1e+20"),
     "output is a folder": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--output", str(w)],
-                           "expected a file path in an existing folder"),
+                           "expected a file name, got a folder"),
     "output folder missing": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--output",
-                                            str(w / "no" / "y.npy")], "expected a file path in an existing folder"),
+                                            str(w / "no" / "y.npy")], "expected a file in an existing folder"),
     "output not writable": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--output", "/proc/y.npy"],
                             "/proc"),
     "model is a folder": (lambda s, w: [str(s), "--input", _x(w, _ones((1, 2, 3))), "--model", "golden"],
@@ -238,3 +241,51 @@ def test_a_check_of_an_altered_file_names_both_digests(seed_copy: Path) -> None:
     message = str(info.value)
     assert expected[:12] in message and sha256_file(path)[:12] in message and "re-export" in message
     assert REPO.exists()
+
+
+@pytest.mark.parametrize("args,option", [
+    # One past the bound: were it taken, the run would start 1,025 threads (100,000 grew to 16 GB).
+    (["run", "{seed}", "--input", "{t}/x.npy", "--output", "{t}/y.npy", "--threads", str(MAX_THREADS + 1)],
+     "--threads"),
+    (["check", "{seed}", "--threads", "99999999999999999999"], "--threads"),
+    (["serve", "{t}/absent", "--batch-wait-ms", "nan"], "--batch-wait-ms"),  # click's FloatRange takes NaN
+    (["serve", "{t}/absent", "--max-batch", str(MAX_BATCH + 1)], "--max-batch"),
+    (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--max-seconds", "inf"], "--max-seconds"),
+    (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--generate", "--stream", "nan"], "--stream"),
+    (["triton", "{seed}", "--out", "{t}/repo", "--max-batch", "99999999999999999999"], "--max-batch"),
+])
+def test_numbers_out_of_bounds_are_usage_errors(seed_dir: Path, tmp_path: Path, args: list[str], option: str) -> None:
+    """Refused by the option's type before anything starts (no server contacted, no Ray, no file): exit 2, one
+    line naming the option."""
+    np.save(tmp_path / "x.npy", _ones((1, 2, 3)))
+    result = CliRunner().invoke(cli, [a.format(seed=seed_dir, t=tmp_path) for a in args])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and option in lines[0], result.output
+    assert not (tmp_path / "y.npy").exists() and not (tmp_path / "repo").exists()
+
+
+def test_outputs_through_a_link_or_a_fifo_are_written_not_replaced(seed_dir: Path, tmp_path: Path) -> None:
+    """--output into a symbolic link writes the link's target (the link stays a link); into a FIFO, its reader
+    gets the bytes and the FIFO stays a FIFO (it used to be swapped for a regular file, as /dev/full was)."""
+    np.save(tmp_path / "x.npy", _ones((1, 2, 3)))
+    run = ["run", str(seed_dir), "--input", str(tmp_path / "x.npy"), "--output"]
+    (tmp_path / "target.npy").write_bytes(b"old")
+    (tmp_path / "link.npy").symlink_to("target.npy")
+    assert CliRunner().invoke(cli, [*run, str(tmp_path / "link.npy")]).exit_code == 0
+    assert (tmp_path / "link.npy").is_symlink() and np.load(tmp_path / "target.npy").shape == (1, 2, 4)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: dict[str, bytes] = {}
+    reader = threading.Thread(target=lambda: got.update(data=fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = CliRunner().invoke(cli, [*run, str(fifo)])
+    reader.join(timeout=120)  # the writer's close ends the read
+    assert result.exit_code == 0 and stat.S_ISFIFO(os.lstat(fifo).st_mode), result.output
+    assert np.array_equal(np.load(tmp_path / "target.npy"), np.load(io.BytesIO(got["data"])))
+
+
+def test_inspect_of_a_size_past_63_bits_is_one_line(seed_copy: Path) -> None:
+    _rewrite_manifest(seed_copy, lambda d: d["files"]["mha.onnx"].update(size=10**400))
+    result = CliRunner().invoke(cli, ["inspect", str(seed_copy)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "more than 63 bits" in result.stderr and "internal error" not in result.stderr

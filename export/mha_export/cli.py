@@ -14,6 +14,7 @@ from mha_runtime.artifact.config import PRESETS, MHAConfig, preset
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.artifact.registry import ALL, Selection, buildable, parse_variants
 from mha_runtime.artifact.registry import CHOICES as VARIANT_CHOICES
+from mha_runtime.cli.options import Finite
 from mha_runtime.gpt.config import GPT_PRESETS
 from mha_runtime.gpt.contract import GPT_VARIANTS
 
@@ -154,7 +155,7 @@ def validate_cmd(artifact_dir: Path) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT / "bench", show_default=True)
 @click.option("--only", default="",
               help="Comma-separated runners or decode files to time (the eager wrapper and eager fused always run).")
-@click.option("--settle", type=click.FloatRange(min=0.0), default=0.3, show_default=True,
+@click.option("--settle", type=Finite(min=0.0), default=0.3, show_default=True,
               help="Idle seconds before each timed call, so one runner's threads do not slow the next.")
 def bench_cmd(preset: str, root: Path, tokens: str | None, batches: str | None, threads: str | None, rounds: int,
               out: Path, only: str, settle: float) -> None:

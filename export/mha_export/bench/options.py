@@ -5,6 +5,7 @@ import os
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.cli.options import MAX_THREADS
 
 DEFAULT_TOKENS = (16, 64, 256, 1024)
 # Batch x tokens shapes timed beside batch 1; their tokens are cut to context_length.
@@ -30,6 +31,8 @@ def parse_threads(text: str) -> list[int]:
     counts = parse_counts(text)
     if not counts or counts[0] < 1:
         raise ValueError(f"expected comma-separated thread counts >= 1, got {text!r}")
+    if counts[-1] > MAX_THREADS:
+        raise ValueError(f"expected thread counts of at most {MAX_THREADS}, got {counts[-1]}")
     return counts
 
 

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -163,13 +164,15 @@ def check_folder_target(final: Path) -> None:
 def check_file_target(path: Path, flag: str) -> None:
     """A file a flag names for output (`--json PATH`): not a folder, in an existing folder that takes a new entry;
     refused before any work, as a usage error."""
-    path = Path(path)
-    if path.is_dir():
+    if _stream(path):
+        return
+    target = Path(os.path.realpath(path))  # a link's target is written, not the link
+    if target.is_dir():
         raise BadValueError(f"{flag} {path}: expected a file name, got a folder")
-    if not path.parent.is_dir():
-        raise BadValueError(f"{flag} {path}: expected a file in an existing folder; {path.parent} is not one")
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise BadValueError(f"{flag} {path}: cannot write in {path.parent} (permission denied)")
+    if not target.parent.is_dir():
+        raise BadValueError(f"{flag} {path}: expected a file in an existing folder; {Path(path).parent} is not one")
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise BadValueError(f"{flag} {path}: cannot write in {Path(path).parent} (permission denied)")
 
 
 @contextmanager
@@ -235,9 +238,26 @@ def replace_folder(new: Path, final: Path) -> None:
             os.close(old_lock)
 
 
+def _stream(path: Path) -> bool:
+    """Whether `path` is (or links to) a FIFO or a device (/dev/stdout, a pipe): written through, never replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
 def write_file_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to a unique temporary file in the same folder (mode per umask), then rename it over `path`."""
-    path = Path(path)
+    """Write `data` to a unique temporary file in the same folder (mode per umask), then rename it over `path`
+    (over a link's target, not the link). A FIFO or a device is written through: its reader gets the bytes."""
+    if _stream(path):
+        try:
+            with open(path, "wb") as fh:
+                fh.write(data)
+        except OSError as exc:  # a full device, a reader gone: named with the path
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        return
+    path = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -32,8 +32,9 @@ class FileRecord:
     def from_dict(cls, data: Any, where: str) -> FileRecord:
         data = obj(data, where)
         size, digest = get(data, "size", int, where), get(data, "sha256", str, where)
-        if size < 0 or len(digest) != 64:
-            raise ArtifactError(f"{where}: expected a size >= 0 and a 64-digit sha256, got {size} and {digest!r}")
+        if not 0 <= size < 2**63 or len(digest) != 64:  # a file size fits 63 bits (off_t)
+            shown = str(size) if size < 2**63 else "a number of more than 63 bits"
+            raise ArtifactError(f"{where}: expected a size >= 0 and a 64-digit sha256, got {shown} and {digest!r}")
         return cls(size=size, sha256=digest)
 
 

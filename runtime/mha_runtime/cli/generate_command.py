@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from mha_runtime.artifact.errors import ContractError
+from mha_runtime.cli.options import THREADS
 
 
 def parse_ids(text: str) -> list[int]:
@@ -37,7 +38,7 @@ def parse_ids(text: str) -> list[int]:
               help="Stop a row at the model's end-of-text id (GPT-2's 50256) when it has one.")
 @click.option("--form", default=None, help="Decoder file to run [default: the fastest, gpt.inplace.onnx]; "
               "gpt.pte runs through ExecuTorch (batch 1; needs the export package with its executorch extra).")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
+@click.option("--threads", type=THREADS, default=None,
               help="ONNX Runtime intra-op threads (for gpt.pte: ExecuTorch's thread pool).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the stream.")

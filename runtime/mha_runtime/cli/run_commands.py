@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from mha_runtime.artifact.registry import ONNX
+from mha_runtime.cli.options import THREADS
 from mha_runtime.infer.providers import CHOICES
 
 
@@ -19,17 +20,15 @@ from mha_runtime.infer.providers import CHOICES
               help="Where to write context (.npy).")
 @click.option("--model", default=ONNX.file, show_default=True, help="Which ONNX file, when ARTIFACT is a folder.")
 @click.option("--provider", type=click.Choice(CHOICES), default="auto", show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Intra-op threads (default: ONNX Runtime's).")
+@click.option("--threads", type=THREADS, default=None, help="Intra-op threads (default: ONNX Runtime's).")
 def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, provider: str,
             threads: int | None) -> None:
     """Run one input through an ONNX artifact (folder or .onnx file) with ONNX Runtime."""
-    from mha_runtime.artifact.atomic import write_file_atomic
-    from mha_runtime.artifact.errors import ContractError
+    from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
     from mha_runtime.infer.npy import load_npy, npy_bytes
     from mha_runtime.infer.runner import OnnxRunner
 
-    if output_path.is_dir() or not output_path.parent.is_dir():
-        raise ContractError(f"--output {output_path}: expected a file path in an existing folder")
+    check_file_target(output_path, "--output")
     x = load_npy(input_path)
     runner = OnnxRunner(artifact, model=model, provider=provider, threads=threads)
     if not runner.verified:
@@ -42,7 +41,7 @@ def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, pro
 @click.command("check")
 @click.argument("artifact_dir", type=click.Path(path_type=Path))
 @click.option("--provider", type=click.Choice(CHOICES), default="cpu", show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), default=None)
+@click.option("--threads", type=THREADS, default=None)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Also write the results as JSON (the format every runner's check writes).")
 def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path: Path | None) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from mha_runtime.artifact.registry import ONNX
+from mha_runtime.cli.options import BATCH, THREADS, Finite
 from mha_runtime.infer.providers import CHOICES
 
 
@@ -17,17 +18,17 @@ from mha_runtime.infer.providers import CHOICES
               help=f"Which ONNX file of the folder to serve [default: {ONNX.file}; for a GPT folder gpt.inplace.onnx].")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
               help="Replicas, each one process holding one runner.")
-@click.option("--max-batch", type=click.IntRange(min=1), default=16, show_default=True,
+@click.option("--max-batch", type=BATCH, default=16, show_default=True,
               help="Most requests in one ONNX Runtime call (1: no batching); for a GPT folder, the generations "
                    "stepped together (slots).")
-@click.option("--batch-wait-ms", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+@click.option("--batch-wait-ms", type=Finite(min=0.0), default=0.0, show_default=True,
               help="How long a batch waits to fill; 0 batches what queued while the previous batch ran.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the HTTP proxy listens on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--address", default=None,
               help="Join this Ray cluster (host:port of `ray start --head`); default: start a local Ray instance.")
 @click.option("--provider", type=click.Choice(CHOICES), default="cpu", show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--threads", type=THREADS, default=1, show_default=True,
               help="Intra-op threads per replica.")
 @click.option("--ingress", type=click.Choice(["proxy", "haproxy"]), default=None,
               help="Ray Serve's HTTP proxy, or HAProxy in front of the replicas (its stats and metrics pages listen "
@@ -68,7 +69,7 @@ def _int_list(value: str, option: str) -> list[int]:
               help="Comma-separated batch sizes, drawn at random per request.")
 @click.option("--format", "fmt", type=click.Choice(["npy", "json"]), default="npy", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
-@click.option("--max-seconds", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+@click.option("--max-seconds", type=Finite(min=0.1), default=300.0, show_default=True,
               help="No request starts after this.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Also write the figures here.")
 @click.option("--generate", is_flag=True,
@@ -77,9 +78,9 @@ def _int_list(value: str, option: str) -> list[int]:
               help="With --generate: comma-separated prompt lengths, drawn at random per request.")
 @click.option("--max-new-tokens", default="16,64", show_default=True,
               help="With --generate: comma-separated max_new_tokens, drawn at random per request.")
-@click.option("--stream", "stream_share", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+@click.option("--stream", "stream_share", type=Finite(0.0, 1.0), default=0.5, show_default=True,
               help="With --generate: the share of requests streamed (SSE); the rest get one JSON answer.")
-@click.option("--sample", "sample_share", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+@click.option("--sample", "sample_share", type=Finite(0.0, 1.0), default=0.5, show_default=True,
               help="With --generate: the share of requests sampled with a seed; the rest are greedy.")
 @click.pass_context
 def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int, concurrency: int, tokens: str,
@@ -126,7 +127,7 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
               help="The model repository; other models already in it are left alone.")
 @click.option("--name", default=None, help="Model name prefix (default: the artifact's name).")
 @click.option("--model", default=ONNX.file, show_default=True, help="Which ONNX file of the folder.")
-@click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--max-batch", type=BATCH, default=8, show_default=True,
               help="max_batch_size of both configs.")
 def triton_cmd(artifact_dir: Path, repo: Path, name: str | None, model: str, max_batch: int) -> None:
     """Write a Triton Inference Server model repository: <name>_onnx and <name>_torchscript."""

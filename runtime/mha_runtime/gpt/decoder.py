@@ -10,6 +10,7 @@ gives alone; steps then run all rows at once:
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Protocol
 
@@ -22,6 +23,7 @@ from mha_runtime.gpt.contract import (
     ATTENTION_MASK,
     INPUT_IDS,
     LOGITS,
+    META_GPT_CONFIG,
     NEXT_LOGITS,
     PAST_TOKENS,
     POSITION_IDS,
@@ -52,6 +54,23 @@ def make_session(model: bytes | str, *, provider: str = "cpu", threads: int | No
         return ort.InferenceSession(model, options, providers=session_providers(provider))
     except Exception as exc:  # ONNX Runtime's own error types
         raise ArtifactError(f"{where}: ONNX Runtime cannot load it ({first_line(exc)})") from None
+
+
+def check_own_config(session: ort.InferenceSession, config: GPTConfig, where: str) -> None:
+    """The model's own config (its metadata, written at export) is the manifest's, before anything is sized from
+    the manifest's: manifest.json is not listed in itself, so an edited one is caught here (as the C runner does)."""
+    raw = session.get_modelmeta().custom_metadata_map.get(META_GPT_CONFIG)
+    try:
+        own = json.loads(raw) if raw is not None else None
+    except ValueError:
+        own = None
+    if not isinstance(own, dict):
+        raise ArtifactError(f"{where}: expected metadata {META_GPT_CONFIG!r} holding the model's config")
+    for key, value in sorted(config.to_dict().items()):
+        if own.get(key) != value:
+            said = str(value) if len(str(value)) <= 24 else str(value)[:21] + "..."
+            raise ArtifactError(f"{where}: the manifest's config says {key}={said}, the model's own metadata "
+                                f"{key}={own.get(key)!r}; the model does not belong to this folder")
 
 
 def _run(session: ort.InferenceSession, feeds: dict[str, np.ndarray], where: str) -> list[np.ndarray]:

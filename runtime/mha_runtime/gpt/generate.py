@@ -15,7 +15,7 @@ from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import FASTEST, FORMS, PTE, PTE_FORM, TOKENIZER_FILE
-from mha_runtime.gpt.decoder import Decoder, decoder_for, make_session
+from mha_runtime.gpt.decoder import Decoder, check_own_config, decoder_for, make_session
 from mha_runtime.gpt.executorch import PteProgram, check_bounds, check_request, pte_program
 from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.gpt.sampling import Sampler, check_sampling
@@ -105,6 +105,7 @@ class Generator:
         else:
             self.session = make_session(read_verified(self.folder, self.form, self.manifest), provider=provider,
                                         threads=threads, where=str(where))
+            check_own_config(self.session, self.config, str(where))
         self.tokenizer: GPTTokenizer | None = None
         if self.manifest.tokenizer is not None:
             data = read_verified(self.folder, TOKENIZER_FILE, self.manifest)

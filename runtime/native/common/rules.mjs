@@ -3,7 +3,7 @@
 // module with no imports: attention.mjs and gpt.mjs import it, the pages through them, and Node's mha.js and gpt.js
 // require() those (Node >= 20.19 loads ES modules that way).
 
-// The same rule as mha_runtime.tolerance.compare (and the C runner): |got - want| <= atol + rtol * |want|
+// The same rule as mha_runtime.artifact.tolerance.compare (and the C runner): |got - want| <= atol + rtol * |want|
 // everywhere, all finite, and, where the row has one, relative L2 error <= rel_l2. The max abs error and the
 // relative L2 error are always over the whole output, never stopping at the first element out of bounds, so a FAIL
 // line reports the whole comparison; a non-finite output or a length mismatch makes both infinite.

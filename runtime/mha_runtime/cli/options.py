@@ -1,0 +1,27 @@
+"""The bounds of the numbers the `mha` commands take, as click types: a value outside them is a usage error (one
+line, exit 2) before anything starts."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+# More threads than the cores of any CPU in use: each one is a stack and a pool worker (100,000 asked of
+# `mha generate` grew to 16 GB before the kernel stopped it).
+MAX_THREADS = 1024
+# Requests in one ONNX Runtime call, or generations stepped together (Ray Serve's batch, the engine's slots,
+# Triton's max_batch_size, an int32).
+MAX_BATCH = 4096
+THREADS = click.IntRange(1, MAX_THREADS)
+BATCH = click.IntRange(1, MAX_BATCH)
+
+
+class Finite(click.FloatRange):
+    """A FloatRange that also refuses nan and inf: click's range lets NaN through (every comparison is false)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
