@@ -85,6 +85,9 @@ def test_a_prompt_that_is_not_text_exits_2(book_gpt: tuple[object, Path]) -> Non
     folder = book_gpt[1]
     refused(mha("generate", folder, "--prompt", "\udcff"), 2, "lone surrogate")
     refused(mha("generate", folder, "--prompt-ids", "1e3"), 2, "--prompt-ids: expected comma-separated integers")
+    # int() reads any script's digits: '\u0663' (Arabic-Indic three) was taken as token 3
+    refused(mha("generate", folder, "--prompt-ids", "1,\u0663"), 2, "--prompt-ids: expected comma-separated integers")
+    refused(mha("generate", folder, "--prompt-ids", "1", "--form", ""), 1, "no decoder  listed")  # not the default
 
 
 def test_cuda_where_there_is_none_is_refused_in_one_line(book_gpt: tuple[object, Path]) -> None:

@@ -253,6 +253,12 @@ def test_a_check_of_an_altered_file_names_both_digests(seed_copy: Path) -> None:
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--max-seconds", "inf"], "--max-seconds"),
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--generate", "--stream", "nan"], "--stream"),
     (["triton", "{seed}", "--out", "{t}/repo", "--max-batch", "99999999999999999999"], "--max-batch"),
+    # a load test's own values, before any server is asked (nothing listens on port 9: it would say "no answer")
+    (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--batch", "0"], "--batch: expected sizes >= 1"),
+    (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--seed", "-1"], "--seed: expected an integer"),
+    (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--json", "{t}"], "--json"),
+    (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--generate", "--prompt-tokens", "0"],
+     "--prompt-tokens: expected counts >= 1"),
 ])
 def test_numbers_out_of_bounds_are_usage_errors(seed_dir: Path, tmp_path: Path, args: list[str], option: str) -> None:
     """Refused by the option's type before anything starts (no server contacted, no Ray, no file): exit 2, one

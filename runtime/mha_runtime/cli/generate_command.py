@@ -19,6 +19,8 @@ def parse_ids(text: str) -> list[int]:
     ids = []
     for piece in pieces:
         try:
+            if not piece.isascii():  # int() reads any script's digits ('٣' is 3); the other runners read ASCII
+                raise ValueError(piece)
             ids.append(int(piece, 10))
         except ValueError:
             raise ContractError(f"--prompt-ids: expected comma-separated integers, got {piece!r}") from None

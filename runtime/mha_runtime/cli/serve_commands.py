@@ -46,13 +46,19 @@ def serve_cmd(artifact_dir: Path, model: str | None, replicas: int, max_batch: i
                        threads=threads, ingress=ingress))
 
 
-def _int_list(value: str, option: str) -> list[int]:
+def _int_list(value: str, option: str, noun: str = "counts") -> list[int]:
+    """Comma-separated counts, each at least 1, refused before the server is asked anything (the folder's own
+    limits are checked once it is read)."""
+    from mha_runtime.artifact.errors import BadValueError
+
     try:
         numbers = [int(t) for t in value.split(",") if t.strip()]
     except ValueError:
         raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=option) from None
     if not numbers:
         raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=option)
+    if min(numbers) < 1:
+        raise BadValueError(f"{option}: expected {noun} >= 1, got {numbers}")
     return numbers
 
 
@@ -87,7 +93,8 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
                  batches: str, fmt: str, seed: int, max_seconds: float, json_path: Path | None, generate: bool,
                  prompt_tokens: str, max_new_tokens: str, stream_share: float, sample_share: float) -> None:
     """Bounded load on a loopback `mha serve`: throughput, latency percentiles, and every answer checked."""
-    from mha_runtime.artifact.atomic import write_file_atomic
+    from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
+    from mha_runtime.artifact.errors import BadValueError
     from mha_runtime.serve.attention.loadtest import loadtest, report_lines
 
     # Options of the other kind of load are refused rather than ignored.
@@ -97,6 +104,10 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
              if p.name in other and ctx.get_parameter_source(p.name) != click.core.ParameterSource.DEFAULT]
     if given:
         raise click.UsageError(f"{', '.join(given)}: {'not' if generate else 'only'} with --generate")
+    if seed < 0:
+        raise BadValueError(f"--seed: expected an integer >= 0, got {seed}")
+    if json_path is not None:  # before the load, not after it
+        check_file_target(json_path, "--json")
     if generate:
         from mha_runtime.serve.gpt.loadtest import gen_loadtest, gen_report_lines
 
@@ -108,8 +119,8 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
         lines = gen_report_lines(summary)
     else:
         summary = loadtest(url, artifact_dir, requests=requests, concurrency=concurrency,
-                           tokens=_int_list(tokens, "--tokens"), batches=_int_list(batches, "--batch"), fmt=fmt,
-                           seed=seed, max_seconds=max_seconds)
+                           tokens=_int_list(tokens, "--tokens"), batches=_int_list(batches, "--batch", "sizes"),
+                           fmt=fmt, seed=seed, max_seconds=max_seconds)
         lines = report_lines(summary)
     for line in lines:
         click.echo(line)

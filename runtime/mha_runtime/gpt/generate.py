@@ -89,7 +89,7 @@ class Generator:
         self.manifest: GPTManifest = load_gpt_manifest(self.folder)
         self.config = self.manifest.config
         listed = [f for f in [*FORMS, PTE_FORM] if f in self.manifest.artifacts]
-        self.form = form or (FASTEST if FASTEST in listed else (listed[0] if listed else ""))
+        self.form = form if form is not None else (FASTEST if FASTEST in listed else (listed[0] if listed else ""))
         if self.form not in listed:
             raise ArtifactError(f"{self.folder}: no decoder {form or ''} listed in the manifest; it holds "
                                 f"{', '.join(listed) or 'none'}")
