@@ -186,6 +186,11 @@ def test_decode_restore_with_a_foreign_cache_leaves_the_session_usable(seed_dir:
     (lambda t: ["export", "--preset", "seed", "--variants", "none", "--out", "/sys/kernel/mha-out"],
      "--out /sys/kernel/mha-out: cannot write there"),
     (lambda t: ["export", "--preset", "seed", "--opset", "x"], "'x' is not a valid integer"),
+    # empty values are not the defaults (the preset's name, 'all')
+    (lambda t: ["export", "--preset", "seed", "--name", "", "--out", str(t)], "--name: expected a folder name"),
+    (lambda t: ["export", "--gpt", "--preset", "gpt-mini", "--name", "", "--out", str(t)],
+     "--name: expected a folder name"),
+    (lambda t: ["export", "--preset", "seed", "--variants", " ", "--out", str(t)], "got none"),
     (lambda t: ["bench", "--preset", "nope", "--artifacts", str(t)], "expected a folder made by `mha export`"),
 ])
 def test_cli_refusals_are_one_line(tmp_path: Path, args: Callable[[Path], list[str]], message: str) -> None:

@@ -63,6 +63,8 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
                weights: Path | None, layer: int | None, opset: int, variants: str | None,
                tokenizer: Path | None) -> None:
     """Export, validate and place the artifacts of each preset, or of your own config and weights."""
+    if variants is not None and not variants.strip():  # not 'all' by accident
+        raise click.BadParameter("expected comma-separated variants, got none", param_hint="'--variants'")
     if gpt:
         from mha_export.gpt.command import export_gpt_command
 
@@ -95,7 +97,7 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
         if (weights is not None or name is not None) and len(names) != 1:
             raise click.UsageError(f"--weights and --name fit one preset; got {len(names)} ({', '.join(names)}): "
                                    "add --preset NAME")
-        jobs = [(name or n, preset(n)) for n in names]
+        jobs = [(n if name is None else name, preset(n)) for n in names]  # '' is refused below
     if layer is not None and weights is None:
         raise click.UsageError("--layer picks a block of --weights: give --weights FILE")
     check_opset(opset)  # refuse before any work starts, for every job

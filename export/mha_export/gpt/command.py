@@ -36,7 +36,7 @@ def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str
         raise click.UsageError("--weights and --name fit one preset: add --preset NAME")
     for p in names:
         check_beside(GPT_PRESETS[p], f"--preset {p}", weights)
-    return [(name or p, GPT_PRESETS[p]) for p in names]
+    return [(p if name is None else name, GPT_PRESETS[p]) for p in names]  # '' is refused as a name
 
 
 # The fields a checkpoint's own config decides (drop_rate only matters in training), and their Hugging Face names.
