@@ -162,8 +162,9 @@ def check_folder_target(final: Path) -> None:
 
 
 def check_file_target(path: Path, flag: str) -> None:
-    """A file a flag names for output (`--json PATH`): not a folder, in an existing folder that takes a new entry;
-    refused before any work, as a usage error."""
+    """A file a flag names for output (`--json PATH`): not a folder, in an existing folder that takes a new entry
+    (through a link, its target's); refused before any work, as a usage error. A FIFO or a device is taken as it
+    is: write_file_atomic writes through it."""
     if _stream(path):
         return
     target = Path(os.path.realpath(path))  # a link's target is written, not the link
