@@ -255,6 +255,7 @@ def test_a_check_of_an_altered_file_names_both_digests(seed_copy: Path) -> None:
     (["check", "{seed}", "--threads", "99999999999999999999"], "--threads"),
     (["serve", "{t}/absent", "--batch-wait-ms", "nan"], "--batch-wait-ms"),  # click's FloatRange takes NaN
     (["serve", "{t}/absent", "--max-batch", str(MAX_BATCH + 1)], "--max-batch"),
+    (["serve", "{t}/absent", "--address", "127.0.0.1:99999"], "--address"),  # Ray retried this for minutes
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--max-seconds", "inf"], "--max-seconds"),
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--generate", "--stream", "nan"], "--stream"),
     (["triton", "{seed}", "--out", "{t}/repo", "--max-batch", "99999999999999999999"], "--max-batch"),

@@ -87,6 +87,7 @@ def test_address_joins_an_existing_cluster(seed_dir: Path, ray_home: Path, tmp_p
                                  "--include-dashboard", "false", "--disable-usage-stats"], stdout=log, stderr=log,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     try:
+        _wait_until_listening(head, head_port, tmp_path / "head.txt")
         process = ServerProcess(seed_dir, tmp_path / "log", "--address", f"127.0.0.1:{head_port}", home=ray_home)
         with process:
             connection = http.client.HTTPConnection("127.0.0.1", process.port, timeout=30)
@@ -115,3 +116,17 @@ def test_address_joins_an_existing_cluster(seed_dir: Path, ray_home: Path, tmp_p
         while session_members(head.pid) and time.monotonic() < deadline:
             time.sleep(0.2)  # killed children linger as zombies until init reaps them
         assert session_members(head.pid) == []
+
+
+def _wait_until_listening(head: subprocess.Popen[bytes], port: int, log: Path, timeout_s: float = 180.0) -> None:
+    """Until the head's GCS port takes a connection: `mha serve --address` connects once and refuses an address
+    where nothing listens yet."""
+    deadline = time.monotonic() + timeout_s
+    while head.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)  # polling a condition with a deadline, as above
+    raise AssertionError(f"`ray start --head` is not listening on {port}: {log.read_text()[-2000:]}")
+

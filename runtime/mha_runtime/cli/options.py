@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from mha_runtime.serve.ports import split_address
+
 # More threads than the cores of any CPU in use: each one is a stack and a pool worker (100,000 asked of
 # `mha generate` grew to 16 GB before the kernel stopped it).
 MAX_THREADS = 1024
@@ -25,3 +27,18 @@ class Finite(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+
+
+class RayAddress(click.ParamType):
+    """A Ray cluster's address as ray.init takes it: auto, local, HOST:PORT or ray://HOST:PORT (Ray itself retries
+    a port past 65535 for minutes)."""
+
+    name = "address"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value not in ("auto", "local"):
+            try:
+                split_address(str(value))
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        return value

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from mha_runtime.artifact.registry import ONNX
-from mha_runtime.cli.options import BATCH, THREADS, Finite
+from mha_runtime.cli.options import BATCH, THREADS, Finite, RayAddress
 from mha_runtime.infer.providers import CHOICES
 
 
@@ -25,8 +25,9 @@ from mha_runtime.infer.providers import CHOICES
               help="How long a batch waits to fill; 0 batches what queued while the previous batch ran.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the HTTP proxy listens on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
-@click.option("--address", default=None,
-              help="Join this Ray cluster (host:port of `ray start --head`); default: start a local Ray instance.")
+@click.option("--address", type=RayAddress(), default=None,
+              help="Join this Ray cluster (host:port of `ray start --head`, ray://host:port, auto); default: start "
+                   "a local Ray instance.")
 @click.option("--provider", type=click.Choice(CHOICES), default="cpu", show_default=True)
 @click.option("--threads", type=THREADS, default=1, show_default=True,
               help="Intra-op threads per replica.")

@@ -5,7 +5,7 @@ Order matters, and each step below was checked against Ray 2.60:
   duplicate of the real stdout and sys.stdout points at stderr while Ray runs.
 - the model is loaded and run once here first, so a bad artifact fails in one line, not in a replica's log.
 - the port is probed before Ray starts, and Serve's SO_REUSEPORT is off: a second server on a busy port fails
-  instead of silently sharing it.
+  instead of silently sharing it; a cluster's --address is connected to once, as Ray would wait for minutes.
 - ray.init installs its own SIGTERM handler; ours replaces it after ray.init.
 - on SIGTERM the application is deleted first (its replicas finish the requests in flight while the HTTP
   proxy still carries their answers back); only then Serve and Ray are shut down.
@@ -30,6 +30,7 @@ from typing import Any, TextIO
 from mha_runtime.artifact.errors import ServeError, cause_line, first_line
 from mha_runtime.kinds import kind_of
 from mha_runtime.serve.options import ServeOptions
+from mha_runtime.serve.ports import check_reachable
 
 APP_NAME = "mha"
 # Before `import ray` (read at import) and inherited by the raylet and workers.
@@ -87,6 +88,8 @@ def serve(options: ServeOptions) -> None:
     files, info = prepare(options)
     if options.address is None:
         check_port(options.host, options.port)
+    else:
+        check_reachable(options.address)
     stop = threading.Event()  # one for both tries: a SIGTERM during the first is not lost
     chosen = options.chosen_ingress
     try:

@@ -12,6 +12,8 @@ import random
 import socket
 from pathlib import Path
 
+from mha_runtime.artifact.errors import ServeError
+
 # Ray's workers listen on 10002-19999 by default (ray start --min/--max-worker-port).
 ABOVE_RAY_WORKERS = 20000
 _handed_out: set[int] = set()  # two servers of one process never get the same port before either binds it
@@ -43,3 +45,26 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:  # no room below the ephemeral range on this host
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """HOST and PORT of a Ray cluster's address as ray.init takes it: HOST:PORT, [IPv6]:PORT or ray://HOST:PORT."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not colon or not host or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"expected auto, HOST:PORT or ray://HOST:PORT with a port in 1..65535, got {address!r}")
+    return host, int(port)
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Connect once to a cluster's HOST:PORT before ray.init does: where nothing listens, Ray retries for minutes
+    (a port past 65535 too) and takes SIGTERM only afterwards. `auto` and `local` are Ray's to resolve."""
+    if address in ("auto", "local"):
+        return
+    host, port = split_address(address)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:  # refused, unreachable, unknown host, or no answer within timeout_s
+        reason = f"no answer in {timeout_s:g} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise ServeError(f"--address {address}: cannot reach a Ray cluster there ({reason}); start one with "
+                         "`ray start --head`, or leave --address out for a local Ray instance") from None
