@@ -1,5 +1,6 @@
 """Free ports for the servers `mha serve` starts (HAProxy's stats, metrics and fallback ports) and for the test and
 bench harness's servers: drawn between Ray's worker ports and the kernel's ephemeral range, never twice in a process.
+And the one look at a Ray cluster's address before Ray is given it.
 
 Ports the kernel hands out by itself (every outgoing connection, every bind to port 0 of Ray's processes) come
 from the ephemeral range, so a port picked there by binding port 0 could be taken before its server binds it, as
@@ -61,7 +62,10 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     (a port past 65535 too) and takes SIGTERM only afterwards. `auto` and `local` are Ray's to resolve."""
     if address in ("auto", "local"):
         return
-    host, port = split_address(address)
+    try:
+        host, port = split_address(address)
+    except ValueError as exc:  # from ServeOptions made in code; the command line refuses it first (exit 2)
+        raise ServeError(f"--address: {exc}") from None
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as exc:  # refused, unreachable, unknown host, or no answer within timeout_s
