@@ -15,7 +15,11 @@ MAX_THREADS = 1024
 # Requests in one ONNX Runtime call, or generations stepped together (Ray Serve's batch, the engine's slots,
 # Triton's max_batch_size, an int32).
 MAX_BATCH = 4096
+# Replica processes of one Serve application: above any cluster this serves, far below what would fork the host
+# to a halt (each one loads the model; Ray starts them all, as they ask for no CPU).
+MAX_REPLICAS = 1024
 THREADS = click.IntRange(1, MAX_THREADS)
+REPLICAS = click.IntRange(1, MAX_REPLICAS)
 BATCH = click.IntRange(1, MAX_BATCH)
 
 

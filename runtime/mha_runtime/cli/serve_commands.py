@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from mha_runtime.artifact.registry import ONNX
-from mha_runtime.cli.options import BATCH, THREADS, Finite, RayAddress
+from mha_runtime.cli.options import BATCH, REPLICAS, THREADS, Finite, RayAddress
 from mha_runtime.infer.providers import CHOICES
 
 
@@ -16,7 +16,7 @@ from mha_runtime.infer.providers import CHOICES
 @click.argument("artifact_dir", type=click.Path(path_type=Path))
 @click.option("--model", default=None,
               help=f"Which ONNX file of the folder to serve [default: {ONNX.file}; for a GPT folder gpt.inplace.onnx].")
-@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--replicas", type=REPLICAS, default=1, show_default=True,
               help="Replicas, each one process holding one runner.")
 @click.option("--max-batch", type=BATCH, default=16, show_default=True,
               help="Most requests in one ONNX Runtime call (1: no batching); for a GPT folder, the generations "
