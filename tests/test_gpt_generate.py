@@ -133,6 +133,7 @@ def test_generation_stops_at_context_length_and_eos(book_gpt: tuple[torch.nn.Mod
 
 @pytest.mark.parametrize(("prompts", "message"), [
     ([[1, 2, 50257]], "token id 50257 is outside the vocabulary"),
+    ([[1, None]], "expected integer token ids, got None"),  # was a TypeError
     ([[]], "empty prompt"),
     ([list(range(49))], "49 tokens, longer than context_length 48"),
     ([], "at least one prompt"),

@@ -33,6 +33,7 @@ from mha_runtime.serve.gpt.wire import GenerateRequest, generate_body_limit, par
     ({"prompt_ids": []}, "non-empty list"),
     ({"prompt_ids": [1, "2"]}, "integer token ids"),
     ({"prompt_ids": [1, True]}, "integer token ids"),
+    ({"prompt_ids": [1, None]}, "integer token ids, got null"),  # was a 500: None read as "nothing bad found"
     ({"prompt_ids": [50257]}, "token id 50257 is outside the vocabulary (0..50256)"),
     ({"prompt_ids": [-1]}, "token id -1 is outside"),
     ({"prompt_ids": [1] * 257}, "257 tokens, longer than context_length 256"),

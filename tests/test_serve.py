@@ -81,6 +81,20 @@ def test_pickled_npy_is_refused() -> None:
         decode_request(stream.getvalue() + b"\0" * 8, NPY)
 
 
+@pytest.mark.parametrize(("shape", "body_bytes", "says"), [
+    ((-1, -2, 3), 24, "a dimension below 0"),  # the product, 6 values, matched the body: reshape raised (a 500)
+    ((2**32, 2**32, 3), 0, "bytes), the body holds 0"),  # the int64 product wrapped round to 0 bytes
+    ((2**63, 2, 3), 0, "bytes), the body holds 0"),
+    ((0, 2**70, 3), 0, "is not one numpy can hold"),  # no bytes, as the header says, but past numpy's limit
+])
+def test_npy_headers_with_impossible_shapes_are_refused(shape: tuple[int, ...], body_bytes: int, says: str) -> None:
+    stream = io.BytesIO()
+    np.lib.format.write_array_header_1_0(stream, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    with pytest.raises(RequestError) as info:
+        decode_request(stream.getvalue() + b"\0" * body_bytes, NPY)
+    assert info.value.status == 400 and says in str(info.value) and "\n" not in str(info.value)
+
+
 def test_body_limit_follows_the_config_max_batch_and_format() -> None:
     assert body_limit(SEED, 1, "json") == 4096 + 6 * 3 * 32
     assert body_limit(SEED, 1, "npy") == 4096 + 6 * 3 * 4  # float32

@@ -57,12 +57,13 @@ def check_prompts(prompts: list[list[int]], config: GPTConfig) -> None:
         where = "prompt" if len(prompts) == 1 else f"prompt {row}"
         if not isinstance(prompt, list) or not prompt:
             raise ContractError(f"{where}: expected at least one token id, got an empty prompt")
-        bad = next((t for t in prompt if isinstance(t, bool) or not isinstance(t, int)), None)
-        if bad is not None:
-            raise ContractError(f"{where}: expected integer token ids, got {bad!r}")
-        out = next((t for t in prompt if not 0 <= t < config.vocab_size), None)
-        if out is not None:
-            raise ContractError(f"{where}: token id {out} is outside the vocabulary (0..{config.vocab_size - 1})")
+        bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int)]  # a list, so a None is found too
+        if bad:
+            raise ContractError(f"{where}: expected integer token ids, got {bad[0]!r}")
+        outside = [t for t in prompt if not 0 <= t < config.vocab_size]
+        if outside:
+            raise ContractError(f"{where}: token id {outside[0]} is outside the vocabulary "
+                                f"(0..{config.vocab_size - 1})")
         if len(prompt) > config.context_length:
             raise ContractError(f"{where}: {len(prompt)} tokens, longer than context_length {config.context_length}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import sys
 from typing import Any
 
@@ -115,13 +116,20 @@ def read_npy(body: bytes, where: str) -> np.ndarray:
         raise RequestError(f"{where}: expected a .npy file ({first_line(exc)})") from None
     if dtype.hasobject:
         raise RequestError(f"{where}: expected a numeric .npy array, got dtype {dtype} (pickled objects refused)")
-    count = int(np.prod(shape, dtype=np.int64))
+    said = cut(str(list(shape)), 80)
+    if any(size < 0 for size in shape):
+        raise RequestError(f"{where}: the .npy header says shape {said}, a dimension below 0")
+    count = math.prod(shape)  # Python ints: a product past int64 cannot wrap round to the body's size
     offset = stream.tell()
     if len(body) - offset != count * dtype.itemsize:
-        raise RequestError(f"{where}: the .npy header says shape {list(shape)} {dtype} ({count * dtype.itemsize} "
+        raise RequestError(f"{where}: the .npy header says shape {said} {dtype} ({cut(str(count * dtype.itemsize))} "
                            f"bytes), the body holds {len(body) - offset}")
-    array = np.frombuffer(body, dtype=dtype, count=count, offset=offset)
-    array = array.reshape(shape, order="F" if fortran else "C")
+    try:
+        array = np.frombuffer(body, dtype=dtype, count=count, offset=offset)
+        array = array.reshape(shape, order="F" if fortran else "C")
+    except ValueError as exc:  # an empty array with a dimension past numpy's limit
+        raise RequestError(f"{where}: the .npy header's shape {said} is not one numpy can hold ({first_line(exc)})"
+                           ) from None
     return array.astype(dtype.newbyteorder("="))  # a native-order copy (writable; '>f4' becomes float32)
 
 

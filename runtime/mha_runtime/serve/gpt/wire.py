@@ -110,12 +110,12 @@ def parse_generate(body: bytes, encode: Any, config: GPTConfig) -> GenerateReque
         ids = doc["prompt_ids"]
         if not isinstance(ids, list) or not ids:
             raise RequestError(f"'prompt_ids': expected a non-empty list of token ids, got {shown(ids)}")
-        bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int)), None)
-        if bad is not None:
-            raise RequestError(f"'prompt_ids': expected integer token ids, got {shown(bad)}")
-        out = next((t for t in ids if not 0 <= t < config.vocab_size), None)
-        if out is not None:
-            raise RequestError(f"'prompt_ids': token id {shown(out)} is outside the vocabulary "
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int)]  # a list, so a null is found too
+        if bad:
+            raise RequestError(f"'prompt_ids': expected integer token ids, got {shown(bad[0])}")
+        outside = [t for t in ids if not 0 <= t < config.vocab_size]
+        if outside:
+            raise RequestError(f"'prompt_ids': token id {shown(outside[0])} is outside the vocabulary "
                                f"(0..{config.vocab_size - 1})")
     context = config.context_length
     if len(ids) > context:
