@@ -134,6 +134,22 @@ def test_padded_batching_is_exact_on_a_wider_model(mid_dir: Path) -> None:
     assert [(size, tokens) for _, size, tokens in grouped][:2] == [(8, 48), (8, 48)]  # mid is small: one call
 
 
+def test_one_overflowing_request_is_refused_alone_not_its_batch(seed_dir: Path) -> None:
+    """A finite input of 1e30 overflows float32 attention scores into NaN: only that request is refused; the
+    others padded into the same call still get their own answers (before, the whole batch got its refusal)."""
+    runner = OnnxRunner(seed_dir, provider="cpu", threads=1)
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((1, t, 3)).astype(np.float32) for t in (2, 3, 2)]
+    xs.insert(1, np.full((1, 2, 3), 1e30, np.float32))
+    grouped = run_grouped(runner.run, xs, work(runner.config))
+    assert [size for _, size, _ in grouped] == [4] * 4  # the seed is tiny: one padded call for all four
+    assert isinstance(grouped[1][0], ContractError) and "NaN/inf value(s)" in str(grouped[1][0])
+    for i in (0, 2, 3):
+        np.testing.assert_allclose(grouped[i][0], runner.run(xs[i]), rtol=0, atol=1e-6)
+    with pytest.raises(ContractError, match="NaN/inf value"):  # alone, the refusal is raised
+        run_padded(runner.run, [xs[1]])
+
+
 def test_length_groups_pad_only_where_padding_costs_less_than_a_call() -> None:
     def requests(*lengths: int) -> list[np.ndarray]:
         return [np.zeros((1, t, 1), np.float32) for t in lengths]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.errors import ContractError
 
 # What one more ONNX Runtime call costs, in FLOPs of work: ORT's fixed cost per run plus the Python around it,
 # as an estimate (docs/serving.md, "Dynamic batching"); it only decides near-ties.
@@ -48,9 +49,23 @@ def split_batch(out: np.ndarray, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
     return answers
 
 
-def run_padded(run: Callable[[np.ndarray], np.ndarray], xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """One call of `run` for every request of the batch; each answer equals `run` on that request alone."""
-    return split_batch(run(pad_batch(xs)), xs)
+def run_padded(run: Callable[[np.ndarray], np.ndarray], xs: Sequence[np.ndarray]) -> list[np.ndarray | ContractError]:
+    """One call of `run` for every request of the batch; each answer equals `run` on that request alone. Where `run`
+    refuses the batch's output (NaN/inf from one request's overflowing input), each request runs again alone, so
+    that only the one at fault gets the refusal, in its place in the list; a lone request's refusal is raised."""
+    try:
+        return list(split_batch(run(pad_batch(xs)), xs))
+    except ContractError:
+        if len(xs) == 1:
+            raise
+    return [_alone(run, x) for x in xs]
+
+
+def _alone(run: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray | ContractError:
+    try:
+        return run(x)
+    except ContractError as exc:
+        return exc
 
 
 def work(config: MHAConfig) -> Cost:
@@ -77,9 +92,10 @@ def length_groups(xs: Sequence[np.ndarray], cost: Cost, call: float = CALL_FLOPS
 
 
 def run_grouped(run: Callable[[np.ndarray], np.ndarray], xs: Sequence[np.ndarray],
-                cost: Cost) -> list[tuple[np.ndarray, int, int]]:
-    """Each request's answer, in order, with the size and padded length of the call it rode in."""
-    answers: list[tuple[np.ndarray, int, int]] = [None] * len(xs)  # type: ignore[list-item]
+                cost: Cost) -> list[tuple[np.ndarray | ContractError, int, int]]:
+    """Each request's answer (or its own refusal, as run_padded gives it), in order, with the size and padded
+    length of the call it rode in."""
+    answers: list[tuple[np.ndarray | ContractError, int, int]] = [None] * len(xs)  # type: ignore[list-item]
     for group in length_groups(xs, cost):
         members = [xs[i] for i in group]
         tokens = max(x.shape[1] for x in members)

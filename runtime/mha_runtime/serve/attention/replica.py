@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from ray import serve
 
+from mha_runtime.artifact.errors import ContractError
 from mha_runtime.infer.runner import OnnxRunner
 from mha_runtime.serve.attention.batching import run_grouped, work
 from mha_runtime.serve.attention.service import Answer, ContextService
@@ -48,12 +49,15 @@ class ContextReplica:
         if self.bypass and self.in_flight == 1:
             await asyncio.sleep(0)  # one turn of the loop: requests already read get in first
             if self.in_flight == 1:
-                out, size, tokens = run_grouped(self.runner.run, [x], self.cost)[0]
-                return Answer(out, size, tokens)
-        return await self.run_batch(x)
+                out, size, tokens = run_grouped(self.runner.run, [x], self.cost)[0]  # alone: a refusal is raised
+                return Answer(out, size, tokens)  # type: ignore[arg-type]
+        answer = await self.run_batch(x)
+        if isinstance(answer, ContractError):  # this request's own refusal; the others of its batch got answers
+            raise answer
+        return answer
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.0)
-    async def run_batch(self, xs: list[np.ndarray]) -> list[Answer]:
+    async def run_batch(self, xs: list[np.ndarray]) -> list[Answer | ContractError]:
         """Requests of any lengths, padded into one ONNX Runtime call per length group (batching.py says why
         padding is exact, and when it is worth it). A batch of several runs on a thread so that this replica's
         event loop keeps accepting requests for the next batch; a lone request runs on the loop itself (the
@@ -63,7 +67,7 @@ class ContextReplica:
             answers = run_grouped(self.runner.run, xs, self.cost)
         else:
             answers = await asyncio.to_thread(run_grouped, self.runner.run, xs, self.cost)
-        return [Answer(out, size, tokens) for out, size, tokens in answers]
+        return [out if isinstance(out, ContractError) else Answer(out, size, tokens) for out, size, tokens in answers]
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str],
                      body: AsyncIterator[bytes]) -> Reply | StreamReply:
