@@ -36,7 +36,7 @@ from mha_runtime.serve.attention.wire import (
     encode_answer,
     encode_request,
 )
-from mha_runtime.serve.http import Reply
+from mha_runtime.serve.http import BODY_IDLE_S, Reply
 
 SEED = MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6)
 
@@ -487,3 +487,35 @@ def test_a_client_that_leaves_mid_upload_is_a_request_error_not_an_internal_one(
     request = Request({"type": "http", "method": "POST", "path": "/v1/context", "headers": []}, receive)
     with pytest.raises(RequestError, match=r"^body: the client disconnected before sending all of it$"):
         asyncio.run(read_limited({}, request_body(request), 1000, "test"))
+
+
+def test_a_stalled_body_is_408_not_a_held_slot() -> None:
+    """A client that sends part of its body and then nothing: 34 of them held every slot of a replica, its
+    health route too, for as long as they stayed open. The read gives up after idle_s without a byte."""
+    import asyncio
+
+    from mha_runtime.serve.http import read_limited
+
+    async def stalled() -> AsyncIterator[bytes]:
+        yield b'{"x": [['
+        await asyncio.Event().wait()  # the rest never comes
+
+    with pytest.raises(RequestError) as info:
+        asyncio.run(read_limited({"content-length": "100"}, stalled(), 1000, "test", idle_s=0.05))
+    assert info.value.status == 408
+    assert str(info.value) == ("body: no bytes for 0.05 s after 8 of the 100 its Content-Length says; "
+                               "send the whole body")
+
+
+def test_the_server_answers_a_stalled_upload_with_408(server: ServerProcess) -> None:
+    """Through Ray Serve's proxy: the body's first bytes reach the replica, the rest never comes; the answer is a
+    408 in JSON once the body has been idle for BODY_IDLE_S, and the connection is not held open for ever."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=BODY_IDLE_S + 60) as sock:
+        sock.sendall(b"POST /v1/context HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n" + b'{"x": [[')
+        answer = sock.makefile("rb").read1(4096)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer
+    assert json.loads(body)["error"].startswith(f"body: no bytes for {BODY_IDLE_S:g} s after 8 of the 100")
+    assert _get(server, "/v1/health")[0] == 200
+

@@ -7,11 +7,12 @@ routes, the refusals and the 500 line. A kind gives its one POST route (`KindSer
     GET  /v1/contract  the model's name, files, config, I/O contract, tolerance and server limits
 
 A malformed request is 400 (a RequestError or a ContractError), an unknown path 404, a wrong method 405, a body
-over its limit 413; anything else 500 with one line, the traceback going to the replica's log. The body of every
-refusal is {"error": "<one line>"}.
+over its limit 413, a body that stalls 408; anything else 500 with one line, the traceback going to the replica's
+log. The body of every refusal is {"error": "<one line>"}.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -21,6 +22,9 @@ from typing import Any
 from mha_runtime.artifact.errors import ContractError, RequestError, cut, first_line
 
 HEALTH, CONTRACT = "/v1/health", "/v1/contract"
+# Longest pause between two pieces of a request's body (nginx's client_body_timeout is the same idea, at 60 s):
+# a body is a few KB to MB sent at once, and a stalled one holds a replica's slot.
+BODY_IDLE_S = 10.0
 JSON = "application/json"
 SSE = "text/event-stream"
 log = logging.getLogger(__name__)
@@ -57,9 +61,11 @@ def route_refusal(method: str, path: str, routes: Mapping[str, str]) -> Reply | 
     return None
 
 
-async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], limit: int, reason: str) -> bytes:
+async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], limit: int, reason: str,
+                       idle_s: float = BODY_IDLE_S) -> bytes:
     """The whole body, or RequestError 413 as soon as it is known to be over `limit`: from Content-Length before
-    reading anything, else while streaming (a chunked or lying body). `reason` says how the limit is made."""
+    reading anything, else while streaming (a chunked or lying body). `reason` says how the limit is made.
+    A body that stalls for `idle_s` is 408: stalled uploads held every slot of a replica, its health route too."""
     declared = headers.get("content-length")
     if declared is not None:
         try:
@@ -69,7 +75,16 @@ async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], l
         if size > limit:
             raise RequestError(f"body of {size} bytes is over the limit of {limit} bytes ({reason})", status=413)
     chunks, total = [], 0
-    async for chunk in body:
+    stream = aiter(body)
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(stream), idle_s)
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            said = "" if declared is None else f" of the {cut(declared)} its Content-Length says"
+            raise RequestError(f"body: no bytes for {idle_s:g} s after {total}{said}; send the whole body",
+                               status=408) from None
         total += len(chunk)
         if total > limit:
             raise RequestError(f"body is over the limit of {limit} bytes ({reason})", status=413)
