@@ -17,6 +17,7 @@ in the manifest and are refused before the runtime.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,3 +205,16 @@ def _contract_dict(config: GPTConfig) -> dict[str, Any]:
             "sampling": "top-k (keep logits >= the k-th largest), then divide by temperature, then softmax; "
                         "temperature 0: argmax. Draw: u = PCG64(seed).random() per row and step, the first id "
                         "whose cumulative probability exceeds u"}
+
+
+def id_problem(ids: list[Any], vocab_size: int, show: Callable[[Any], str]) -> str | None:
+    """What is wrong with a prompt's token ids, in words, or None; `show` writes a value as the caller's format
+    does (repr in Python, JSON on the wire). Lists, not next(..., None): a None among the ids is found too."""
+    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int)]
+    if bad:
+        return f"expected integer token ids, got {show(bad[0])}"
+    outside = [t for t in ids if not 0 <= t < vocab_size]
+    if outside:
+        return f"token id {show(outside[0])} is outside the vocabulary (0..{vocab_size - 1})"
+    return None
+

@@ -14,7 +14,7 @@ from pathlib import Path
 from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.gpt.config import GPTConfig
-from mha_runtime.gpt.contract import FASTEST, FORMS, PTE, PTE_FORM, TOKENIZER_FILE
+from mha_runtime.gpt.contract import FASTEST, FORMS, PTE, PTE_FORM, TOKENIZER_FILE, id_problem
 from mha_runtime.gpt.decoder import Decoder, check_own_config, decoder_for, make_session
 from mha_runtime.gpt.executorch import PteProgram, check_bounds, check_request, pte_program
 from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
@@ -57,13 +57,9 @@ def check_prompts(prompts: list[list[int]], config: GPTConfig) -> None:
         where = "prompt" if len(prompts) == 1 else f"prompt {row}"
         if not isinstance(prompt, list) or not prompt:
             raise ContractError(f"{where}: expected at least one token id, got an empty prompt")
-        bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int)]  # a list, so a None is found too
-        if bad:
-            raise ContractError(f"{where}: expected integer token ids, got {bad[0]!r}")
-        outside = [t for t in prompt if not 0 <= t < config.vocab_size]
-        if outside:
-            raise ContractError(f"{where}: token id {outside[0]} is outside the vocabulary "
-                                f"(0..{config.vocab_size - 1})")
+        problem = id_problem(prompt, config.vocab_size, repr)
+        if problem is not None:
+            raise ContractError(f"{where}: {problem}")
         if len(prompt) > config.context_length:
             raise ContractError(f"{where}: {len(prompt)} tokens, longer than context_length {config.context_length}")
 

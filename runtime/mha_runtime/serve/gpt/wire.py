@@ -20,6 +20,7 @@ from typing import Any
 
 from mha_runtime.artifact.errors import RequestError, cut, first_line
 from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.contract import id_problem
 from mha_runtime.gpt.sampling import TEMPERATURE_RULE, temperature_ok
 from mha_runtime.serve.attention.wire import load_json
 
@@ -110,13 +111,9 @@ def parse_generate(body: bytes, encode: Any, config: GPTConfig) -> GenerateReque
         ids = doc["prompt_ids"]
         if not isinstance(ids, list) or not ids:
             raise RequestError(f"'prompt_ids': expected a non-empty list of token ids, got {shown(ids)}")
-        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int)]  # a list, so a null is found too
-        if bad:
-            raise RequestError(f"'prompt_ids': expected integer token ids, got {shown(bad[0])}")
-        outside = [t for t in ids if not 0 <= t < config.vocab_size]
-        if outside:
-            raise RequestError(f"'prompt_ids': token id {shown(outside[0])} is outside the vocabulary "
-                               f"(0..{config.vocab_size - 1})")
+        problem = id_problem(ids, config.vocab_size, shown)
+        if problem is not None:
+            raise RequestError(f"'prompt_ids': {problem}")
     context = config.context_length
     if len(ids) > context:
         raise RequestError(f"prompt: {len(ids)} tokens, longer than context_length {context}")
