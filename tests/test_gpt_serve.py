@@ -327,6 +327,7 @@ def test_mixed_load_every_answer_right_every_refusal_one_line(server: ServerProc
         (json.dumps({"prompt_ids": [1] * 200, "max_new_tokens": 100}).encode(), {}, 400, "ask for at most 56"),
         (b"x" * over, {}, 413, "over the limit"),
         (b"not json", {}, 400, "expected JSON"),
+        (b'{"prompt_ids": [1], "prompt_ids": [2, 3]}', {}, 400, "got 'prompt_ids' twice"),
         (b'{"prompt_ids": [1]}', {"Content-Type": "text/plain"}, 400, "Content-Type"),
         (b'{"prompt": "a", "prompt_ids": [1]}', {}, 400, "exactly one"),
         (b'{"prompt_ids": [1], "max_new_tokens": -2}', {}, 400, "'max_new_tokens'"),

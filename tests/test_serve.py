@@ -7,6 +7,7 @@ import asyncio
 import http.client
 import io
 import json
+import re
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -62,6 +63,7 @@ def test_requests_and_answers_round_trip_in_both_formats() -> None:
     (b'{"x": [[["1", "2", "3"]]]}', "application/json", "expected numbers"),
     (b'{"x": [[[true, false, true]]]}', "application/json", "expected numbers"),
     (b"[" * 100_000, "application/json", "expected JSON"),
+    (b'{"x": [[[1, 2, 3]]], "x": [[[4, 5, 6]]]}', "application/json", "expected unique member names, got 'x' twice"),
     (b'{"x": [[[1' + b"0" * 5000 + b"]]]}", "application/json", "expected JSON integers of at most 4300 digits"),
     (b"garbage", NPY, "no \\x93NUMPY magic"),
     (npy_bytes(np.zeros((1, 2, 3), np.float32))[:-4], NPY, "the body holds"),
@@ -505,6 +507,24 @@ def test_a_stalled_body_is_408_not_a_held_slot() -> None:
     assert info.value.status == 408
     assert str(info.value) == ("body: no bytes for 0.05 s after 8 of the 100 its Content-Length says; "
                                "send the whole body")
+
+
+def test_a_trickled_body_is_408_once_under_the_least_rate() -> None:
+    """A client that sends a byte at a time, each well within the idle limit, held a slot for as long as it liked;
+    the body must be all there after grace_s plus one second per min_rate bytes. The trickle never ends, so the
+    read can only end in a refusal."""
+    from mha_runtime.serve.http import read_limited
+
+    async def trickle() -> AsyncIterator[bytes]:
+        while True:
+            yield b" "
+            await asyncio.sleep(0.005)  # the client's pace, far under idle_s
+
+    with pytest.raises(RequestError) as info:
+        asyncio.run(read_limited({}, trickle(), 10**9, "test", idle_s=60, grace_s=0.2, min_rate=10**6))
+    assert info.value.status == 408
+    assert re.fullmatch(r"body: \d+ bytes in \d+ s, under 1e\+06 bytes/s after the first 0.2 s; send the whole body",
+                        str(info.value)), str(info.value)
 
 
 def test_the_server_answers_a_stalled_upload_with_408(server: ServerProcess) -> None:

@@ -181,6 +181,8 @@ def test_layer_out_of_range_from_the_cli(tmp_path: Path) -> None:
     ("{", "expected JSON", 1),  # not a config file at all: a bad file
     ('{"d_in": 8, "d_out": 2, "num_heads": 3}', "missing field 'context_length'", 2),  # bad values: usage errors
     ('{"d_in": 8, "d_out": 2, "num_heads": 3, "context_length": 5, "heads": 3}', "unknown field 'heads'", 2),
+    ('{"d_in": 8, "d_out": 2, "num_heads": 3, "context_length": 5, "d_in": 4}',
+     "expected unique member names, got 'd_in' twice", 2),  # json.loads alone kept the last
     ('{"d_in": "8", "d_out": 2, "num_heads": 3, "context_length": 5}', "field 'd_in': expected a positive integer",
      2),
     ('{"d_in": 8, "d_out": 2, "num_heads": 3, "context_length": 5, "out_proj": 1}', "field 'out_proj'", 2),

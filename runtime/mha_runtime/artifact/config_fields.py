@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
 from mha_runtime.artifact.errors import BadValueError, ConfigError, first_line
+from mha_runtime.artifact.fields import DuplicateKeyError, unique_keys
 
 # A config is a handful of fields: a larger file is not one (and is not read whole).
 MAX_CONFIG_BYTES = 1 << 16
@@ -86,9 +87,11 @@ def read_config_json(path: Path, *, flag: str, what: str) -> dict[str, Any]:
 def json_object(text: str, where: str) -> dict[str, Any]:
     """The JSON object of config fields in `text`, or one ConfigError line starting with `where`."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: expected JSON, got a parse error ({first_line(exc)})") from None
+    except DuplicateKeyError as exc:  # the file parses; which value was meant is the user's to say
+        raise BadValueError(f"{where}: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{where}: expected a flat JSON object of config fields, got nesting too deep to "
                           "parse") from None

@@ -6,12 +6,28 @@ import types
 from collections.abc import Callable
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from mha_runtime.artifact.errors import ArtifactError
+from mha_runtime.artifact.errors import ArtifactError, cut
 
 T = TypeVar("T")
 R = TypeVar("R")
 _NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a JSON object",
           list: "a JSON array"}
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object that names one member twice."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object_pairs_hook: the object, or DuplicateKeyError naming the first member given twice.
+    json.loads alone keeps the last silently; the C runners refuse such a document, and so does every reader here
+    of a document a user or a client writes (configs, manifests, request bodies)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise DuplicateKeyError(f"expected unique member names, got {cut(key)!r} twice")
+        seen.add(key)
+    return dict(pairs)
 
 
 def obj(value: Any, where: str) -> dict[str, Any]:

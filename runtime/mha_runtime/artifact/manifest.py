@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.config_fields import read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
-from mha_runtime.artifact.fields import get, obj, plain_name, record
+from mha_runtime.artifact.fields import get, obj, plain_name, record, unique_keys
 from mha_runtime.artifact.optimized_records import OptimizedSet, optimized_from_dict
 from mha_runtime.artifact.tolerance import Tolerance
 
@@ -167,7 +167,7 @@ def read_manifest_json(folder: Path, *, label: str, made_by: str) -> tuple[Path,
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot read it ({first_line(exc)})") from None
     try:
-        return path, json.loads(raw)
+        return path, json.loads(raw, object_pairs_hook=unique_keys)
     except (ValueError, RecursionError) as exc:
         raise ArtifactError(f"{path}: expected JSON, got a parse error ({first_line(exc)})") from None
 

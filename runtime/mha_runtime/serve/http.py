@@ -25,6 +25,10 @@ HEALTH, CONTRACT = "/v1/health", "/v1/contract"
 # Longest pause between two pieces of a request's body (nginx's client_body_timeout is the same idea, at 60 s):
 # a body is a few KB to MB sent at once, and a stalled one holds a replica's slot.
 BODY_IDLE_S = 10.0
+# And a least rate, as Apache's mod_reqtimeout does it ("body=20,MinRate=500"): BODY_GRACE_S for the body, one more
+# second for every BODY_MIN_RATE bytes that came. A client sending a byte every few seconds never trips the idle
+# limit, and held a slot as long as it liked.
+BODY_GRACE_S, BODY_MIN_RATE = 20.0, 500
 JSON = "application/json"
 SSE = "text/event-stream"
 log = logging.getLogger(__name__)
@@ -62,10 +66,12 @@ def route_refusal(method: str, path: str, routes: Mapping[str, str]) -> Reply | 
 
 
 async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], limit: int, reason: str,
-                       idle_s: float = BODY_IDLE_S) -> bytes:
+                       idle_s: float = BODY_IDLE_S, grace_s: float = BODY_GRACE_S,
+                       min_rate: float = BODY_MIN_RATE) -> bytes:
     """The whole body, or RequestError 413 as soon as it is known to be over `limit`: from Content-Length before
     reading anything, else while streaming (a chunked or lying body). `reason` says how the limit is made.
-    A body that stalls for `idle_s` is 408: stalled uploads held every slot of a replica, its health route too."""
+    A body that stalls for `idle_s`, or is not all there after `grace_s` + one second per `min_rate` bytes, is 408:
+    stalled or trickling uploads held every slot of a replica, its health route too."""
     declared = headers.get("content-length")
     if declared is not None:
         try:
@@ -76,13 +82,19 @@ async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], l
             raise RequestError(f"body of {size} bytes is over the limit of {limit} bytes ({reason})", status=413)
     chunks, total = [], 0
     stream = aiter(body)
+    clock = asyncio.get_running_loop().time
+    start = clock()
     while True:
+        left = start + grace_s + total / min_rate - clock()
         try:
-            chunk = await asyncio.wait_for(anext(stream), idle_s)
+            chunk = await asyncio.wait_for(anext(stream), max(0.0, min(idle_s, left)))
         except StopAsyncIteration:
             break
         except TimeoutError:
             said = "" if declared is None else f" of the {cut(declared)} its Content-Length says"
+            if left < idle_s:
+                raise RequestError(f"body: {total} bytes{said} in {clock() - start:.0f} s, under {min_rate:g} bytes/s "
+                                   f"after the first {grace_s:g} s; send the whole body", status=408) from None
             raise RequestError(f"body: no bytes for {idle_s:g} s after {total}{said}; send the whole body",
                                status=408) from None
         total += len(chunk)

@@ -15,6 +15,7 @@ import numpy as np
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.artifact.errors import RequestError, cut, first_line
+from mha_runtime.artifact.fields import DuplicateKeyError, unique_keys
 from mha_runtime.infer.npy import npy_bytes
 from mha_runtime.serve.http import JSON
 
@@ -59,8 +60,8 @@ def media_type(content_type: str | None) -> str:
 def load_json(body: bytes, where: str) -> Any:
     """A JSON document, or RequestError saying what is wrong with it (never Python's own advice)."""
     try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        return json.loads(body, object_pairs_hook=unique_keys)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, DuplicateKeyError) as exc:
         raise RequestError(f"{where}: expected JSON ({first_line(exc)})") from None
     except ValueError:  # json.loads refuses integers of over sys.get_int_max_str_digits() digits
         raise RequestError(f"{where}: expected JSON integers of at most {sys.get_int_max_str_digits()} "
