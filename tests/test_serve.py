@@ -195,6 +195,8 @@ def test_service_routes_and_status_codes() -> None:
     missing = _handle(service, "GET", "/nope")
     assert missing.status == 404 and "no route /nope" in _error(missing)
     assert _handle(service, "GET", "/v1/context").status == 405
+    assert _handle(service, "HEAD", "/v1/health").status == 200
+    assert _handle(service, "HEAD", "/v1/context").status == 405
     ok = _handle(service, "POST", "/v1/context", json.dumps({"x": [[[1, 2, 3]]]}).encode())
     assert ok.status == 200 and json.loads(ok.body) == {"context": [[[1.0, 1.0, 1.0, 1.0]]]}
 
@@ -360,6 +362,13 @@ def test_server_health_and_contract(server: ServerProcess, seed_dir: Path) -> No
     assert info["body_limit_bytes"] == {"npy": body_limit(manifest.config, 8, "npy"),
                                         "json": body_limit(manifest.config, 8, "json")}
     assert _get(server, "/v1/nope")[0] == 404 and _get(server, "/v1/context")[0] == 405
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:  # a HEAD is a GET's headers alone (it was a 405): what a load balancer's health probe may send
+        connection.request("HEAD", "/v1/health")
+        response = connection.getresponse()
+        assert (response.status, response.read(), response.getheader("content-length")) == (200, b"", "16")
+    finally:
+        connection.close()
     assert server.stdout().startswith(f"serving seed (mha.onnx) at {server.url}/v1/context")
 
 

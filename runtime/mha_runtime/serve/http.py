@@ -6,9 +6,9 @@ routes, the refusals and the 500 line. A kind gives its one POST route (`KindSer
     GET  /v1/health    {"status": "ok", ...the kind's counts}
     GET  /v1/contract  the model's name, files, config, I/O contract, tolerance and server limits
 
-A malformed request is 400 (a RequestError or a ContractError), an unknown path 404, a wrong method 405, a body
-over its limit 413, a body that stalls 408; anything else 500 with one line, the traceback going to the replica's
-log. The body of every refusal is {"error": "<one line>"}.
+A malformed request is 400 (a RequestError or a ContractError), an unknown path 404, a wrong method 405 (HEAD is
+answered where GET is), a body over its limit 413, a body that stalls or trickles 408; anything else 500 with one
+line, the traceback going to the replica's log. The body of every refusal is {"error": "<one line>"}.
 """
 from __future__ import annotations
 
@@ -124,6 +124,8 @@ class KindService:
     async def handle(self, method: str, path: str, headers: Mapping[str, str],
                      body: AsyncIterator[bytes]) -> Reply | StreamReply:
         path = path.rstrip("/") or "/"
+        if method == "HEAD" and self.routes.get(path) == "GET":  # RFC 9110: a GET route answers HEAD too; the HTTP
+            method = "GET"  # server (uvicorn, under Ray Serve's proxy) sends the headers alone
         refused = route_refusal(method, path, self.routes)
         if refused is not None:
             return refused
