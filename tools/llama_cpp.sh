@@ -11,7 +11,9 @@
 #
 # Source: the PyPI source release of llama-cpp-python (pinned), which bundles the whole llama.cpp tree with
 # convert_hf_to_gguf.py and gguf-py; llama.cpp itself has no wheel and no Debian package here.
-# -DGGML_NATIVE=ON ties the binaries to this host's CPU: build them where they run.
+# -DGGML_NATIVE=ON ties the binaries to this host's CPU: build them where they run. Without ggml's AMX kernels
+# (x86 only): on a Sapphire Rapids VM that reports AMX, they died of SIGILL at their first `tilezero` in an OpenMP
+# worker (docs/gpt.md; llama.cpp's open PR #26954 is about the same crash), so every GGUF test failed there.
 # Idempotent: does nothing when the binaries exist (mha-llama-golden is rebuilt when its source is newer); always
 # ends with one line saying where they are.
 set -euo pipefail
@@ -34,11 +36,15 @@ elif [[ $# -gt 0 ]]; then
   echo "usage: tools/llama_cpp.sh [--tools]; got: $*" >&2
   exit 2
 fi
+FLAGS=""
+[[ "$(uname -m)" == "x86_64" ]] && FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+STAMP="$CACHE/build-flags"  # the flags the libraries were built with: a build with others is built again
 GOLDEN_SRC="$ROOT/tools/llama_golden.c"
 GOLDEN="$BIN/mha-llama-golden"
 
 built() {
   local f
+  [[ -f "$STAMP" && "$(cat "$STAMP")" == "$FLAGS" ]] || return 1
   for f in "${LIBS[@]}"; do [[ -f "$BIN/$f" ]] || return 1; done
   if [[ $WITH_TOOLS -eq 1 ]]; then
     for f in "${TOOLS[@]}"; do [[ -x "$BIN/$f" ]] || return 1; done
@@ -76,8 +82,11 @@ build() {
   # LLAMA_CURL is deprecated and ignored by this tree (it warns); LLAMA_OPENSSL=OFF is what keeps networking out.
   # LLAMA_BUILD_APP=OFF: no unified binary; only the targets named are built.
   cmake -S "$SRC" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF \
+    -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_CXX_FLAGS="$FLAGS" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >/dev/null
   cmake --build "$BUILD" --parallel "$(nproc)" --target "${TARGETS[@]}"
+  rm -f "$GOLDEN"  # linked against the libraries built before
+  printf '%s' "$FLAGS" > "$STAMP"
 }
 
 # The C program beside the libraries it links (libllama, libggml, libggml-base: shared, in $BIN), found there at
