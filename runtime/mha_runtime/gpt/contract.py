@@ -217,4 +217,3 @@ def id_problem(ids: list[Any], vocab_size: int, show: Callable[[Any], str]) -> s
     if outside:
         return f"token id {show(outside[0])} is outside the vocabulary (0..{vocab_size - 1})"
     return None
-
