@@ -187,3 +187,30 @@ def test_a_hugging_face_head_not_tied_to_wte_is_refused(tmp_path: Path) -> None:
                                        str(out), "--variants", "decoder"])
     assert tensors.exit_code == 1 and "'lm_head.weight' differs from the token embedding" in tensors.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", [{"scale_attn_weights": False}, {"scale_attn_by_inverse_layer_idx": True}])
+def test_a_hugging_face_attention_flag_the_book_lacks_is_refused(tmp_path: Path, flag: dict[str, bool]) -> None:
+    """GPT2Config flags that change the attention's scores: transformers' logits move with them, so a checkpoint
+    that sets one would be exported as the book's GPT and be wrong. Refused in one line, before any work."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    shape = {"vocab_size": 300, "n_positions": 16, "n_embd": 16, "n_layer": 2, "n_head": 2, "initializer_range": 0.3}
+    model = GPT2LMHeadModel(GPT2Config(**shape, **flag)).eval()
+    plain = GPT2LMHeadModel(GPT2Config(**shape)).eval()
+    plain.load_state_dict(model.state_dict())
+    ids = torch.arange(12)[None]
+    with torch.no_grad():
+        assert (model(ids).logits - plain(ids).logits).abs().max() > 1e-3  # the flag matters
+    model.save_pretrained(tmp_path / "hf")
+    out = tmp_path / "out"
+    said = CliRunner().invoke(cli, ["export", "--gpt", "--weights", str(tmp_path / "hf" / "model.safetensors"),
+                                    "--name", "x", "--out", str(out), "--variants", "decoder"])
+    (key, value), = flag.items()
+    assert said.exit_code == 2, said.output
+    lines = said.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: the checkpoint's {tmp_path / 'hf' / 'config.json'}: "
+                                                   f"config.json: {key} {json.dumps(value)}; expected "
+                                                   f"{json.dumps(not value)} ("), said.stderr
+    assert not out.exists()

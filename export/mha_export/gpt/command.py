@@ -17,13 +17,14 @@ def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str
     --config."""
     if config_path is not None and presets:
         raise click.UsageError("--preset and --config exclude each other: export a preset or your own config")
+    flag = "--config"
     if config_path is None and not presets and _checkpoint_config(weights) is not None:
-        config_path = _checkpoint_config(weights)
+        config_path, flag = _checkpoint_config(weights), "the checkpoint's"  # not named by the user as --config
     if config_path is not None:
         if name is None:
             raise click.UsageError("--config (or a checkpoint's config.json) needs --name NAME (the folder under "
                                    "--out)")
-        config = GPTConfig.from_file(config_path)
+        config = GPTConfig.from_file(config_path, flag=flag)
         check_beside(config, f"--config {config_path}", weights)
         return [(name, config)]
     if weights is not None and not presets:

@@ -1,6 +1,7 @@
 """The GPT config: the book's GPT_CONFIG_124M keys, read from gpt.json or from a Hugging Face config.json."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -10,6 +11,13 @@ from mha_runtime.artifact.errors import BadValueError
 # GPT-2's <|endoftext|>, written as eos_token_id into genai_config.json and used by `mha generate --eos`.
 GPT2_EOS_ID = 50256
 GPT2_VOCAB = 50257
+# GPT2Config's flags that change what the model computes, with the one value the book's GPT has: any other would
+# be exported as the book's GPT and be silently wrong.
+FIXED_HF: dict[str, tuple[bool, str]] = {
+    "scale_attn_weights": (True, "the book's attention divides the scores by sqrt(head_dim)"),
+    "scale_attn_by_inverse_layer_idx": (False, "the book's attention does not scale by the layer's index"),
+    "tie_word_embeddings": (True, "GPT-2's tied output head"),
+}
 # The book's LayerNorm epsilon and GPT-2's layer_norm_epsilon.
 LAYER_NORM_EPS = 1e-5
 # Refused before any work: larger shapes do not fit the artifacts' 2 GiB protobuf or this machine's memory.
@@ -76,8 +84,10 @@ class GPTConfig(ConfigFile):
         eps = data.get("layer_norm_epsilon", LAYER_NORM_EPS)
         if eps != LAYER_NORM_EPS:
             raise BadValueError(f"config.json: layer_norm_epsilon {eps!r}; expected {LAYER_NORM_EPS} (the book's)")
-        if data.get("tie_word_embeddings", True) is not True:
-            raise BadValueError("config.json: tie_word_embeddings false; expected GPT-2's tied output head")
+        for key, (want, what) in FIXED_HF.items():
+            got = data.get(key, want)
+            if got is not want:  # JSON's true/false only: 1, "true" or null are not what transformers reads as set
+                raise BadValueError(f"config.json: {key} {json.dumps(got)[:40]}; expected {json.dumps(want)} ({what})")
         return cls(vocab_size=data["vocab_size"], context_length=data["n_positions"], emb_dim=data["n_embd"],
                    n_heads=data["n_head"], n_layers=data["n_layer"], drop_rate=0.0, qkv_bias=True)
 
