@@ -60,6 +60,7 @@ def golden_generations(model: GPTModel, cfg: GPTConfig, encode: Callable[[str], 
             prompts.append(("greedy_text", ids, TEXT_PROMPT))
     settings = [(name, p, text, 0.0, None, None) for name, p, text in prompts]
     for (temperature, top_k, seed), (_, p, text) in zip(SAMPLED, prompts[1::-1], strict=False):
+        top_k = None if top_k is None else min(top_k, cfg.vocab_size)  # a vocabulary under 40 ids
         settings.append((f"sampled_t{len(p)}_s{seed}", p, text, temperature, top_k, seed))
     cases, logits = [], {}
     for name, prompt, text, temperature, top_k, seed in settings:

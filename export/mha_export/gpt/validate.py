@@ -66,6 +66,11 @@ def golden_prompts(cfg: GPTConfig, rng: np.random.Generator) -> list[list[int]]:
     return [rng.integers(0, cfg.vocab_size, n).tolist() for n in lengths]
 
 
+def greedy_new(cfg: GPTConfig, prompts: list[list[int]]) -> int:
+    """GREEDY_NEW, or fewer where the longest prompt leaves less room (a context under GREEDY_NEW + 1)."""
+    return min(GREEDY_NEW, cfg.context_length - max(len(p) for p in prompts))
+
+
 def agreement(a: list[int], b: list[int]) -> float:
     """Share of tokens equal up to the first difference (after it the two continue from different text)."""
     same = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
@@ -99,7 +104,8 @@ def references(model: GPTModel, cfg: GPTConfig) -> References:
             cases.append(LengthCase(ids, split, eager_at(model, ids, list(range(split - 1, n)))))
     prompts = golden_prompts(cfg, rng)
     first = np.stack([eager_at(model, [p], [len(p) - 1])[0, 0] for p in prompts])
-    greedy = [eager_generation(model, p, GREEDY_NEW, 0.0, None, None, cfg.vocab_size)[0] for p in prompts]
+    new = greedy_new(cfg, prompts)
+    greedy = [eager_generation(model, p, new, 0.0, None, None, cfg.vocab_size)[0] for p in prompts]
     return References(cases, prompts, first, greedy)
 
 
@@ -125,7 +131,7 @@ def validate_form(session: ort.InferenceSession, form: Form, refs: References, c
     for r, p in enumerate(refs.prompts):
         check(got[r], refs.first[r], f"mixed batch prefill row {r} (T={len(p)})")
     greedy = [[int(np.argmax(g))] for g in got]
-    for _ in range(GREEDY_NEW - 1):
+    for _ in range(greedy_new(cfg, refs.prompts) - 1):
         step = decoder.step([g[-1] for g in greedy], [True] * len(refs.prompts))
         for r in range(len(refs.prompts)):
             greedy[r].append(int(np.argmax(step[r])))
