@@ -5,6 +5,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -138,6 +139,9 @@ BAD = {
     "inf": (_nan("h.1.attn.c_proj.bias", float("inf")), CONFIG, r"'h\.1\.attn\.c_proj\.bias' holds NaN or inf"),
     "integer weights": (_set("h.1.attn.c_proj.weight", torch.zeros(6, 6, dtype=torch.int64)), CONFIG,
                         r"'h\.1\.attn\.c_proj\.weight' has dtype torch\.int64"),
+    # float8 is floating point, but torch.isfinite is not defined for it: it was an "internal error".
+    "float8 weights": (_set("h.1.attn.c_proj.weight", torch.zeros(6, 6, dtype=torch.float8_e4m3fn)), CONFIG,
+                       r"'h\.1\.attn\.c_proj\.weight' has dtype float8_e4m3fn, expected float32, float16"),
     "bias dropped by config": (lambda s: None, MHAConfig(**{**CONFIG.to_dict(), "qkv_bias": False}),
                                r"holds 'h\.1\.attn\.c_attn\.bias' but the config says qkv_bias=false"),
     "projection dropped by config": (lambda s: None, MHAConfig(**{**CONFIG.to_dict(), "out_proj": False}),
@@ -165,6 +169,32 @@ def test_bad_weights_one_line_exit_1_no_folder(case: str, tmp_path: Path) -> Non
     assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in result.output, result.stderr
     assert re.search(message, lines[0]), lines[0]
     assert not out.exists()
+
+
+TORCH_ONLY = {  # what only a torch.save file can hold: each was an "internal error"
+    "meta tensor": (_set("h.1.attn.c_proj.weight", torch.zeros(6, 6, device="meta")),
+                    r"'h\.1\.attn\.c_proj\.weight' is a meta tensor; expected a dense tensor"),
+    "sparse tensor": (_set("h.1.attn.c_proj.weight", torch.eye(6).to_sparse()),
+                      r"'h\.1\.attn\.c_proj\.weight' is a sparse_coo tensor; expected a dense tensor"),
+    "a key that is not a name": (lambda s: s.__setitem__(1, torch.zeros(3)),
+                                 r"expected tensor names \(strings\) as its keys, got int 1"),
+}
+
+
+@pytest.mark.parametrize("case", list(TORCH_ONLY))
+def test_bad_torch_checkpoints_one_line_exit_1(case: str, tmp_path: Path) -> None:
+    edit, message = TORCH_ONLY[case]
+    state: dict[Any, torch.Tensor] = dict(_checkpoint())
+    edit(state)
+    torch.save(state, tmp_path / "model.pt")
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG.to_dict()))
+    result = CliRunner().invoke(cli, ["export", "--config", str(tmp_path / "config.json"), "--name", "mine",
+                                      "--weights", str(tmp_path / "model.pt"), "--layer", "1",
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(message, lines[0]) and "internal error" not in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_layer_out_of_range_from_the_cli(tmp_path: Path) -> None:

@@ -26,6 +26,9 @@ from mha_runtime.artifact.registry import WEIGHTS_FILE
 SEED = 123
 # Training scripts (the book's chapter 5 among them) save the state_dict inside a dict under these keys.
 NESTED = ("model_state_dict", "state_dict", "model")
+# Floating dtypes read as they are (then cast to float32); float8 and the like are refused: their checks
+# (torch.isfinite) and casts are not defined for every one of them.
+FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def seeded_model(config: MHAConfig) -> MultiHeadAttentionWrapper:
@@ -109,14 +112,26 @@ class WeightFile:
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise ConfigError(f"--weights {self.path}: expected a mapping of names to tensors (a state_dict), "
                               f"got {type(state).__name__}")
+        odd = next((k for k in state if not isinstance(k, str)), None)
+        if odd is not None:
+            raise ConfigError(f"--weights {self.path}: expected tensor names (strings) as its keys, got "
+                              f"{type(odd).__name__} {str(odd)[:40]}")
         return state
 
     def keys(self) -> list[str]:
         return list(self._safe.keys()) if self._safe is not None else list(self._state)
 
     def get(self, key: str) -> torch.Tensor:
+        """The tensor, dense and holding its data; a floating one in a dtype the export computes in."""
         with _quiet():
-            return self._safe.get_tensor(key) if self._safe is not None else self._state[key]
+            tensor: torch.Tensor = self._safe.get_tensor(key) if self._safe is not None else self._state[key]
+        if tensor.is_meta or tensor.layout != torch.strided:
+            what = "meta" if tensor.is_meta else str(tensor.layout).removeprefix("torch.")
+            raise ConfigError(f"weights: {key!r} is a {what} tensor; expected a dense tensor with its values")
+        if tensor.is_floating_point() and tensor.dtype not in FLOATS:
+            raise ConfigError(f"weights: {key!r} has dtype {str(tensor.dtype).removeprefix('torch.')}, expected "
+                              "float32, float16, bfloat16 or float64")
+        return tensor
 
 
 def read_layer(path: Path, config: MHAConfig, *, layer: int | None = None) -> tuple[dict[str, torch.Tensor], Located]:
