@@ -1,8 +1,10 @@
 """A missing, truncated or altered artifact is refused with a clear error, by the API and the CLI."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -47,6 +49,24 @@ def test_check_refuses_any_altered_file(seed_copy: Path, target: str) -> None:
     result = CliRunner().invoke(cli, ["check", str(seed_copy)])
     assert result.exit_code == 1
     assert "differs from the manifest" in result.stderr and target in result.stderr
+
+
+@pytest.mark.parametrize("command", ["check", "validate", "run"])
+def test_a_manifest_config_edited_away_from_the_models_own_is_refused(seed_copy: Path, command: str) -> None:
+    """manifest.json is not listed in itself: a config edited in it (here a context of 10**9, which `validate`
+    used to size its eager mask from: 4e18 bytes) is caught against the model's metadata, before any work."""
+    manifest = json.loads((seed_copy / "manifest.json").read_text())
+    manifest["config"]["context_length"] = 10**9
+    (seed_copy / "manifest.json").write_text(json.dumps(manifest))
+    np.save(seed_copy.parent / "x.npy", np.ones((1, 3, 3), np.float32))
+    args = {"check": [], "validate": [],
+            "run": ["--input", str(seed_copy.parent / "x.npy"), "--output", str(seed_copy.parent / "y.npy")]}[command]
+    result = CliRunner().invoke(cli, [command, str(seed_copy), *args])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(
+        "mha.onnx: the manifest's config says context_length=1000000000, the model's own metadata "
+        "context_length=6; the model does not belong to this folder"), result.stderr
 
 
 def test_missing_manifest(seed_copy: Path) -> None:

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
-from mha_runtime.artifact.errors import BadValueError, ConfigError, first_line
+from mha_runtime.artifact.errors import ArtifactError, BadValueError, ConfigError, first_line
 from mha_runtime.artifact.fields import DuplicateKeyError, unique_keys
 
 # A config is a handful of fields: a larger file is not one (and is not read whole).
@@ -123,3 +123,17 @@ class ConfigFile:
             return cls.from_dict(data)
         except ConfigError as exc:  # its kind kept: a bad value is a usage error, an unreadable file is not
             raise type(exc)(f"{flag} {path}: {exc}") from None
+
+
+def check_own_config(config: ConfigFile, own: Any, where: str) -> None:
+    """The manifest's config is the model's own (`own`: the dict in its metadata, written at export). manifest.json
+    is not listed in itself, so an edited one is caught here, before anything is sized from it (as the C runner
+    does)."""
+    if not isinstance(own, dict):
+        raise ArtifactError(f"{where}: expected metadata holding the model's config")
+    mine = config.to_dict()
+    for key in sorted(mine.keys() | own.keys()):
+        if own.get(key) != mine.get(key):
+            said = str(mine.get(key)) if len(str(mine.get(key))) <= 24 else str(mine.get(key))[:21] + "..."
+            raise ArtifactError(f"{where}: the manifest's config says {key}={said}, the model's own metadata "
+                                f"{key}={own.get(key)!r}; the model does not belong to this folder")

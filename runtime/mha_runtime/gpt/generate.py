@@ -11,11 +11,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mha_runtime.artifact.config_fields import check_own_config
 from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import FASTEST, FORMS, PTE, PTE_FORM, TOKENIZER_FILE, id_problem
-from mha_runtime.gpt.decoder import Decoder, check_own_config, decoder_for, make_session
+from mha_runtime.gpt.decoder import Decoder, decoder_for, make_session, own_config
 from mha_runtime.gpt.executorch import PteProgram, check_bounds, check_request, pte_program
 from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.gpt.sampling import Sampler, check_sampling
@@ -102,7 +103,7 @@ class Generator:
         else:
             self.session = make_session(read_verified(self.folder, self.form, self.manifest), provider=provider,
                                         threads=threads, where=str(where))
-            check_own_config(self.session, self.config, str(where))
+            check_own_config(self.config, own_config(self.session), str(where))
         self.tokenizer: GPTTokenizer | None = None
         if self.manifest.tokenizer is not None:
             data = read_verified(self.folder, TOKENIZER_FILE, self.manifest)

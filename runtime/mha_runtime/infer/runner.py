@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime as ort
 
 from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.config_fields import check_own_config
 from mha_runtime.artifact.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input, check_output
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, ProviderError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, Manifest, load_manifest, read_verified
@@ -52,6 +53,8 @@ class OnnxRunner:
             raise ArtifactError(f"{self.loaded}: ONNX Runtime cannot load it ({first_line(exc)})") from None
         self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
         self.config = _config_from_metadata(self.metadata, self.path)
+        if manifest is not None:
+            check_own_config(manifest.config, self.config.to_dict(), str(self.path))
         self.contract = IOContract(self.config)
         self.input_names = [i.name for i in self.session.get_inputs()]
         _check_graph(self.session, self.config, self.path)
