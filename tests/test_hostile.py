@@ -266,6 +266,7 @@ def test_a_check_of_an_altered_file_names_both_digests(seed_copy: Path) -> None:
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--json", "{t}"], "--json"),
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--generate", "--prompt-tokens", "0"],
      "--prompt-tokens: expected counts >= 1"),
+    (["bench", "--preset", "seed", "--settle", "1e308", "--out", "{t}/bench"], "--settle"),  # was an OverflowError
 ])
 def test_numbers_out_of_bounds_are_usage_errors(seed_dir: Path, tmp_path: Path, args: list[str], option: str) -> None:
     """Refused by the option's type before anything starts (no server contacted, no Ray, no file): exit 2, one
@@ -302,3 +303,12 @@ def test_inspect_of_a_size_past_63_bits_is_one_line(seed_copy: Path) -> None:
     result = CliRunner().invoke(cli, ["inspect", str(seed_copy)])
     assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
     assert "more than 63 bits" in result.stderr and "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://[::1:8000/"])
+def test_a_url_that_does_not_parse_is_one_line(seed_dir: Path, url: str) -> None:
+    """urlsplit's own ValueError (an unclosed IPv6 bracket) was an "internal error"."""
+    result = CliRunner().invoke(cli, ["loadtest", url, "--artifact", str(seed_dir)])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert lines[0] == f"Error: {url}: expected http://127.0.0.1:PORT (a load test targets this machine's loopback only)"

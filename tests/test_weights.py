@@ -216,6 +216,9 @@ def test_layer_out_of_range_from_the_cli(tmp_path: Path) -> None:
     ('{"d_in": "8", "d_out": 2, "num_heads": 3, "context_length": 5}', "field 'd_in': expected a positive integer",
      2),
     ('{"d_in": 8, "d_out": 2, "num_heads": 3, "context_length": 5, "out_proj": 1}', "field 'out_proj'", 2),
+    # json.loads' own ValueError past 4300 digits was an "internal error"
+    ('{"d_in": 1' + "0" * 5000 + ', "d_out": 2, "num_heads": 3, "context_length": 5}',
+     "expected JSON integers of at most 4300 digits", 2),
 ])
 def test_bad_config_file_is_one_line(tmp_path: Path, text: str, message: str, code: int) -> None:
     (tmp_path / "config.json").write_text(text)

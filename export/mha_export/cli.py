@@ -157,7 +157,7 @@ def validate_cmd(artifact_dir: Path) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT / "bench", show_default=True)
 @click.option("--only", default="",
               help="Comma-separated runners or decode files to time (the eager wrapper and eager fused always run).")
-@click.option("--settle", type=Finite(min=0.0), default=0.3, show_default=True,
+@click.option("--settle", type=Finite(min=0.0, max=60.0), default=0.3, show_default=True,
               help="Idle seconds before each timed call, so one runner's threads do not slow the next.")
 def bench_cmd(preset: str, root: Path, tokens: str | None, batches: str | None, threads: str | None, rounds: int,
               out: Path, only: str, settle: float) -> None:

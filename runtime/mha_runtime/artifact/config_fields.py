@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import stat
+import sys
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -95,6 +96,9 @@ def json_object(text: str, where: str) -> dict[str, Any]:
     except RecursionError:
         raise ConfigError(f"{where}: expected a flat JSON object of config fields, got nesting too deep to "
                           "parse") from None
+    except ValueError:  # json.loads refuses integers of over sys.get_int_max_str_digits() digits
+        raise BadValueError(f"{where}: expected JSON integers of at most {sys.get_int_max_str_digits()} "
+                            "digits") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
     return data

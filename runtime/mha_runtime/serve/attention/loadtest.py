@@ -67,16 +67,20 @@ class Outcome:
 
 def loopback_target(url: str) -> tuple[str, int]:
     """'http://127.0.0.1:8000' -> ('127.0.0.1', 8000); anything that is not plain http to this machine is refused."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    refusal = f"{url}: expected http://127.0.0.1:PORT (a load test targets this machine's loopback only)"
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+    except ValueError:  # an unclosed '[' of an IPv6 host
+        raise ServeError(refusal) from None
     host = parts.hostname or ""
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if parts.scheme != "http" or not loopback:
-        raise ServeError(f"{url}: expected http://127.0.0.1:PORT (a load test targets this machine's loopback only)")
+        raise ServeError(refusal)
     try:
-        return host, parts.port or 80
+        return host, 80 if parts.port is None else parts.port  # port 0 stays 0 (and gets no answer), not 80
     except ValueError as exc:
         raise ServeError(f"{url}: {first_line(exc)}") from None
 
