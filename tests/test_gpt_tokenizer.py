@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,30 @@ def test_a_tokenizer_of_another_vocabulary_is_refused(tmp_path: Path) -> None:
     (tmp_path / "vocab.bpe").write_text("\n".join(merges) + "\n")
     with pytest.raises(ConfigError, match="a vocabulary of 1000 tokens, but the model's vocab_size is 50257"):
         read_tokenizer(tmp_path, vocab_size=BOOK.vocab_size, context_length=BOOK.context_length)
+
+
+def _word_level(path: Path, vocab: dict[str, int], unk: str | None) -> Path:
+    """A tokenizer.json made by `tokenizers` itself: a WordLevel vocabulary split on whitespace."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(path))
+    return path
+
+
+@pytest.mark.parametrize(("gap", "unk", "message"), [
+    # 100 tokens, one of them at id 5000: only the count used to be checked, and generate then blamed the prompt
+    (True, "[UNK]", "token id 5000 is outside the model's vocabulary (ids 0..99)"),
+    # no unknown token: the golden text prompt cannot be encoded (it was an "internal error" after the export's work)
+    (False, None, "cannot encode the text 'Every effort moves you'"),
+])
+def test_a_tokenizer_that_does_not_fit_the_model_is_refused_in_one_line(tmp_path: Path, gap: bool, unk: str | None,
+                                                                       message: str) -> None:
+    vocab = {f"w{i}": i for i in range(99)} | {"[UNK]": 5000 if gap else 99}
+    path = _word_level(tmp_path / "tokenizer.json", vocab, unk)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        read_tokenizer(path, vocab_size=100, context_length=16)
 
 
 def test_onnxruntime_genai_runs_the_folder_with_the_same_greedy_ids(book_gpt: tuple[torch.nn.Module, Path]) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from mha_export.gpt.eager import GPTModel, eager_at
+from mha_export.gpt.tokenizer import TEXT_PROMPT
 from mha_runtime.artifact.tolerance import Tolerance
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.decoder import Decoder
@@ -26,7 +27,6 @@ from mha_runtime.gpt.sampling import Sampler
 
 GOLDEN_SEED = 11
 GOLDEN_NEW = 16
-TEXT_PROMPT = "Every effort moves you"
 # (temperature, top_k, seed) of the sampled cases.
 SAMPLED = ((0.8, 40, 123), (1.0, None, 7))
 

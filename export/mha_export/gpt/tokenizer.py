@@ -14,6 +14,9 @@ from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.gpt.config import GPT2_EOS_ID
 
+# The golden text prompt (mha_export.gpt.golden): every tokenizer given must encode it.
+TEXT_PROMPT = "Every effort moves you"
+
 PAIRS = (("encoder.json", "vocab.bpe"), ("vocab.json", "merges.txt"))
 EOS_TEXT = "<|endoftext|>"
 
@@ -71,6 +74,14 @@ def read_tokenizer(path: Path, *, vocab_size: int, context_length: int) -> Token
     if size != vocab_size:
         raise ConfigError(f"--tokenizer {path}: a vocabulary of {size} tokens, but the model's vocab_size is "
                           f"{vocab_size}")
+    top = max(tok.get_vocab(with_added_tokens=True).values(), default=-1)
+    if top >= vocab_size:
+        raise ConfigError(f"--tokenizer {path}: token id {top} is outside the model's vocabulary (ids 0.."
+                          f"{vocab_size - 1})")
+    try:
+        tok.encode(TEXT_PROMPT)  # the golden text prompt: a WordLevel vocabulary without an unknown token fails here
+    except Exception as exc:  # tokenizers' own Exception
+        raise ConfigError(f"--tokenizer {path}: cannot encode the text {TEXT_PROMPT!r} ({first_line(exc)})") from None
     config = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False, "model_max_length": context_length,
               "bos_token": EOS_TEXT, "eos_token": EOS_TEXT, "unk_token": EOS_TEXT}
     return TokenizerFiles(data, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(), size, source)
