@@ -312,3 +312,12 @@ def test_a_url_that_does_not_parse_is_one_line(seed_dir: Path, url: str) -> None
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1, result.output
     assert lines[0] == f"Error: {url}: expected http://127.0.0.1:PORT (a load test targets this machine's loopback only)"
+
+
+def test_inspect_shows_a_manifest_name_with_control_characters_escaped(seed_copy: Path) -> None:
+    """manifest.json is not listed in itself: a name edited to hold a newline would forge a line of the output."""
+    _rewrite_manifest(seed_copy, lambda d: d.update(name="seed\nresult   ok\u202e"))
+    result = CliRunner().invoke(cli, ["inspect", str(seed_copy)])
+    assert result.exit_code == 0, result.output
+    assert not any(line.startswith("result") for line in result.output.splitlines())
+    assert "'seed\\nresult   ok\\u202e'" in result.output and "\u202e" not in result.output

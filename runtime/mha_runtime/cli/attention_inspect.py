@@ -9,7 +9,7 @@ import click
 
 from mha_runtime.artifact.contract import DTYPE, INPUT_NAME, OUTPUT_NAME, IOContract
 from mha_runtime.artifact.manifest import load_manifest
-from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, human_size, table
+from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, human_size, shown, table
 
 
 def inspect_attention(folder: Path, *, as_json: bool) -> None:
@@ -18,7 +18,7 @@ def inspect_attention(folder: Path, *, as_json: bool) -> None:
         click.echo(json.dumps(manifest.to_dict(), indent=2))
         return
     contract = IOContract(manifest.config)
-    click.echo(f"name     {manifest.name}  opset {manifest.opset}  created {manifest.created}")
+    click.echo(f"name     {shown(manifest.name)}  opset {manifest.opset}  created {shown(manifest.created)}")
     click.echo(f"config   {manifest.config.to_json()}")
     click.echo(f"input    {INPUT_NAME} {DTYPE} {contract.input_shape}")
     click.echo(f"output   {OUTPUT_NAME} {DTYPE} {contract.output_shape}")

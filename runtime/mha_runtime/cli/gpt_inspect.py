@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from mha_runtime.cli.tables import human_size, table
+from mha_runtime.cli.tables import human_size, shown, table
 from mha_runtime.gpt.manifest import GPTArtifact, GPTManifest, load_gpt_manifest
 
 HEADERS = ["artifact", "dtype", "size", "cases", "max abs err (eager)", "greedy agreement", "mean KL (p99)",
@@ -30,7 +30,7 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
         click.echo(json.dumps(manifest.to_dict(), indent=2))
         return
     c = manifest.config
-    click.echo(f"name     {manifest.name} (GPT)  created {manifest.created}")
+    click.echo(f"name     {shown(manifest.name)} (GPT)  created {shown(manifest.created)}")
     click.echo(f"config   {json.dumps(c.to_dict())}")
     click.echo(f"limits   1 <= prompt + new tokens <= {c.context_length}, token ids 0..{c.vocab_size - 1}")
     click.echo(f"versions {json.dumps(manifest.versions)}")

@@ -6,6 +6,12 @@ from typing import Any
 from mha_runtime.artifact.manifest import Manifest
 
 
+def shown(text: str) -> str:
+    """A manifest's own text as a line shows it: as it is when printable, else escaped (an edited manifest.json is
+    not listed in itself, and a newline or a direction mark in its name would forge or reorder what is shown)."""
+    return text if text.isprintable() else ascii(text)
+
+
 def human_size(n: int) -> str:
     """Bytes in B, KiB, MiB or GiB."""
     value, unit = float(n), "B"
@@ -30,7 +36,7 @@ def artifact_rows(manifest: Manifest) -> list[list[Any]]:
         tol = info.tolerance
         limit = f"atol {tol.atol:g}" + (f", rel_l2 {tol.rel_l2:g}" if tol.rel_l2 is not None else "")
         size = manifest.files[file].size if file in manifest.files else None
-        rows.append([manifest.name, file, "-" if size is None else human_size(size),
+        rows.append([shown(manifest.name), file, "-" if size is None else human_size(size),
                      "-" if info.opset is None else info.opset, f"{info.max_abs_error:.2e}", f"{info.rel_l2_error:.2e}",
                      limit, "-" if info.nodes is None else info.nodes, info.cases, "ok" if info.passed else "FAIL"])
     return rows
