@@ -311,7 +311,8 @@ def test_a_url_that_does_not_parse_is_one_line(seed_dir: Path, url: str) -> None
     result = CliRunner().invoke(cli, ["loadtest", url, "--artifact", str(seed_dir)])
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1, result.output
-    assert lines[0] == f"Error: {url}: expected http://127.0.0.1:PORT (a load test targets this machine's loopback only)"
+    assert lines[0] == (f"Error: {url}: expected http://127.0.0.1:PORT (a load test targets this machine's "
+                        "loopback only)")
 
 
 def test_inspect_shows_a_manifest_name_with_control_characters_escaped(seed_copy: Path) -> None:
