@@ -94,4 +94,5 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
     sys.stdout.flush()  # the text ends before the summary line on a terminal that shows both streams
     stops = ", ".join(sorted(set(result.stops)))
     click.echo(f"{result.tokens} tokens, time to first token {result.time_to_first_token_s * 1e3:.1f} ms, "
-               f"{result.tokens_per_s:.1f} tokens/s (stopped: {stops}; seed {result.seed})", err=True)
+               f"{result.tokens_per_s:.1f} tokens/s (stopped: {stops}"
+               + ("; greedy)" if temperature == 0 else f"; seed {result.seed})"), err=True)  # greedy draws nothing
