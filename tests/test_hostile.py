@@ -260,6 +260,7 @@ def test_a_check_of_an_altered_file_names_both_digests(seed_copy: Path) -> None:
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--max-seconds", "inf"], "--max-seconds"),
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--generate", "--stream", "nan"], "--stream"),
     (["triton", "{seed}", "--out", "{t}/repo", "--max-batch", "99999999999999999999"], "--max-batch"),
+    (["triton", "{seed}", "--out", "{t}/repo", "--name", "n" * 300], "--name"),  # left an empty --out behind
     # a load test's own values, before any server is asked (nothing listens on port 9: it would say "no answer")
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--batch", "0"], "--batch: expected sizes >= 1"),
     (["loadtest", "http://127.0.0.1:9", "--artifact", "{seed}", "--seed", "-1"], "--seed: expected an integer"),

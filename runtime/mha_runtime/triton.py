@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
-from mha_runtime.artifact.errors import ArtifactError, BadValueError
+from mha_runtime.artifact.errors import ArtifactError, BadValueError, cut
 from mha_runtime.artifact.manifest import load_manifest, read_verified
 from mha_runtime.artifact.registry import ONNX, TORCHSCRIPT
 from mha_runtime.infer.runner import OnnxRunner
@@ -26,6 +26,7 @@ TORCHSCRIPT_PLATFORM = "pytorch_libtorch"
 TORCHSCRIPT_INPUT, TORCHSCRIPT_OUTPUT = "INPUT__0", "OUTPUT__0"
 VERSION = "1"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+MAX_NAME = 100  # as `mha export --name`
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,9 @@ def triton_models(artifact: Path, *, name: str | None = None, model: str = ONNX.
     """The ONNX and TorchScript models of an artifact folder, files checked against the manifest's sha256."""
     manifest = load_manifest(artifact)
     base = name if name is not None else re.sub(r"[^A-Za-z0-9_-]", "_", manifest.name)
-    if not _NAME.fullmatch(base):
-        raise BadValueError(f"--name {base!r}: expected letters, digits, '_', '-' or '.' (a folder name)")
+    if not _NAME.fullmatch(base) or len(base) > MAX_NAME:  # past it, the folder's name is past the OS's 255 bytes
+        raise BadValueError(f"--name {cut(base)!r}: expected 1 to {MAX_NAME} letters, digits, '_', '-' or '.' (a "
+                            "folder name)" + (f", got {len(base)} characters" if len(base) > MAX_NAME else ""))
     if max_batch < 1:
         raise BadValueError(f"--max-batch: expected a positive integer, got {max_batch}")
     runner = OnnxRunner(artifact, model=model, provider="cpu")  # checks the file; tells its inputs
