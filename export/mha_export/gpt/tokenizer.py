@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_runtime.artifact.config_fields import file_kind
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.gpt.config import GPT2_EOS_ID
@@ -62,9 +63,9 @@ def read_tokenizer(path: Path, *, vocab_size: int, context_length: int) -> Token
         elif path.is_file():
             data = path.read_bytes()
             source = {path.name: sha256_file(path)}
-        else:
-            raise ConfigError(f"--tokenizer {path}: expected a folder of GPT-2 BPE files or a tokenizer.json, "
-                              "found nothing there")
+        else:  # nothing there, or /dev/null, a FIFO, a socket
+            got = f"got {file_kind(path.stat().st_mode)}" if path.exists() else "found nothing there"
+            raise ConfigError(f"--tokenizer {path}: expected a folder of GPT-2 BPE files or a tokenizer.json, {got}")
         tok = Tokenizer.from_str(data.decode("utf-8"))
     except ConfigError:
         raise
