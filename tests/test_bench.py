@@ -243,9 +243,10 @@ def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
     assert (tmp_path / "latency.png").exists()
     for args, code, message in [
         (("--tokens", "a,b"), 2, "Invalid value for --tokens: expected comma-separated integers, got 'a,b'"),
-        (("--tokens", "7"), 1, "--tokens: expected counts in 1..context_length=6, got [7]"),
+        (("--tokens", "7"), 2, "--tokens: expected counts in 1..context_length=6, got [7]"),  # a bad value
+        (("--tokens", "0"), 2, "--tokens: expected counts in 1..context_length=6, got [0]"),
         (("--batches", "8x"), 2, "Invalid value for --batches: expected BATCHxTOKENS pairs"),
-        (("--batches", "2x7"), 1, "--batches: expected tokens in 1..context_length=6, got 2x7"),
+        (("--batches", "2x7"), 2, "--batches: expected tokens in 1..context_length=6, got 2x7"),
         (("--threads", "0"), 2, "Invalid value for --threads: expected comma-separated thread counts >= 1"),
         (("--threads", "1,x"), 2, "Invalid value for --threads: expected comma-separated integers"),
     ]:

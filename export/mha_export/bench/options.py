@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.artifact.errors import BadValueError
 from mha_runtime.cli.options import MAX_THREADS
 
 DEFAULT_TOKENS = (16, 64, 256, 1024)
@@ -58,12 +58,12 @@ def resolve_shapes(config: MHAConfig, tokens: list[int] | None, batches: list[Sh
         tokens = [t for t in DEFAULT_TOKENS if t < limit] + [limit]
     outside = [t for t in tokens if not 1 <= t <= limit]
     if outside or not tokens:
-        raise ConfigError(f"--tokens: expected counts in 1..context_length={limit}, got {outside or 'none'}")
+        raise BadValueError(f"--tokens: expected counts in 1..context_length={limit}, got {outside or 'none'}")
     if batches is None:
         batches = [(b, min(t, limit)) for b, t in DEFAULT_BATCHES]
     wide = [f"{b}x{t}" for b, t in batches if not 1 <= t <= limit or b < 1]
     if wide:
-        raise ConfigError(f"--batches: expected tokens in 1..context_length={limit}, got {', '.join(wide)}")
+        raise BadValueError(f"--batches: expected tokens in 1..context_length={limit}, got {', '.join(wide)}")
     shapes = [(1, t) for t in sorted(set(tokens))]
     return shapes + [s for s in dict.fromkeys(batches) if s not in shapes]
 
