@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND, load_manifest
 from mha_runtime.cli.main import cli
-from mha_runtime.gpt.manifest import load_gpt_manifest
+from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.kinds import KINDS, kind_of
 from mha_runtime.serve.attention.service import CONTEXT
 from mha_runtime.serve.gpt.wire import GENERATE
@@ -55,3 +55,11 @@ def test_a_bad_manifest_is_refused_alike_for_either_kind(tmp_path: Path, text: s
     for command in (["inspect", str(tmp_path)], ["check", str(tmp_path)]):
         result = CliRunner().invoke(cli, command)
         assert result.exit_code == 1 and says in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_gpt_manifest_format_of_true_is_not_format_1(book_gpt: tuple[object, Path]) -> None:
+    """JSON's true equals 1 in Python: the format check reads the type too."""
+    data = json.loads((book_gpt[1] / "manifest.json").read_text())
+    GPTManifest.from_dict(data, "manifest")  # as written: read
+    with pytest.raises(ArtifactError, match=re.escape("format 1), got kind 'gpt', format True")):
+        GPTManifest.from_dict({**data, "format": True}, "manifest")

@@ -69,7 +69,8 @@ class GPTManifest:
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GPTManifest:
         data = obj(data, where)
-        if data.get("kind") != GPT_KIND or data.get("format") != GPT_MANIFEST_FORMAT:
+        if data.get("kind") != GPT_KIND or data.get("format") != GPT_MANIFEST_FORMAT or isinstance(
+                data.get("format"), bool):  # true == 1
             raise ArtifactError(f"{where}: expected a GPT manifest (kind {GPT_KIND!r}, format "
                                 f"{GPT_MANIFEST_FORMAT}), got kind {data.get('kind')!r}, format "
                                 f"{data.get('format')!r} (export GPT folders with `mha export --gpt`)")
