@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -156,3 +158,21 @@ def test_a_tampered_pte_never_reaches_executorch(seed_copy: Path, monkeypatch: p
 
     _tamper(seed_copy / "mha.pte")
     _refused_unparsed(monkeypatch, type(Runtime.get()), "load_program", lambda: PteRunner(seed_copy))
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_a_listed_file_that_is_a_device_or_a_fifo_is_never_read(seed_copy: Path, special: str) -> None:
+    """/dev/zero in a listed file's place was read without end (the whole machine's memory); a FIFO blocked for a
+    writer. Both are refused by their kind before a byte is read, by every reader of listed files."""
+    model = seed_copy / "mha.onnx"
+    model.unlink()
+    if special == "fifo":
+        os.mkfifo(model)
+    else:
+        model.symlink_to(special)
+    kind = "a FIFO (named pipe)" if special == "fifo" else "a character device"
+    with pytest.raises(ArtifactError, match=re.escape(f"listed in the manifest as a file, but it is {kind}")):
+        OnnxRunner(seed_copy)
+    for command in (["check", str(seed_copy)], ["triton", str(seed_copy), "--out", str(seed_copy.parent / "repo")]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 1 and kind in result.stderr, (command, result.output)

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.config_fields import read_regular
+from mha_runtime.artifact.config_fields import file_kind, read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.artifact.fields import get, obj, plain_name, record, unique_keys
 from mha_runtime.artifact.optimized_records import OptimizedSet, optimized_from_dict
@@ -217,11 +218,22 @@ def _check(path: Path, entry: FileRecord, size: int, digest: str) -> None:
                             "the file was altered: re-export it with `mha export`")
 
 
+def _sized(path: Path, entry: FileRecord) -> None:
+    """A regular file of the listed size, before a byte of it is read: /dev/zero or a FIFO in its place would
+    otherwise be read without end."""
+    st = path.stat()  # OSError for the caller to word
+    if not stat.S_ISREG(st.st_mode):
+        raise ArtifactError(f"{path}: listed in the manifest as a file, but it is {file_kind(st.st_mode)}")
+    _check(path, entry, st.st_size, entry.sha256)  # the size alone here
+
+
 def read_verified(folder: Path, name: str, manifest: Listed) -> bytes:
     """Read one file listed in the manifest and check its size and sha256; return its bytes."""
     path, entry = _listed(folder, name, manifest)
     try:
-        data = path.read_bytes()
+        _sized(path, entry)
+        with open(path, "rb") as fh:
+            data = fh.read(entry.size + 1)  # a file grown since its stat is caught by the size check below
     except OSError as exc:
         raise _unreadable(path, exc) from None
     _check(path, entry, len(data), hashlib.sha256(data).hexdigest() if len(data) == entry.size else "")
@@ -234,11 +246,11 @@ def verify_listed(folder: Path, name: str, manifest: Listed, sink: Callable[[byt
     an OSError it raises would be taken for the file's own)."""
     path, entry = _listed(folder, name, manifest)
     try:
-        size = path.stat().st_size
-        digest = sha256_file(path, sink) if size == entry.size else ""
+        _sized(path, entry)
+        digest = sha256_file(path, sink)
     except OSError as exc:
         raise _unreadable(path, exc) from None
-    _check(path, entry, size, digest)
+    _check(path, entry, entry.size, digest)
 
 
 def verify_all(folder: Path, manifest: Listed) -> None:
