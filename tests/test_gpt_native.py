@@ -304,3 +304,8 @@ def test_example_builds_and_generates_the_same_ids(book_gpt: tuple[object, Path]
         assert out.returncode == 0, out.stderr
         want = _c("c", "generate", folder, "--prompt-ids", "15496,11,314", "--max-new-tokens", "12", "--no-eos")
         assert out.stdout == want.stdout
+    for args, said in ((["-5", "1"], "N_NEW: expected an integer from 1 to"), (["3", "abc"], "ID: expected an integer"),
+                       (["3", "-1"], "ID: expected an integer from 0 to")):  # atoi: a segfault, 0, a wrapped id
+        bad = subprocess.run([str(built), str(folder / "gpt.inplace.onnx"), *args], capture_output=True, text=True,
+                             timeout=300)
+        assert bad.returncode == 1 and bad.stderr.startswith(f"error: {said}") and bad.stdout == "", bad.stderr

@@ -1,6 +1,7 @@
 // Greedy generation with gpt.inplace.onnx through the ONNX Runtime C API: load, bind each layer's cache buffer as
 // both past and present (IO binding), prefill the prompt, then one token per step, argmax. Token ids in and out.
 // Usage: gpt_example DIR/gpt.inplace.onnx [N_NEW [ID...]]. (mha_check generate also checks the sha256 first.)
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <onnxruntime_c_api.h>
@@ -8,6 +9,18 @@
 static const OrtApi *ort;
 static void ok(OrtStatus *st) {
     if (st) { fprintf(stderr, "error: %s\n", ort->GetErrorMessage(st)); exit(1); }
+}
+
+// A whole decimal integer in lo..hi, or one line and exit 1 (atoi took "abc" for 0 and -5 for a count).
+static long long int_arg(const char *text, long long lo, long long hi, const char *what) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "error: %s: expected an integer from %lld to %lld, got '%.30s'\n", what, lo, hi, text);
+        exit(1);
+    }
+    return v;
 }
 
 int main(int argc, char **argv) {
@@ -29,12 +42,12 @@ int main(int argc, char **argv) {
     ok(ort->CastTypeInfoToTensorInfo(info, &t));
     ok(ort->GetDimensions(t, logits_shape, 2));
     ort->ReleaseTypeInfo(info);
-    int layers = (int)(inputs - 2) / 2, new_tokens = argc > 2 ? atoi(argv[2]) : 8;
     int64_t C = cache[2], V = logits_shape[1], n = argc > 3 ? argc - 3 : 1;
+    int layers = (int)(inputs - 2) / 2, new_tokens = argc > 2 ? (int)int_arg(argv[2], 1, C, "N_NEW") : 8;
     cache[0] = logits_shape[0] = 1;
-    int64_t *ids = calloc((size_t)(n + new_tokens), sizeof *ids);  // the prompt, then the new ids
-    for (int64_t i = 0; i < n; i++) ids[i] = argc > 3 ? atoll(argv[3 + i]) : 6724;
     if (n + new_tokens > C) { fprintf(stderr, "error: prompt + new tokens pass context_length %lld\n", (long long)C); return 1; }
+    int64_t *ids = calloc((size_t)(n + new_tokens), sizeof *ids);  // the prompt, then the new ids
+    for (int64_t i = 0; i < n; i++) ids[i] = argc > 3 ? int_arg(argv[3 + i], 0, V - 1, "ID") : 6724;
     // one zeroed buffer per layer and per key/value, bound as BOTH past_key_values.{i}.* and present.{i}.*
     ok(ort->CreateIoBinding(s, &bind));
     size_t count = (size_t)(cache[1] * cache[2] * cache[3]);
