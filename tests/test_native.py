@@ -411,7 +411,21 @@ def _models_outside(folder: Path) -> None:
 NOT_INSIDE = "expected a file name inside the artifact folder, got "
 
 
+def _special(path: Path, kind: str) -> None:
+    """`path` replaced by /dev/zero (a symbolic link to it) or by a FIFO: reading either never ends."""
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+
 HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, str]]] = {
+    # Node read them whole (all memory, or blocked for a writer); C blocked in open() on a FIFO.
+    "model-is-dev-zero": (lambda f: _special(f / "mha.onnx", "device"), ONNX_RUNNERS,
+                          {"*": "mha.onnx: expected a regular file"}),
+    "manifest-is-a-fifo": (lambda f: _special(f / "manifest.json", "fifo"), ONNX_RUNNERS,
+                           {"*": "manifest.json: expected a regular file"}),
     # name: (edit the copied seed folder, runners it applies to, {runner or "*": message})
     "schedule-sum-over": (_schedule([3, 1, 1, 1, 1]), ["c", "c-asan", "node"],
                           {"*": "schedule 3,1,1,1,1 adds up to 7, expected tokens=6"}),

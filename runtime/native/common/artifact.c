@@ -257,7 +257,7 @@ const MhaFile *mha_manifest_find(const MhaManifest *m, const char *name) {
 int mha_read_file(const char *path, unsigned char **data, size_t *len, char *err, size_t n) {
     *data = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);  /* a FIFO is refused below, not waited on for a writer */
     if (fd < 0) {
         int why = errno;
         snprintf(err, n, "%s: expected a readable file, got: %s", path, strerror(why));

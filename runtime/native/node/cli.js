@@ -19,11 +19,13 @@ const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
 const { MhaRunner, check, floats, ContractError } = require('./mha');
+const { MAX_MANIFEST_BYTES, readRegular } = require('./files');
 
 // Whether DIR/manifest.json says kind "gpt" (its check is gpt.js's); anything unreadable is left to the loaders.
 function isGptFolder(dir) {
   try {
-    return JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).kind === 'gpt';
+    const text = readRegular(path.join(dir, 'manifest.json'), MAX_MANIFEST_BYTES, (m) => new Error(m));
+    return JSON.parse(text.toString('utf8')).kind === 'gpt';
   } catch {
     return false;
   }
@@ -102,14 +104,15 @@ async function main(argv) {
     const batch = intArg(batchArg, 1, MAX_BATCH), tokens = intArg(tokensArg, 1, ctx);
     if (batch === null) throw new ContractError(`BATCH: expected an integer from 1 to ${MAX_BATCH}, got '${batchArg.slice(0, 30)}'`);
     if (tokens === null) throw new ContractError(`TOKENS: expected 1 <= tokens <= context_length=${ctx}, got '${tokensArg.slice(0, 30)}'`);
-    let buf;
-    try {
-      buf = fs.readFileSync(input);
-    } catch (e) {
-      throw new Error(`${input}: expected a readable file (${e.code || e.message})`);
-    }
     const dims = [batch, tokens, dIn];
     const count = batch * tokens * dIn;
+    let buf;
+    try {
+      buf = readRegular(input, Number.MAX_SAFE_INTEGER, (m) => new ContractError(m));  // floats() judges its size
+    } catch (e) {
+      if (e instanceof ContractError) throw e;
+      throw new Error(`${input}: expected a readable file (${e.code || e.message})`);
+    }
     const x = floats(buf, count, input);
     const y = await runner.run(x, dims);
     const out = Buffer.alloc(y.data.length * 4);

@@ -14,6 +14,7 @@ const path = require('path');
 const ort = require('onnxruntime-node');
 const { Tokenizer } = require('@huggingface/tokenizers');
 const gpt = require('../common/gpt.mjs');
+const { MAX_MANIFEST_BYTES, readRegular } = require('./files');
 
 const { ArtifactError, INPLACE_FORM } = gpt;
 
@@ -23,9 +24,10 @@ function nodeIo(dir) {
     async bytes(rel, what) {
       const file = path.join(dir, rel);
       try {
-        const buf = fs.readFileSync(file);
+        const buf = readRegular(file, what ? MAX_MANIFEST_BYTES : Number.MAX_SAFE_INTEGER, (m) => new ArtifactError(m));
         return new Uint8Array(buf.buffer, buf.byteOffset, buf.length);
       } catch (e) {
+        if (e instanceof ArtifactError) throw e;
         if (e.code === 'ENOENT') throw new ArtifactError(what ? `${file}: expected ${what}, found none` : `${file}: listed in the manifest but missing`);
         throw new ArtifactError(`${file}: cannot read it (${e.code || e.message})`);
       }

@@ -10,6 +10,7 @@ const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
 const ort = require('onnxruntime-node');
+const { MAX_MANIFEST_BYTES, readRegular } = require('./files');
 // Node >= 20.19 require()s an ES module with no top-level await synchronously: this module's API stays synchronous
 // to load (require('./mha')), as it was.
 const attention = require('../common/attention.mjs');
@@ -39,9 +40,10 @@ function checkConfig(config, where) {
 function loadManifest(dir) {
   const file = path.join(dir, 'manifest.json');
   if (!fs.existsSync(file)) throw new ArtifactError(`${file}: expected a manifest (made by \`mha export\`), found none`);
+  const text = readRegular(file, MAX_MANIFEST_BYTES, (m) => new ArtifactError(m)).toString('utf8');
   let doc;
   try {
-    doc = JSON.parse(fs.readFileSync(file, 'utf8'));
+    doc = JSON.parse(text);
   } catch (e) {
     throw new ArtifactError(`${file}: expected JSON, got a parse error (${e.message.split('\n')[0]})`);
   }
@@ -69,8 +71,10 @@ function verifiedBytes(dir, name, manifest) {
   const file = path.join(dir, name);
   if (!entry) throw new ArtifactError(`${name}: expected it listed in ${path.join(dir, 'manifest.json')}, found no entry`);
   if (!fs.existsSync(file)) throw new ArtifactError(`${file}: listed in the manifest but missing`);
-  const bytes = fs.readFileSync(file);
-  attention.checkSize(file, entry, bytes);
+  const st = fs.statSync(file);
+  if (st.isFile()) attention.checkSize(file, entry, { length: st.size });  // one of another size is not read
+  const bytes = readRegular(file, entry.size, (m) => new ArtifactError(m));
+  attention.checkSize(file, entry, bytes);  // a file that changed since its stat
   attention.checkDigest(file, entry, crypto.createHash('sha256').update(bytes).digest('hex'));
   return bytes;
 }

@@ -1,0 +1,27 @@
+'use strict';
+// Reading a file the runner was pointed at: a regular file only, checked by stat before a byte is read, so that
+// /dev/zero, a FIFO or a folder in its place is one line (reading one took all memory, or blocked for a writer).
+const fs = require('fs');
+
+function kindOf(st) {
+  if (st.isDirectory()) return 'a folder';
+  if (st.isFIFO()) return 'a FIFO (named pipe)';
+  if (st.isCharacterDevice()) return 'a character device';
+  if (st.isBlockDevice()) return 'a block device';
+  if (st.isSocket()) return 'a socket';
+  return 'not a regular file';
+}
+
+// The bytes of `file`, a regular file of at most `limit` bytes; otherwise the error made by `error(message)`.
+// A missing file throws fs's own error (code ENOENT) for the caller to word.
+function readRegular(file, limit, error) {
+  const st = fs.statSync(file);
+  if (!st.isFile()) throw error(`${file}: expected a regular file, got ${kindOf(st)}`);
+  if (st.size > limit) throw error(`${file}: expected at most ${limit} bytes, got ${st.size}`);
+  return fs.readFileSync(file);
+}
+
+// A manifest is a few KB: a larger file is not one (and is not read whole), as in the Python and C readers.
+const MAX_MANIFEST_BYTES = 4 << 20;
+
+module.exports = { MAX_MANIFEST_BYTES, readRegular };
