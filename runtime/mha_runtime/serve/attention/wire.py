@@ -8,6 +8,7 @@ import io
 import json
 import math
 import sys
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
@@ -113,8 +114,8 @@ def read_npy(body: bytes, where: str) -> np.ndarray:
             raise ValueError(f"format version {version[0]}.{version[1]}, expected 1.0 or 2.0 (np.save)")
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, fortran, dtype = read_header(stream)
-    except (ValueError, SyntaxError, EOFError, OSError) as exc:
-        raise RequestError(f"{where}: expected a .npy file ({first_line(exc)})") from None
+    except (ValueError, SyntaxError, EOFError, OSError, TokenError, RecursionError) as exc:  # numpy's header parser
+        raise RequestError(f"{where}: expected a .npy file ({cut(first_line(exc), 120)})") from None
     if dtype.hasobject:
         raise RequestError(f"{where}: expected a numeric .npy array, got dtype {dtype} (pickled objects refused)")
     said = cut(str(list(shape)), 80)
