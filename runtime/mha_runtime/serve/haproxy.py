@@ -13,6 +13,8 @@ from pathlib import Path
 
 from mha_runtime.serve.ports import free_port
 
+CLIENT_TIMEOUT_S = 60
+
 
 def haproxy_env(base: Path) -> dict[str, str]:
     """The environment (set before `import ray`) for HAProxy with its files under `base` (the admin socket path
@@ -25,4 +27,8 @@ def haproxy_env(base: Path) -> dict[str, str]:
             "RAY_SERVE_HAPROXY_SOCKET_PATH": str(base / "admin.sock"),
             "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(base),
             "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(base / "server-state"),
-            "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(base / "metrics.sock")}
+            "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": str(base / "metrics.sock"),
+            # Ray's 3600 s let a client that never finishes its headers hold a connection (of 4096) for an hour;
+            # with no `timeout http-request` set (Ray's template has no variable for it), this bounds the headers.
+            # The wait for an answer is not client inactivity: long generations are not cut by it.
+            "RAY_SERVE_HAPROXY_TIMEOUT_CLIENT_S": str(CLIENT_TIMEOUT_S)}
