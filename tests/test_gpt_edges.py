@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from unittest import mock
@@ -15,6 +16,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from helpers import reseal
 from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.cli.main import cli
 from mha_runtime.gpt.generate import Generator
@@ -230,3 +232,22 @@ def test_a_config_smaller_than_the_golden_cases_exports_and_checks(tmp_path: Pat
     assert all(len(c["prompt_ids"]) + len(c["ids"]) <= 8 for c in cases)
     checked = CliRunner().invoke(cli, ["check", str(out / "toy")])
     assert checked.exit_code == 0 and " 0 failed" in checked.output, checked.output
+
+
+@pytest.mark.parametrize(("prompt_ids", "says"), [
+    ([99999], "cases[0]: token id 99999 is outside the vocabulary (0..50256)"),
+    ([], "cases[0]: expected at least one prompt id, got none"),
+])
+def test_a_resealed_golden_case_with_bad_prompt_ids_is_one_line(book_gpt: tuple[object, Path], tmp_path: Path,
+                                                                 prompt_ids: list[int], says: str) -> None:
+    """A golden file edited and resealed (size and sha256 in the manifest updated): its prompt ids are checked
+    before any runner sees them (ONNX Runtime's and ExecuTorch's own errors were a dozen raw lines)."""
+    folder = tmp_path / "book"
+    shutil.copytree(book_gpt[1], folder)
+    path = folder / "golden" / "generations.json"
+    doc = json.loads(path.read_text())
+    doc["cases"][0]["prompt_ids"] = prompt_ids
+    path.write_text(json.dumps(doc))
+    reseal(folder, "golden/generations.json")
+    result = CliRunner().invoke(cli, ["check", str(folder)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1 and says in result.stderr, result.output

@@ -36,6 +36,7 @@ from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.artifact.fields import get, plain_name, record
 from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.artifact.tolerance import Tolerance
+from mha_runtime.gpt.contract import id_problem
 from mha_runtime.gpt.manifest import GPTManifest, read_listed_json
 
 GENERATIONS_FILE = "golden/generations.json"
@@ -92,6 +93,11 @@ def load_generations(folder: Path, manifest: GPTManifest, file: str = GENERATION
                                   what="golden generations")
     cases = [GoldenGeneration.from_dict(c, f"{where}: cases[{i}]")
              for i, c in enumerate(get(doc, "cases", list, where))]
+    for i, case in enumerate(cases):  # before any runner sees them (ONNX Runtime's own errors are many lines)
+        problem = (id_problem(case.prompt_ids, manifest.config.vocab_size, repr) if case.prompt_ids
+                   else "expected at least one prompt id, got none")
+        if problem is not None:
+            raise ArtifactError(f"{where}: cases[{i}]: {problem}")
     return GoldenGenerations(Tolerance.from_dict(get(doc, "tolerance", dict, where)), cases, doc)
 
 
