@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from helpers import reseal
 from mha_runtime.artifact.errors import ArtifactError, ProviderError
 from mha_runtime.cli.main import cli
 from mha_runtime.infer.providers import resolve_provider
@@ -176,3 +177,15 @@ def test_a_listed_file_that_is_a_device_or_a_fifo_is_never_read(seed_copy: Path,
     for command in (["check", str(seed_copy)], ["triton", str(seed_copy), "--out", str(seed_copy.parent / "repo")]):
         result = CliRunner().invoke(cli, command)
         assert result.exit_code == 1 and kind in result.stderr, (command, result.output)
+
+
+def test_a_golden_case_name_with_control_characters_is_one_line(seed_copy: Path) -> None:
+    """The name is printed in every result line: a newline and an escape sequence in it (resealed) split the error
+    over two lines and named the wrong thing."""
+    doc = json.loads((seed_copy / "golden" / "cases.json").read_text())
+    doc["cases"][0]["name"] = "a\n\x1b[31mred"
+    (seed_copy / "golden" / "cases.json").write_text(json.dumps(doc))
+    reseal(seed_copy, "golden/cases.json")
+    result = CliRunner().invoke(cli, ["check", str(seed_copy)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "cases[0].name: expected printable text, got 'a\\n\\x1b[31mred'" in result.stderr

@@ -426,6 +426,10 @@ HOSTILE_FIXTURES: dict[str, tuple[Callable[[Path], None], list[str], dict[str, s
                           {"*": "mha.onnx: expected a regular file"}),
     "manifest-is-a-fifo": (lambda f: _special(f / "manifest.json", "fifo"), ONNX_RUNNERS,
                            {"*": "manifest.json: expected a regular file"}),
+    # a case's name is printed in every result line: Node wrote the escape sequence and the newline out raw
+    "case-name-control-characters": (lambda f: _edit_cases(f, lambda d: _case(d, "b1_t1").update(
+        name="a\n\x1b[31mred")), ["c", "c-asan", "node"], {"*": "name: expected no control characters",
+                                                           "node": "name: expected printable text"}),
     # name: (edit the copied seed folder, runners it applies to, {runner or "*": message})
     "schedule-sum-over": (_schedule([3, 1, 1, 1, 1]), ["c", "c-asan", "node"],
                           {"*": "schedule 3,1,1,1,1 adds up to 7, expected tokens=6"}),

@@ -41,7 +41,10 @@ class GoldenCase:
         data = obj(data, where)
         names = {k: plain_name(get(data, k, str, where), f"{where}.{k}")
                  for k in ("input_bin", "output_bin", "input_npy", "output_npy")}
-        case = cls(name=get(data, "name", str, where), input_shape=shape3(get(data, "input_shape", list, where),
+        name = get(data, "name", str, where)
+        if not name or not name.isprintable():  # it is printed in every result line (the C runner refuses it too)
+            raise ArtifactError(f"{where}.name: expected printable text, got {name!r}")
+        case = cls(name=name, input_shape=shape3(get(data, "input_shape", list, where),
                    f"{where}.input_shape"), output_shape=shape3(get(data, "output_shape", list, where),
                    f"{where}.output_shape"), **names)
         if case.input_shape[:2] != case.output_shape[:2]:

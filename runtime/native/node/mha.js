@@ -132,6 +132,9 @@ class InPlaceDecodeSession extends attention.InPlaceDecodeSession {
 }
 
 function checkCase(c, config, schedule, { inplace = false } = {}) {
+  if (typeof c.name !== 'string' || !c.name || /[\u0000-\u001f\u007f-\u009f]/.test(c.name)) {
+    throw new ArtifactError(`name: expected printable text, got ${JSON.stringify(c.name)}`);  // as the C runner
+  }
   const shape = (v) => Array.isArray(v) && v.length === 3 && v.every((n) => Number.isSafeInteger(n));
   if (!shape(c.input_shape) || !shape(c.output_shape)) {
     throw new ContractError(`expected input_shape and output_shape [batch, tokens, width] of integers, got ${JSON.stringify(c.input_shape)} and ${JSON.stringify(c.output_shape)}`);
@@ -221,6 +224,7 @@ async function check(dir, log = console.log) {
     }
     for (const c of cases.cases) {
       const name = isObject(c) ? String(c.name) : '?';
+      const shown = JSON.stringify(name).slice(1, -1);  // in a line: control characters escaped
       const result = { name, ok: false, max_abs: null, rel_l2: null, error: null };
       let line;
       try {
@@ -256,11 +260,11 @@ async function check(dir, log = console.log) {
           throw new ContractError(`output 'context': expected ${want.length} values ${JSON.stringify(c.output_shape)}, got ${got.length}`);
         }
         const r = compare(got, want, entry.tolerance);
-        line = `${r.ok ? 'ok  ' : 'FAIL'} ${file.padEnd(20)} ${name.padEnd(10)} max_abs=${r.maxAbs.toPrecision(3)} rel_l2=${r.relL2.toPrecision(3)}`
+        line = `${r.ok ? 'ok  ' : 'FAIL'} ${file.padEnd(20)} ${shown.padEnd(10)} max_abs=${r.maxAbs.toPrecision(3)} rel_l2=${r.relL2.toPrecision(3)}`
           + (r.ok ? '' : ` atol=${entry.tolerance.atol}` + (entry.tolerance.rel_l2 == null ? '' : ` rel_l2<=${entry.tolerance.rel_l2}`));
         Object.assign(result, { ok: r.ok, max_abs: finite(r.maxAbs), rel_l2: finite(r.relL2) });
       } catch (e) {
-        line = `FAIL ${file.padEnd(20)} ${name.padEnd(10)} ${e.message.split('\n')[0]}`;
+        line = `FAIL ${file.padEnd(20)} ${shown.padEnd(10)} ${e.message.split('\n')[0]}`;
         result.error = e.message.split('\n')[0];
       }
       result.ok ? (passed++, record.passed++) : (failed++, record.failed++);
