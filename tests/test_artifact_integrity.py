@@ -54,7 +54,7 @@ def test_check_refuses_any_altered_file(seed_copy: Path, target: str) -> None:
     assert "differs from the manifest" in result.stderr and target in result.stderr
 
 
-@pytest.mark.parametrize("command", ["check", "validate", "run"])
+@pytest.mark.parametrize("command", ["check", "validate", "run", "bench"])
 def test_a_manifest_config_edited_away_from_the_models_own_is_refused(seed_copy: Path, command: str) -> None:
     """manifest.json is not listed in itself: a config edited in it (here a context of 10**9, which `validate`
     used to size its eager mask from: 4e18 bytes) is caught against the model's metadata, before any work."""
@@ -62,9 +62,12 @@ def test_a_manifest_config_edited_away_from_the_models_own_is_refused(seed_copy:
     manifest["config"]["context_length"] = 10**9
     (seed_copy / "manifest.json").write_text(json.dumps(manifest))
     np.save(seed_copy.parent / "x.npy", np.ones((1, 3, 3), np.float32))
-    args = {"check": [], "validate": [],
-            "run": ["--input", str(seed_copy.parent / "x.npy"), "--output", str(seed_copy.parent / "y.npy")]}[command]
-    result = CliRunner().invoke(cli, [command, str(seed_copy), *args])
+    args = {"check": [str(seed_copy)], "validate": [str(seed_copy)],
+            "run": [str(seed_copy), "--input", str(seed_copy.parent / "x.npy"), "--output",
+                    str(seed_copy.parent / "y.npy")],
+            "bench": ["--artifacts", str(seed_copy.parent), "--preset", seed_copy.name, "--out",
+                      str(seed_copy.parent / "bench")]}[command]
+    result = CliRunner().invoke(cli, [command, *args])
     assert result.exit_code == 1, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].endswith(
@@ -189,3 +192,12 @@ def test_a_golden_case_name_with_control_characters_is_one_line(seed_copy: Path)
     result = CliRunner().invoke(cli, ["check", str(seed_copy)])
     assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
     assert "cases[0].name: expected printable text, got 'a\\n\\x1b[31mred'" in result.stderr
+
+
+def test_golden_cases_with_an_integer_past_4300_digits_is_one_line(seed_copy: Path) -> None:
+    """json.loads' own ValueError (not a JSONDecodeError) escaped as an "internal error"."""
+    (seed_copy / "golden" / "cases.json").write_text('{"format": 1' + "0" * 5000 + "}")
+    reseal(seed_copy, "golden/cases.json")
+    result = CliRunner().invoke(cli, ["check", str(seed_copy)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "cases.json: expected JSON, got a parse error" in result.stderr and "internal error" not in result.stderr

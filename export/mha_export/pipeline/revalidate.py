@@ -8,7 +8,6 @@ from mha_export.weights.load import load_artifact_model
 from mha_runtime.artifact.manifest import load_manifest, verify_all
 from mha_runtime.artifact.registry import ArtifactSpec, spec_for
 from mha_runtime.infer.pick_copy import choose
-from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
 
 
 def revalidate(folder: Path, *, progress: bool = False) -> dict[str, ArtifactReport]:
@@ -16,8 +15,6 @@ def revalidate(folder: Path, *, progress: bool = False) -> dict[str, ArtifactRep
     optimized copy the runtime would load on this machine (a copy it would not load is not judged here)."""
     manifest = load_manifest(folder)
     verify_all(folder, manifest)
-    if DEFAULT_MODEL in manifest.artifacts:  # its metadata's config is the manifest's, before the model is sized
-        OnnxRunner(folder, model=DEFAULT_MODEL, provider="cpu", offline_optimized=False)
     model, config = load_artifact_model(folder, manifest)
     specs = [spec_for(file) for file in manifest.artifacts]
     copies = [ArtifactSpec(choice.file, spec.kind, spec.runtime) for spec in specs

@@ -22,6 +22,7 @@ from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import Manifest, WeightsRecord, sha256_file
 from mha_runtime.artifact.registry import WEIGHTS_FILE
+from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
 
 SEED = 123
 # Training scripts (the book's chapter 5 among them) save the state_dict inside a dict under these keys.
@@ -167,6 +168,9 @@ def load_model(config: MHAConfig, weights: Path | None = None, *, layer: int | N
 
 
 def load_artifact_model(folder: Path, manifest: Manifest) -> tuple[MultiHeadAttentionWrapper, MHAConfig]:
-    """The eager wrapper an artifact folder was exported from: its manifest's config and its weights file."""
+    """The eager wrapper an artifact folder was exported from: its manifest's config and its weights file. The
+    config is first checked against mha.onnx's own (an edited context_length would size the causal mask)."""
+    if DEFAULT_MODEL in manifest.artifacts:
+        OnnxRunner(folder, model=DEFAULT_MODEL, provider="cpu", offline_optimized=False)
     model, _ = load_model(manifest.config, Path(folder) / WEIGHTS_FILE)
     return model, manifest.config

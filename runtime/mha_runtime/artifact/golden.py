@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.artifact.config_fields import read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.artifact.fields import get, obj, plain_name, shape3
 from mha_runtime.artifact.tolerance import Tolerance
@@ -17,6 +18,7 @@ from mha_runtime.artifact.tolerance import Tolerance
 GOLDEN_DIR = "golden"
 CASES_NAME = "cases.json"
 CASES_FORMAT = 1
+MAX_CASES_BYTES = 4 << 20  # as a manifest: a few KB of case records
 
 
 @dataclass(frozen=True)
@@ -135,12 +137,14 @@ def load_cases(artifact_dir: Path) -> GoldenCases:
     """Read `golden/cases.json`; it lists the cases and, per artifact file, the tolerance to use."""
     path = Path(artifact_dir) / GOLDEN_DIR / CASES_NAME
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular(path, MAX_CASES_BYTES).decode())
     except FileNotFoundError:
         raise ArtifactError(f"{path}: expected golden fixtures (made by `mha export`), found none") from None
+    except ConfigError as exc:  # a FIFO, a device, a folder, a file over the limit: never read
+        raise ArtifactError(f"{path}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"{path}: expected a readable JSON file ({first_line(exc)})") from None
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: also an integer past 4300 digits
         raise ArtifactError(f"{path}: expected JSON, got a parse error ({first_line(exc)})") from None
     return GoldenCases.from_dict(data, str(path))
 
