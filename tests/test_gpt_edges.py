@@ -234,19 +234,20 @@ def test_a_config_smaller_than_the_golden_cases_exports_and_checks(tmp_path: Pat
     assert checked.exit_code == 0 and " 0 failed" in checked.output, checked.output
 
 
-@pytest.mark.parametrize(("prompt_ids", "says"), [
-    ([99999], "cases[0]: token id 99999 is outside the vocabulary (0..50256)"),
-    ([], "cases[0]: expected at least one prompt id, got none"),
+@pytest.mark.parametrize(("edit", "says"), [
+    ({"prompt_ids": [99999]}, "cases[0]: token id 99999 is outside the vocabulary (0..50256)"),
+    ({"prompt_ids": []}, "cases[0]: expected at least one prompt id, got none"),
+    ({"name": "a\n\x1b[31mred"}, "cases[0]: name: expected printable text, got 'a\\n\\x1b[31mred'"),
 ])
 def test_a_resealed_golden_case_with_bad_prompt_ids_is_one_line(book_gpt: tuple[object, Path], tmp_path: Path,
-                                                                 prompt_ids: list[int], says: str) -> None:
+                                                                 edit: dict[str, object], says: str) -> None:
     """A golden file edited and resealed (size and sha256 in the manifest updated): its prompt ids are checked
     before any runner sees them (ONNX Runtime's and ExecuTorch's own errors were a dozen raw lines)."""
     folder = tmp_path / "book"
     shutil.copytree(book_gpt[1], folder)
     path = folder / "golden" / "generations.json"
     doc = json.loads(path.read_text())
-    doc["cases"][0]["prompt_ids"] = prompt_ids
+    doc["cases"][0].update(edit)
     path.write_text(json.dumps(doc))
     reseal(folder, "golden/generations.json")
     result = CliRunner().invoke(cli, ["check", str(folder)])

@@ -46,7 +46,8 @@ const finite = (v) => (Number.isFinite(v) ? v : null);
 const g3 = (v) => (v === null ? 'inf' : Number(v).toPrecision(3));
 
 export function caseLine(file, r) {
-  const head = `${r.ok ? 'ok  ' : 'FAIL'} ${file.padEnd(16)} ${r.name.padEnd(16)} ${JSON.stringify(r.shape).padEnd(8)}`;
+  const name = JSON.stringify(String(r.name)).slice(1, -1);  // control characters escaped, not written to a terminal
+  const head = `${r.ok ? 'ok  ' : 'FAIL'} ${file.padEnd(16)} ${name.padEnd(16)} ${JSON.stringify(r.shape).padEnd(8)}`;
   return r.error ? `${head} ${r.error}` : `${head} max_abs=${g3(r.max_abs)} rel_l2=${g3(r.rel_l2)} atol=${r.tolerance.atol}`;
 }
 
