@@ -108,6 +108,21 @@ def test_wasm_check_refuses_an_altered_model(seed_copy: Path) -> None:
     assert result.stdout.strip().splitlines()[-1] == f"{total - cases} passed, {cases} failed"
 
 
+def test_wasm_check_never_reads_a_fifo_or_a_device(seed_copy: Path) -> None:
+    """manifest.json as a FIFO blocked for a writer; a listed model linked to /dev/zero was read without end."""
+    (seed_copy / "mha.fused.onnx").unlink()
+    (seed_copy / "mha.fused.onnx").symlink_to("/dev/zero")
+    result = _check(seed_copy, "--repeats", "1")
+    fused = [line for line in result.stdout.splitlines() if " mha.fused.onnx " in line]
+    assert result.returncode == 1 and fused, result.stdout + result.stderr
+    assert all(line.startswith("FAIL") and "expected a regular file, got a character device" in line for line in fused)
+    (seed_copy / "manifest.json").unlink()
+    os.mkfifo(seed_copy / "manifest.json")
+    result = _check(seed_copy, "--repeats", "1")
+    assert result.returncode == 1 and result.stderr.strip().endswith(
+        "manifest.json: expected a regular file, got a FIFO (named pipe)"), result.stderr
+
+
 def test_wasm_check_refuses_a_contract_breaking_case(seed_copy: Path) -> None:
     add_zero_case(seed_copy, "too_long", (1, 7, 3), 4)
     result = _check(seed_copy, "--repeats", "1")

@@ -17,6 +17,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { ArtifactError, checkArtifacts, openSession } from './core.mjs';
 import * as gpt from '../common/gpt.mjs';
+import nodeFiles from '../node/files.js';
+
+const { MAX_MANIFEST_BYTES, readRegular } = nodeFiles;
 
 const USAGE = 'usage: node check.mjs ARTIFACT_DIR [--json FILE] [--repeats N]';
 
@@ -40,7 +43,8 @@ function nodeIo(dir) {
     if (!fs.existsSync(file)) {
       throw new ArtifactError(what ? `${file}: expected ${what}, found none` : `${file}: listed but missing`);
     }
-    return fs.readFileSync(file);
+    // a regular file only (a FIFO or /dev/zero in its place is never read), as the Node runner reads
+    return readRegular(file, what ? MAX_MANIFEST_BYTES : Number.MAX_SAFE_INTEGER, (m) => new ArtifactError(m));
   };
   return {
     where: dir,
@@ -79,7 +83,8 @@ async function loadTokenizerClass() {
 
 function isGptFolder(dir) {
   try {
-    return JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).kind === gpt.GPT_KIND;
+    const text = readRegular(path.join(dir, 'manifest.json'), MAX_MANIFEST_BYTES, (m) => new Error(m));
+    return JSON.parse(text.toString('utf8')).kind === gpt.GPT_KIND;
   } catch {
     return false;
   }
