@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_runtime.artifact.atomic import MAX_NAME
 from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.artifact.errors import ArtifactError, BadValueError, cut
 from mha_runtime.artifact.manifest import load_manifest, read_verified
@@ -26,7 +27,6 @@ TORCHSCRIPT_PLATFORM = "pytorch_libtorch"
 TORCHSCRIPT_INPUT, TORCHSCRIPT_OUTPUT = "INPUT__0", "OUTPUT__0"
 VERSION = "1"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
-MAX_NAME = 100  # as `mha export --name`
 
 
 @dataclass(frozen=True)

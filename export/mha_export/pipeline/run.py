@@ -14,13 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from mha_runtime.artifact.atomic import staged_folder
+from mha_runtime.artifact.atomic import MAX_NAME, staged_folder
 from mha_runtime.artifact.errors import BadValueError, cut
 from mha_runtime.artifact.manifest import MANIFEST_NAME
 
-# A folder name under --out: one path part, never '.' or '..', short enough for the staging folder's suffix to
-# stay under the file systems' 255-byte limit.
-MAX_NAME = 100
+# A folder name under --out: one path part, never '.' or '..', at most MAX_NAME characters.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 

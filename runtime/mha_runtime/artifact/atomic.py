@@ -25,6 +25,10 @@ from pathlib import Path
 
 from mha_runtime.artifact.errors import ArtifactError, BadValueError, Interrupted
 
+# The longest folder name an export (--name) or a Triton model (--name + _torchscript) takes: short enough for the
+# staging folder's suffix to stay under the file systems' 255-byte limit.
+MAX_NAME = 100
+
 
 def current_umask() -> int:
     """The process umask, read without changing it (os.umask would set it process-wide, racing other threads):

@@ -13,12 +13,12 @@ from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.config_fields import read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.artifact.fields import get, obj, plain_name, shape3
+from mha_runtime.artifact.manifest import MAX_MANIFEST_BYTES
 from mha_runtime.artifact.tolerance import Tolerance
 
 GOLDEN_DIR = "golden"
 CASES_NAME = "cases.json"
 CASES_FORMAT = 1
-MAX_CASES_BYTES = 4 << 20  # as a manifest: a few KB of case records
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def load_cases(artifact_dir: Path) -> GoldenCases:
     """Read `golden/cases.json`; it lists the cases and, per artifact file, the tolerance to use."""
     path = Path(artifact_dir) / GOLDEN_DIR / CASES_NAME
     try:
-        data = json.loads(read_regular(path, MAX_CASES_BYTES).decode())
+        data = json.loads(read_regular(path, MAX_MANIFEST_BYTES).decode())
     except FileNotFoundError:
         raise ArtifactError(f"{path}: expected golden fixtures (made by `mha export`), found none") from None
     except ConfigError as exc:  # a FIFO, a device, a folder, a file over the limit: never read

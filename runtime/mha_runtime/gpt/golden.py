@@ -94,10 +94,12 @@ def load_generations(folder: Path, manifest: GPTManifest, file: str = GENERATION
     cases = [GoldenGeneration.from_dict(c, f"{where}: cases[{i}]")
              for i, c in enumerate(get(doc, "cases", list, where))]
     for i, case in enumerate(cases):  # before any runner sees them (ONNX Runtime's own errors are many lines)
-        problem = (id_problem(case.prompt_ids, manifest.config.vocab_size, repr) if case.prompt_ids
-                   else "expected at least one prompt id, got none")
         if not case.name or not case.name.isprintable():  # printed in every result line, as the C runner has it
-            problem = f"name: expected printable text, got {case.name!r}"
+            problem: str | None = f"name: expected printable text, got {case.name!r}"
+        elif not case.prompt_ids:
+            problem = "expected at least one prompt id, got none"
+        else:
+            problem = id_problem(case.prompt_ids, manifest.config.vocab_size, repr)
         if problem is not None:
             raise ArtifactError(f"{where}: cases[{i}]: {problem}")
     return GoldenGenerations(Tolerance.from_dict(get(doc, "tolerance", dict, where)), cases, doc)
