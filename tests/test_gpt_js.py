@@ -221,6 +221,24 @@ def test_a_tampered_file_is_refused_before_running(name: str, book_gpt: tuple[to
             assert check.stdout.strip().splitlines()[-1] == f"{passed} passed, {_cases(folder)} failed"
 
 
+def test_a_listed_file_of_another_size_is_refused_unread(book_gpt: tuple[torch.nn.Module, Path],
+                                                        tmp_path: Path) -> None:
+    """A decoder replaced by a 3 GiB sparse file: refused by its size, from stat. Reading it first (as the JS
+    runners did) failed on Node's 2 GiB read limit with a line that did not say what was wrong."""
+    folder = _alter(book_gpt[1], "gpt.onnx", tmp_path)
+    (folder / "gpt.onnx").unlink()
+    with open(folder / "gpt.onnx", "wb") as f:
+        f.truncate(3 * 2**30)
+    for command in RUNNERS.values():
+        result = _run(command, "generate", folder, "--prompt-ids", "1", "--max-new-tokens", 1, "--form", "gpt.onnx")
+        _one_line_error(result, f"gpt.onnx: expected {_listed_size(book_gpt[1], 'gpt.onnx')} bytes (manifest), "
+                                f"found {3 * 2**30}; file truncated or replaced")
+
+
+def _listed_size(folder: Path, name: str) -> int:
+    return int(json.loads((folder / "manifest.json").read_text())["files"][name]["size"])
+
+
 @pytest.mark.parametrize("args,code,message", [
     (["generate", "{dir}"], 1, "give the prompt as --prompt TEXT or as --prompt-ids 1,2,3"),
     (["generate", "{dir}", "--prompt-ids", "1,x"], 1, "--prompt-ids: expected comma-separated integers, got 'x'"),

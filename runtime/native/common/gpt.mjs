@@ -4,7 +4,8 @@
 // `ort` (onnxruntime-node or onnxruntime-web, the same Tensor/InferenceSession API), an `io` object and the tokenizer
 // class, so the same code runs in Node.js and in a browser without a bundler:
 //   io.where: the folder, for messages; io.bytes(rel) -> Promise<Uint8Array> (an ArtifactError when missing);
-//   io.sha256(Uint8Array) -> Promise<lowercase hex>.
+//   io.sha256(Uint8Array) -> Promise<lowercase hex>; optional io.size(rel) -> Promise<bytes or null> (a regular
+//   file's size by stat, so that a listed file of another size is never read).
 // This file only gathers the parts in common/gpt/, one concept each, each the rule of the Python runtime
 // (runtime/mha_runtime/gpt/*.py); importers use this one name (the browser fetches the parts by relative import):
 // - base.mjs: the error classes, the manifest's kind and format, the file names and decoder forms, small helpers;

@@ -21,7 +21,18 @@ function readRegular(file, limit, error) {
   return fs.readFileSync(file);
 }
 
+// The size of `file` if it is a regular file, else null (missing, or of another kind: the read says which), so
+// that a listed file of another size than the manifest's is refused without being read.
+function regularSize(file) {
+  try {
+    const st = fs.statSync(file);
+    return st.isFile() ? st.size : null;
+  } catch {
+    return null;
+  }
+}
+
 // A manifest is a few KB: a larger file is not one (and is not read whole), as in the Python and C readers.
 const MAX_MANIFEST_BYTES = 4 << 20;
 
-module.exports = { MAX_MANIFEST_BYTES, readRegular };
+module.exports = { MAX_MANIFEST_BYTES, readRegular, regularSize };

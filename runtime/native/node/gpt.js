@@ -14,7 +14,7 @@ const path = require('path');
 const ort = require('onnxruntime-node');
 const { Tokenizer } = require('@huggingface/tokenizers');
 const gpt = require('../common/gpt.mjs');
-const { MAX_MANIFEST_BYTES, readRegular } = require('./files');
+const { MAX_MANIFEST_BYTES, readRegular, regularSize } = require('./files');
 
 const { ArtifactError, INPLACE_FORM } = gpt;
 
@@ -32,6 +32,7 @@ function nodeIo(dir) {
         throw new ArtifactError(`${file}: cannot read it (${e.code || e.message})`);
       }
     },
+    async size(rel) { return regularSize(path.join(dir, rel)); },
     async sha256(bytes) { return crypto.createHash('sha256').update(bytes).digest('hex'); },
   };
 }

@@ -19,7 +19,7 @@ import { ArtifactError, checkArtifacts, openSession } from './core.mjs';
 import * as gpt from '../common/gpt.mjs';
 import nodeFiles from '../node/files.js';
 
-const { MAX_MANIFEST_BYTES, readRegular } = nodeFiles;
+const { MAX_MANIFEST_BYTES, readRegular, regularSize } = nodeFiles;
 
 const USAGE = 'usage: node check.mjs ARTIFACT_DIR [--json FILE] [--repeats N]';
 
@@ -57,6 +57,7 @@ function nodeIo(dir) {
         throw new ArtifactError(`${path.join(dir, rel)}: expected JSON, got a parse error (${e.message})`);
       }
     },
+    size: async (rel) => regularSize(path.join(dir, rel)),
     sha256: async (bytes) => crypto.createHash('sha256').update(bytes).digest('hex'),
   };
 }

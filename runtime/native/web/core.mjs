@@ -1,6 +1,7 @@
 // The golden-case check on onnxruntime-web, shared by check.mjs (Node.js) and page.mjs (the browser page).
 // Platform-neutral: the caller passes the `ort` module and an `io` object:
 //   io.bytes(rel) -> Promise<Uint8Array>, io.json(rel) -> Promise<object>, io.sha256(Uint8Array) -> Promise<hex>,
+//   optional io.size(rel) -> Promise<bytes or null> (by stat: a listed file of another size is not read),
 //   io.where: the artifact folder, for messages. `rel` is a path inside the artifact folder.
 // The runner is runtime/native/common/attention.mjs, the one runtime/native/node/mha.js runs too (the input contract
 // and the sessions of the three forms); this file is its wasm host and check: the contract comes from manifest.json,
@@ -30,6 +31,7 @@ export function checkShape(dims, config, pastTokens = 0) {
 export async function verifiedBytes(io, manifest, name) {
   const entry = (manifest.files || {})[name];
   if (!entry) throw new ArtifactError(`${name}: not listed in ${io.where}/manifest.json`);
+  checkSize(`${io.where}/${name}`, entry, { length: await io.size?.(name) ?? entry.size });  // where io can stat
   const bytes = await io.bytes(name);
   checkSize(`${io.where}/${name}`, entry, bytes);
   checkDigest(`${io.where}/${name}`, entry, await io.sha256(bytes));

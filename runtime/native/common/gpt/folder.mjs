@@ -62,14 +62,20 @@ export async function readGptManifest(io) {
   return { ...doc, config, eos_id: eos, tokenizer: doc.tokenizer ?? null };
 }
 
-// A listed file's bytes, only if its size and sha256 are the manifest's (verify before parse).
+function checkListedSize(io, name, entry, length) {
+  if (length !== entry.size) {
+    throw new ArtifactError(`${io.where}/${name}: expected ${entry.size} bytes (manifest), found ${length}; file truncated or replaced`);
+  }
+}
+
+// A listed file's bytes, only if its size and sha256 are the manifest's (verify before parse). An io with
+// size(rel) (the Node ones) has a file of another size refused by stat, before a byte of it is read.
 export async function verifiedBytes(io, manifest, name) {
   const entry = Object.hasOwn(manifest.files, name) ? manifest.files[name] : null;
   if (!entry) throw new ArtifactError(`${name}: expected it listed in ${io.where}/manifest.json, found no entry`);
+  checkListedSize(io, name, entry, await io.size?.(name) ?? entry.size);  // where io can stat: not read if wrong
   const bytes = await io.bytes(name);
-  if (bytes.length !== entry.size) {
-    throw new ArtifactError(`${io.where}/${name}: expected ${entry.size} bytes (manifest), found ${bytes.length}; file truncated or replaced`);
-  }
+  checkListedSize(io, name, entry, bytes.length);
   const digest = await io.sha256(bytes);
   if (digest !== entry.sha256) {
     throw new ArtifactError(`${io.where}/${name}: sha256 ${digest.slice(0, 12)}... differs from the manifest's `
