@@ -33,6 +33,7 @@ from mha_runtime.serve.load_runner import run_pool
 
 REQUEST_TIMEOUT_S = 120.0
 MAX_KEPT_BYTES = 2 * 2**30  # answers kept until the load is over and they are checked
+FAILURES = ("lost", "wrong", "unexpected")  # a problem line starts with its kind and a colon (both load tests)
 
 
 @dataclass(frozen=True)
@@ -181,20 +182,28 @@ def check_answers(outcomes: list[Outcome], shots: Callable[[int], Shot],
                                f"max abs diff {result.max_abs:.3g}")
 
 
+def percentiles_ms(seconds: Sequence[float], qs: Sequence[tuple[str, float]]) -> dict[str, float | None]:
+    """{name: the q-th percentile in ms} of a list of seconds (None for each when the list is empty)."""
+    data = np.array(seconds, dtype=np.float64) * 1e3
+    return {name: float(np.percentile(data, q)) if data.size else None for name, q in qs}
+
+
+def ms_text(figures: dict[str, float | None], keys: Sequence[str]) -> str:
+    """'p50 1.2 p90 3.4' ('-' for a figure that is None)."""
+    return " ".join(f"{k} {'-' if figures[k] is None else f'{figures[k]:.1f}'}" for k in keys)
+
+
 def summarize(outcomes: list[Outcome], seconds: float, *, count: int) -> dict[str, Any]:
     """Throughput, latency percentiles of the good requests, and every kind of failure counted."""
     good = [o for o in outcomes if o.good and o.problem is None]
-    latency = np.array([o.seconds for o in good]) * 1e3
-    kinds = {kind: sum(1 for o in outcomes if o.problem and o.problem.startswith(kind + ":"))
-             for kind in ("lost", "wrong", "unexpected")}
+    kinds = {kind: sum(1 for o in outcomes if o.problem and o.problem.startswith(kind + ":")) for kind in FAILURES}
     batched = [o for o in good if o.batch_requests is not None]
     return {
         "requests": count, "sent": len(outcomes), "not_sent": count - len(outcomes), "seconds": seconds,
         "answered": len(good), "refused_as_expected": sum(1 for o in outcomes if not o.good and o.problem is None),
         "requests_per_s": len(good) / seconds if seconds else 0.0,
         "tokens_per_s": sum(o.tokens for o in good) / seconds if seconds else 0.0,
-        "latency_ms": {name: float(np.percentile(latency, q)) if latency.size else None
-                       for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))},
+        "latency_ms": percentiles_ms([o.seconds for o in good], (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))),
         "errors": sum(kinds.values()), **kinds,
         "batches": {"mean_requests": float(np.mean([o.batch_requests for o in batched])) if batched else None,
                     "max_requests": max((o.batch_requests or 0 for o in batched), default=None),
@@ -241,15 +250,13 @@ def loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, token
 
 def report_lines(summary: dict[str, Any]) -> list[str]:
     """The load test's printout: what was sent, throughput, latency, failures."""
-    lat = summary["latency_ms"]
-    ms = " ".join(f"{k} {'-' if lat[k] is None else f'{lat[k]:.1f}'}" for k in ("p50", "p90", "p99"))
     batches = summary["batches"]
     lines = [
         f"{summary['sent']} of {summary['requests']} requests in {summary['seconds']:.1f} s, concurrency "
         f"{summary['concurrency']}, tokens {','.join(map(str, summary['tokens']))}, batch "
         f"{','.join(map(str, summary['batch']))}, {summary['format']}",
         f"throughput  {summary['requests_per_s']:.1f} requests/s, {summary['tokens_per_s']:.0f} tokens/s",
-        f"latency ms  {ms}",
+        f"latency ms  {ms_text(summary['latency_ms'], ('p50', 'p90', 'p99'))}",
     ]
     if batches["mean_requests"] is not None:
         lines.append(f"batches     {batches['mean_requests']:.2f} requests on average, at most "

@@ -26,7 +26,7 @@ from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.manifest import load_gpt_manifest
-from mha_runtime.serve.attention.loadtest import get_json, loopback_target
+from mha_runtime.serve.attention.loadtest import FAILURES, get_json, loopback_target, ms_text, percentiles_ms
 from mha_runtime.serve.gpt.answers import GenOutcome, check_generations, reference_for
 from mha_runtime.serve.gpt.wire import GENERATE, GenerateRequest
 from mha_runtime.serve.http import CONTRACT, SSE
@@ -36,7 +36,6 @@ REQUEST_TIMEOUT_S = 300.0
 # A sampled request draws its temperature and top_k from these (top_k capped at the vocabulary).
 TEMPERATURES = (0.7, 1.0, 1.3)
 TOP_KS = (None, 40)
-KINDS = ("lost", "wrong", "unexpected")
 
 
 def generate_requests(config: GPTConfig, *, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int], seed: int,
@@ -63,10 +62,7 @@ def _read_events(response: http.client.HTTPResponse, sent: float) -> list[tuple[
     """An event stream read line by line as it arrives: each event's bytes and when its blank line came."""
     events: list[tuple[float, bytes]] = []
     lines: list[bytes] = []
-    while True:
-        line = response.readline()
-        if not line:
-            break
+    for line in iter(response.readline, b""):
         if line.strip():
             lines.append(line)
         elif lines:
@@ -99,29 +95,13 @@ def _send(connection: http.client.HTTPConnection, index: int, request: GenerateR
     return outcome
 
 
-def run_generate_load(url: str, requests: Callable[[int], GenerateRequest], *, count: int, concurrency: int,
-                      max_seconds: float, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[list[GenOutcome], float]:
-    """Send requests 0..count-1 from `concurrency` threads, one kept-alive connection each; every outcome (in
-    completion order) and the wall time. No new request starts after `max_seconds`."""
-    host, port = loopback_target(url)
-    return run_pool(host, port, requests, send=_send, count=count, concurrency=concurrency, max_seconds=max_seconds,
-                    timeout_s=timeout_s, reconnect=lambda outcome: outcome.status != 200 or bool(outcome.problem),
-                    lost=lambda i, request, seconds, why: GenOutcome(i, None, seconds, request.stream,
-                                                                     problem=f"lost: request {i}: {why}"))
-
-
-def _percentiles(values: Sequence[float], qs: Sequence[tuple[str, float]]) -> dict[str, float | None]:
-    data = np.array(values, dtype=np.float64) * 1e3
-    return {name: float(np.percentile(data, q)) if data.size else None for name, q in qs}
-
-
 P50_P90 = (("p50", 50.0), ("p90", 90.0))
 
 
 def summarize_generations(outcomes: list[GenOutcome], seconds: float, *, count: int) -> dict[str, Any]:
     """Throughput in new tokens, time to first token, inter-token latency, and every kind of failure counted."""
     good = [o for o in outcomes if o.problem is None]
-    kinds = {kind: sum(1 for o in outcomes if o.problem and o.problem.startswith(kind + ":")) for kind in KINDS}
+    kinds = {kind: sum(1 for o in outcomes if o.problem and o.problem.startswith(kind + ":")) for kind in FAILURES}
     new_tokens = sum(o.new_tokens for o in good)
     streamed = [o for o in good if o.stream]
     return {
@@ -129,11 +109,11 @@ def summarize_generations(outcomes: list[GenOutcome], seconds: float, *, count: 
         "answered": len(good), "streamed": len(streamed), "new_tokens": new_tokens,
         "tokens_per_s": new_tokens / seconds if seconds else 0.0,
         "requests_per_s": len(good) / seconds if seconds else 0.0,
-        "ttft_ms": _percentiles([o.ttft_s for o in streamed if o.ttft_s is not None], P50_P90),
+        "ttft_ms": percentiles_ms([o.ttft_s for o in streamed if o.ttft_s is not None], P50_P90),
         "ttft_source": "client: from sending the request to the arrival of its first token event (streamed requests)",
-        "server_ttft_ms": _percentiles([o.server_ttft_s for o in good if o.server_ttft_s is not None], P50_P90),
-        "inter_token_ms": _percentiles([g for o in streamed for g in o.gaps_s], P50_P90),
-        "latency_ms": _percentiles([o.seconds for o in good], (*P50_P90, ("p99", 99.0), ("max", 100.0))),
+        "server_ttft_ms": percentiles_ms([o.server_ttft_s for o in good if o.server_ttft_s is not None], P50_P90),
+        "inter_token_ms": percentiles_ms([g for o in streamed for g in o.gaps_s], P50_P90),
+        "latency_ms": percentiles_ms([o.seconds for o in good], (*P50_P90, ("p99", 99.0), ("max", 100.0))),
         "stops": dict(Counter(o.stop for o in good if o.stop is not None)),
         "errors": sum(kinds.values()), **kinds,
         "problems": [o.problem for o in sorted(outcomes, key=lambda o: o.index) if o.problem][:10],
@@ -179,8 +159,11 @@ def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, p
     same = record is not None and record.sha256 == info.get("sha256")
     made = generate_requests(local.config, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens, seed=seed,
                              stream_share=stream_share, sample_share=sample_share)
-    outcomes, seconds = run_generate_load(url, made, count=requests, concurrency=concurrency,
-                                          max_seconds=max_seconds)
+    outcomes, seconds = run_pool(host, port, made, send=_send, count=requests, concurrency=concurrency,
+                                 max_seconds=max_seconds, timeout_s=REQUEST_TIMEOUT_S,
+                                 reconnect=lambda outcome: outcome.status != 200 or bool(outcome.problem),
+                                 lost=lambda i, request, took, why: GenOutcome(i, None, took, request.stream,
+                                                                               problem=f"lost: request {i}: {why}"))
     tokenizer = local.tokenizer
     try:
         check_generations(outcomes, made, reference_for(local), tokenizer.decode if tokenizer else None)
@@ -203,10 +186,6 @@ def _ms_or_none(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-def _ms(figures: dict[str, float | None], keys: Sequence[str]) -> str:
-    return " ".join(f"{k} {'-' if figures[k] is None else f'{figures[k]:.1f}'}" for k in keys)
-
-
 def gen_report_lines(summary: dict[str, Any]) -> list[str]:
     """The generation load test's printout: what was sent, throughput, TTFT, inter-token latency, failures."""
     stops = ", ".join(f"{n} {k}" for k, n in sorted(summary["stops"].items())) or "-"
@@ -217,10 +196,10 @@ def gen_report_lines(summary: dict[str, Any]) -> list[str]:
         f"{summary['sampled']} of {summary['requests']} sampled with a seed (the rest greedy)",
         f"throughput  {summary['tokens_per_s']:.1f} new tokens/s ({summary['new_tokens']} new tokens over the wall "
         f"time), {summary['requests_per_s']:.2f} requests/s",
-        f"ttft ms     {_ms(summary['ttft_ms'], ('p50', 'p90'))} (client: send -> first token event, streamed); "
-        f"server-reported {_ms(summary['server_ttft_ms'], ('p50', 'p90'))} (all answers)",
-        f"inter-token {_ms(summary['inter_token_ms'], ('p50', 'p90'))} ms (gaps between streamed token events)",
-        f"latency ms  {_ms(summary['latency_ms'], ('p50', 'p90', 'p99'))} (send -> last byte)",
+        f"ttft ms     {ms_text(summary['ttft_ms'], ('p50', 'p90'))} (client: send -> first token event, streamed); "
+        f"server-reported {ms_text(summary['server_ttft_ms'], ('p50', 'p90'))} (all answers)",
+        f"inter-token {ms_text(summary['inter_token_ms'], ('p50', 'p90'))} ms (gaps between streamed token events)",
+        f"latency ms  {ms_text(summary['latency_ms'], ('p50', 'p90', 'p99'))} (send -> last byte)",
         f"stops       {stops}",
         f"errors      {summary['errors']} ({summary['lost']} lost, {summary['wrong']} wrong, "
         f"{summary['unexpected']} unexpected status); {summary['not_sent']} not sent (time limit)",
