@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -57,40 +57,42 @@ def metadata(config: MHAConfig, contract_json: str | None = None) -> dict[str, s
     return {META_CONFIG: config.to_json(), META_CONTRACT: contract_json or IOContract(config).to_json()}
 
 
-@dataclass(frozen=True)
-class DecodeContract:
-    """The decode form's I/O: x plus the cache in, context plus the grown cache out."""
-
-    config: MHAConfig
-
-    def signature(self) -> dict[str, list[str | int]]:
-        """Names and shapes, inputs first, in graph order."""
-        h, d = self.config.num_heads, self.config.d_out
-        return {
-            INPUT_NAME: [BATCH_AXIS, NEW_AXIS, self.config.d_in],
-            PAST_KEY: [BATCH_AXIS, h, PAST_AXIS, d],
-            PAST_VALUE: [BATCH_AXIS, h, PAST_AXIS, d],
-            OUTPUT_NAME: [BATCH_AXIS, NEW_AXIS, self.config.d_model],
-            PRESENT_KEY: [BATCH_AXIS, h, TOTAL_AXIS, d],
-            PRESENT_VALUE: [BATCH_AXIS, h, TOTAL_AXIS, d],
-        }
-
-    def to_json(self) -> str:
-        sig = self.signature()
-        inputs, outputs = (INPUT_NAME, PAST_KEY, PAST_VALUE), (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)
-        return json.dumps({
-            "inputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in inputs],
-            "outputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in outputs],
-            "limits": {"batch_min": 1, "new_tokens_min": 1, "past_tokens_min": 0,
-                       "past_plus_new_max": self.config.context_length},
-        }, sort_keys=True)
-
-
 PAST_TOKENS = "past_tokens"  # the in-place decode form's (batch,) int32 input: rows of the buffer in use
 
 
 @dataclass(frozen=True)
-class InPlaceDecodeContract:
+class DecodeContract:
+    """The decode form's I/O: x plus the cache in, context plus the grown cache out."""
+
+    IN_PLACE: ClassVar[bool] = False
+    config: MHAConfig
+
+    def signature(self) -> dict[str, list[str | int]]:
+        """Names and shapes, inputs first, in graph order."""
+        c = self.config
+        past, total = (c.context_length, c.context_length) if self.IN_PLACE else (PAST_AXIS, TOTAL_AXIS)
+        inputs = {INPUT_NAME: [BATCH_AXIS, NEW_AXIS, c.d_in], PAST_KEY: [BATCH_AXIS, c.num_heads, past, c.d_out],
+                  PAST_VALUE: [BATCH_AXIS, c.num_heads, past, c.d_out]}
+        return inputs | ({PAST_TOKENS: [BATCH_AXIS]} if self.IN_PLACE else {}) | {
+            OUTPUT_NAME: [BATCH_AXIS, NEW_AXIS, c.d_model], PRESENT_KEY: [BATCH_AXIS, c.num_heads, total, c.d_out],
+            PRESENT_VALUE: [BATCH_AXIS, c.num_heads, total, c.d_out]}
+
+    def to_json(self) -> str:
+        sig = self.signature()
+        outputs = (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)
+        doc: dict[str, Any] = {
+            "inputs": [{"name": n, "dtype": "int32" if n == PAST_TOKENS else DTYPE, "shape": s}
+                       for n, s in sig.items() if n not in outputs],
+            "outputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in outputs],
+            "limits": {"batch_min": 1, "new_tokens_min": 1, "past_tokens_min": 0,
+                       "past_plus_new_max": self.config.context_length}}
+        if self.IN_PLACE:
+            doc["limits"]["new_tokens_after_a_past_needs_batch"] = 1
+            doc["in_place"] = "bind present_key/present_value to the past_key/past_value buffers"
+        return json.dumps(doc, sort_keys=True)
+
+
+class InPlaceDecodeContract(DecodeContract):
     """The in-place decode form: the cache is one buffer of context_length rows that each step writes into.
 
     past_key/past_value and present_key/present_value are the same (batch, H, context_length, d_out) buffer
@@ -98,27 +100,7 @@ class InPlaceDecodeContract:
     says how many rows hold keys and values already.
     """
 
-    config: MHAConfig
-
-    def signature(self) -> dict[str, list[str | int]]:
-        """Names and shapes, inputs first, in graph order."""
-        buffer = [BATCH_AXIS, self.config.num_heads, self.config.context_length, self.config.d_out]
-        return {INPUT_NAME: [BATCH_AXIS, NEW_AXIS, self.config.d_in], PAST_KEY: buffer, PAST_VALUE: buffer,
-                PAST_TOKENS: [BATCH_AXIS], OUTPUT_NAME: [BATCH_AXIS, NEW_AXIS, self.config.d_model],
-                PRESENT_KEY: buffer, PRESENT_VALUE: buffer}
-
-    def to_json(self) -> str:
-        sig = self.signature()
-        dtype = {PAST_TOKENS: "int32"}
-        inputs, outputs = (INPUT_NAME, PAST_KEY, PAST_VALUE, PAST_TOKENS), (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)
-        return json.dumps({
-            "inputs": [{"name": n, "dtype": dtype.get(n, DTYPE), "shape": sig[n]} for n in inputs],
-            "outputs": [{"name": n, "dtype": DTYPE, "shape": sig[n]} for n in outputs],
-            "limits": {"batch_min": 1, "new_tokens_min": 1, "past_tokens_min": 0,
-                       "past_plus_new_max": self.config.context_length,
-                       "new_tokens_after_a_past_needs_batch": 1},
-            "in_place": "bind present_key/present_value to the past_key/past_value buffers",
-        }, sort_keys=True)
+    IN_PLACE = True
 
 
 def check_input(x: Any, config: MHAConfig, *, past_tokens: int = 0) -> np.ndarray:
