@@ -12,27 +12,13 @@ import click
 
 from mha_runtime.artifact.config import PRESETS, MHAConfig, preset
 from mha_runtime.artifact.errors import MHAError
-from mha_runtime.artifact.registry import ALL, Selection, buildable, parse_variants
+from mha_runtime.artifact.registry import ALL, buildable, parse_variants
 from mha_runtime.artifact.registry import CHOICES as VARIANT_CHOICES
 from mha_runtime.cli.options import Finite
 from mha_runtime.gpt.config import GPT_PRESETS
 from mha_runtime.gpt.contract import GPT_VARIANTS
 
 DEFAULT_OUT = Path("artifacts")
-
-
-class VariantList(click.ParamType):
-    """Comma-separated variant names from the registry, or 'all' / 'none'; a bad name is a usage error."""
-
-    name = "LIST"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Selection:
-        if isinstance(value, tuple) or value == ALL:
-            return value  # type: ignore[no-any-return]
-        try:
-            return parse_variants(str(value))
-        except MHAError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 @click.command("export")
@@ -79,7 +65,10 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
         raise click.BadParameter(f"{bad[0]!r} is not one of {', '.join(map(repr, PRESETS))}"
                                  + (" (a GPT preset: add --gpt)" if bad[0] in GPT_PRESETS else ""),
                                  param_hint="'--preset'")
-    selection: Selection = VariantList().convert(variants or ALL, None, None)
+    try:  # registry names, or 'all' / 'none'; a bad name is a usage error
+        selection = parse_variants(variants or ALL)
+    except MHAError as exc:
+        raise click.BadParameter(str(exc)) from None
     from mha_export.pipeline.budget import check_budget
     from mha_export.pipeline.preflight import check_opset, check_weights_path
     from mha_export.pipeline.run import check_folder_name

@@ -57,8 +57,8 @@ class PerHeadBMM(nn.Module):
         return context if self.out_proj is None else self.out_proj(context)
 
 
-def pte_bytes(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> bytes:
-    """torch.export with dynamic batch (1..PTE_MAX_BATCH) and tokens (1..context_length inclusive), lowered to
+def build_pte(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    """mha.pte: torch.export with dynamic batch (1..PTE_MAX_BATCH) and tokens (1..context_length inclusive), lowered to
     XNNPACK; refuses a program whose compute is not all delegated."""
     from torch.export import Dim
 
@@ -69,9 +69,6 @@ def pte_bytes(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> bytes:
 
     tokens = max(2, min(3, config.context_length))  # > 1 and != batch: a 1 or a shared size gets specialised
     dynamic = {"x": {0: Dim("batch", min=1, max=PTE_MAX_BATCH), 1: Dim("tokens", min=1, max=config.context_length)}}
-    return lower(PerHeadBMM(wrapper, config).eval(), (torch.randn(2, tokens, config.d_in),), dynamic,
-                 {CONFIG_METHOD: config.to_json(), BATCH_METHOD: PTE_MAX_BATCH}, refuse)[0]
-
-
-def build_pte(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    (folder / PTE.file).write_bytes(pte_bytes(wrapper, config))
+    (folder / PTE.file).write_bytes(lower(PerHeadBMM(wrapper, config).eval(), (torch.randn(2, tokens, config.d_in),),
+                                          dynamic, {CONFIG_METHOD: config.to_json(), BATCH_METHOD: PTE_MAX_BATCH},
+                                          refuse))

@@ -132,25 +132,14 @@ def _op_name(target: object) -> str:
     return text.split(": ")[1].rstrip(">") if text.startswith("<EdgeOpOverload: ") else text
 
 
-@dataclass(frozen=True)
-class PteBuild:
-    data: bytes
-    seconds: float
-    outside: tuple[str, ...]  # ops left to ExecuTorch's portable kernels
-
-
-def pte_bytes(model: GPTModel, cfg: GPTConfig) -> PteBuild:
+def pte_bytes(model: GPTModel, cfg: GPTConfig) -> bytes:
     """torch.export with dynamic T (1 .. context_length), lowered to XNNPACK, the cache as mutable buffers."""
     from torch.export import Dim
 
-    start = time.perf_counter()
-
-    def refuse(targets: list[Any]) -> tuple[str, ...]:
-        outside = tuple(sorted({_op_name(t) for t in targets}))
-        compute = [o for o in outside if o.split(".")[1] not in PORTABLE_OPS]
+    def refuse(targets: list[Any]) -> None:
+        compute = [o for o in sorted({_op_name(t) for t in targets}) if o.split(".")[1] not in PORTABLE_OPS]
         if compute:
             raise ExportError(f"{PTE_FORM}: XNNPACK did not take {len(compute)} op(s): {', '.join(compute)}")
-        return outside
 
     with quiet():
         from executorch.exir import ExecutorchBackendConfig
@@ -159,11 +148,10 @@ def pte_bytes(model: GPTModel, cfg: GPTConfig) -> PteBuild:
     t = min(3, cfg.context_length)
     example = (torch.zeros(1, t, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
     dynamic = {"input_ids": {1: Dim("tokens", min=1, max=cfg.context_length)}, "input_pos": None}
-    data, outside = lower(CachedGPT(model, cfg).eval(), example, dynamic,
-                          {CONFIG_METHOD: cfg.to_json(), BOUNDS_METHOD: list(pte_bounds(cfg).values())}, refuse,
-                          ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
-                                                  run_reinplace_pass=True))
-    return PteBuild(data, time.perf_counter() - start, outside)
+    return lower(CachedGPT(model, cfg).eval(), example, dynamic,
+                 {CONFIG_METHOD: cfg.to_json(), BOUNDS_METHOD: list(pte_bounds(cfg).values())}, refuse,
+                 ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+                                         run_reinplace_pass=True))
 
 
 def validate_pte(program: PteGPT, refs: References, golden: tuple[list[GoldenGeneration], dict[str, np.ndarray]],
@@ -206,16 +194,17 @@ class PteResult:
     data: bytes
     artifact: GPTArtifact
     failures: tuple[str, ...]
-    outside: tuple[str, ...]
 
 
 def build_pte(model: GPTModel, cfg: GPTConfig, refs: References,
               golden: tuple[list[GoldenGeneration], dict[str, np.ndarray]]) -> PteResult:
     """gpt.pte's bytes, judged by ExecuTorch's runtime against the eager references and the golden generations."""
-    built = pte_bytes(model, cfg)
+    start = time.perf_counter()
+    data = pte_bytes(model, cfg)
+    seconds = time.perf_counter() - start
     bounds = pte_bounds(cfg)
-    report = validate_pte(PteGPT(built.data, cfg, bounds), refs, golden, PTE.tolerance)
+    report = validate_pte(PteGPT(data, cfg, bounds), refs, golden, PTE.tolerance)
     artifact = GPTArtifact(kind=PTE.kind, dtype=PTE.dtype, tolerance=PTE.tolerance.to_dict(), cases=report.cases,
                            max_abs_error=report.max_abs_error, greedy_agreement=report.greedy_agreement,
-                           passed=report.passed, export_seconds=round(built.seconds, 3), bounds=bounds)
-    return PteResult(built.data, artifact, report.failures, built.outside)
+                           passed=report.passed, export_seconds=round(seconds, 3), bounds=bounds)
+    return PteResult(data, artifact, report.failures)

@@ -3,7 +3,7 @@ XNNPACK (export, delegate, the caller's refusal of what stayed outside, the prog
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -12,7 +12,6 @@ from mha_export.infer.pte_runner import quiet
 
 # Additive mask value: finite, so that 0 * mask is 0 (not NaN); exp(score - 1e30 - max) is exactly 0.
 NEG = -1e30
-T = TypeVar("T")
 
 
 def causal_mask(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
@@ -21,9 +20,9 @@ def causal_mask(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
 
 
 def lower(module: nn.Module, example: tuple[torch.Tensor, ...], dynamic: dict[str, Any],
-          constant_methods: dict[str, Any], refuse: Callable[[list[Any]], T], backend: Any = None) -> tuple[bytes, T]:
+          constant_methods: dict[str, Any], refuse: Callable[[list[Any]], None], backend: Any = None) -> bytes:
     """torch.export (non-strict, no grad) -> XNNPACK lowering with the constant methods -> `refuse` on the targets
-    left outside the delegate (it raises the caller's own error; its value comes back) -> the program's bytes.
+    left outside the delegate (it raises the caller's own error) -> the program's bytes.
     Both programs' export: the module is built by the caller and the ExecuTorch imports are made here."""
     from torch.export import export
 
@@ -35,7 +34,6 @@ def lower(module: nn.Module, example: tuple[torch.Tensor, ...], dynamic: dict[st
             program = export(module, example, dynamic_shapes=dynamic, strict=False)
         edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()],
                                            constant_methods=constant_methods)
-        kept = refuse([n.target for n in edge.exported_program().graph_module.graph.nodes
-                       if n.op == "call_function" and "delegate" not in str(n.target)
-                       and "getitem" not in str(n.target)])
-        return edge.to_executorch(backend).buffer, kept
+        refuse([n.target for n in edge.exported_program().graph_module.graph.nodes
+                if n.op == "call_function" and "delegate" not in str(n.target) and "getitem" not in str(n.target)])
+        return edge.to_executorch(backend).buffer

@@ -13,6 +13,7 @@ import gc
 import time
 from collections.abc import Callable
 from functools import partial
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -21,7 +22,6 @@ from safetensors.torch import save_file
 from mha_export.gpt.eager import SEED, GPTModel, seeded_gpt
 from mha_export.gpt.genai import genai_json
 from mha_export.gpt.golden import form_generations, golden_generations, write_generations
-from mha_export.gpt.graphs.shared import Built
 from mha_export.gpt.graphs.table import GRAPHS
 from mha_export.gpt.hf_files import write_hf_files
 from mha_export.gpt.llama.build import GGUFOutcome, build_ggufs
@@ -49,6 +49,7 @@ from mha_runtime.gpt.contract import (
     contract_dict,
 )
 from mha_runtime.gpt.decoder import decoder_for, make_session
+from mha_runtime.gpt.llama.llama_cpp import SOURCE
 from mha_runtime.gpt.manifest import GPTArtifact, GPTManifest
 from mha_runtime.gpt.quality import QUALITY_FILE, Windows
 
@@ -122,8 +123,12 @@ class GPTExport:
                 else:
                     (stage / file).unlink()
                     (notes if self.plan.lenient else self.failures).append(outcome.miss_line())
-            else:
-                _save(lambda file=file: GRAPHS[file](state, config, tied=tied), stage / file)
+            else:  # the graph checked without its weights' bytes (onnx_file/check.py), then streamed to the file
+                built = GRAPHS[file](state, config, tied=tied)
+                built.check()
+                built.save(stage / file)
+                del built
+                gc.collect()
             self.seconds[file] = time.perf_counter() - begin
         self.gguf = self._build_ggufs(stage, windows, notes) if self.plan.gguf else None
         self.notes = tuple(notes)
@@ -203,8 +208,8 @@ class GPTExport:
         return GPTManifest(
             name=self.name, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), config=config,
             contract=contract_dict(config, executorch=self.pte is not None),
-            versions=versions() | ({} if self.pte is None else {"executorch": _executorch_version()})
-            | ({} if self.gguf is None else _gguf_versions()),
+            versions=versions() | ({} if self.pte is None else {"executorch": version("executorch")})
+            | ({} if self.gguf is None else {"gguf": version("gguf"), "llama.cpp": SOURCE}),
             weights=self.record | {"parameters": config.parameters(tied=self.tied)},
             tokenizer=None if tok is None else {"file": TOKENIZER_FILE, "vocab_size": tok.vocab_size,
                                                 "built_from": tok.source},
@@ -220,36 +225,12 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     return run_export(name, out_root, kind, progress=progress, announce=announce)
 
 
-def _save(build: Callable[[], Built], path: Path) -> None:
-    """Build, check the graph (not re-reading the weights: onnx_file/check.py), then stream it to the file (the
-    weights are never copied into a ModelProto)."""
-    built = build()
-    built.check()
-    built.save(path)
-    del built
-    gc.collect()
-
-
 def _build_lossy(file: str, stage: Path, state: dict[str, torch.Tensor], config: GPTConfig, *, tied: bool,
                  windows: Windows) -> LossyOutcome:
     """The lossy form `file`, measured against the staged gpt.inplace.onnx."""
     reference = make_session(str(stage / INPLACE_FORM), where=str(stage / INPLACE_FORM))
     return build_lossy(FORMS[file], state, config, stage / file, tied=tied,
                        reference=lambda: decoder_for("inplace", reference, config, INPLACE_FORM), windows=windows)
-
-
-def _gguf_versions() -> dict[str, str]:
-    from importlib.metadata import version
-
-    from mha_runtime.gpt.llama.llama_cpp import SOURCE
-
-    return {"gguf": version("gguf"), "llama.cpp": SOURCE}
-
-
-def _executorch_version() -> str:
-    from importlib.metadata import version
-
-    return version("executorch")
 
 
 def _encoder(tokenizer_json: bytes) -> Callable[[str], list[int]]:

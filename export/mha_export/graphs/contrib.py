@@ -70,7 +70,7 @@ def save_checked(model: onnx.ModelProto, path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def contrib_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.ModelProto:
+def build_contrib(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
     """x (B, T, d_in) -> Attention(x, W_qkv^T, b_qkv, unidirectional=1) -> context (B, T, H * d_out).
 
     ORT's kernel runs the Q/K/V projection as one GEMM and the heads in parallel; the scale
@@ -83,8 +83,4 @@ def contrib_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx
     node = oh.make_node("Attention", [INPUT_NAME, "W_qkv", "b_qkv"], [attention], domain="com.microsoft",
                         num_heads=config.num_heads, unidirectional=1)
     graph = oh.make_graph([node, *projection], "mha_contrib", *plain_io(config), [weight, bias, *proj_inits])
-    return contrib_domain_model(graph, config, IOContract(config).to_json())
-
-
-def build_contrib(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    save_checked(contrib_model(wrapper, config), folder / VARIANTS["contrib"].file)
+    save_checked(contrib_domain_model(graph, config, IOContract(config).to_json()), folder / VARIANTS["contrib"].file)

@@ -26,11 +26,12 @@ def _restamp(model: onnx.ModelProto, source: onnx.ModelProto) -> None:
         model.metadata_props.add(key=key, value=meta[key])
 
 
-def export_fp16(fused_path: Path, path: Path) -> None:
-    """Weights and compute in float16; input and output stay float32 (the contract does not change)."""
+def build_fp16(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    """The fused graph with weights and compute in float16; input and output stay float32 (the contract does not
+    change)."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    source = onnx.load(str(fused_path))
+    source = onnx.load(str(folder / VARIANTS["fused"].file))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = convert_float_to_float16(source, keep_io_types=True)
@@ -40,10 +41,10 @@ def export_fp16(fused_path: Path, path: Path) -> None:
     model = ir.to_proto(sorted_ir)
     _restamp(model, source)
     onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(path))
+    onnx.save(model, str(folder / VARIANTS["fp16"].file))
 
 
-def export_int8(source_path: Path, path: Path) -> None:
+def build_int8(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
     """ONNX Runtime dynamic quantization: 8-bit weights, activations quantized per call.
 
     The source is the blocks graph: its Q/K/V projection becomes DynamicQuantizeLinear + MatMulInteger,
@@ -57,6 +58,7 @@ def export_int8(source_path: Path, path: Path) -> None:
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    source_path, path = folder / VARIANTS["blocks"].file, folder / VARIANTS["int8"].file
     source = onnx.load(str(source_path))
     logging.disable(logging.WARNING)  # the quantizer logs a pre-processing hint to the root logger
     try:
@@ -71,28 +73,16 @@ def export_int8(source_path: Path, path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def export_ort(onnx_path: Path, path: Path) -> None:
-    """ORT format for mobile and minimal builds, with basic (hardware-independent) optimizations only."""
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.optimized_model_filepath = str(path)
-    options.add_session_config_entry("session.save_model_format", "ORT")
-    options.log_severity_level = 3
-    ort.InferenceSession(str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"])
-    if not path.exists():
-        raise ExportError(f"{path}: ONNX Runtime did not write the ORT-format file")
-
-
-def build_fp16(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    export_fp16(folder / VARIANTS["fused"].file, folder / VARIANTS["fp16"].file)
-
-
-def build_int8(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    export_int8(folder / VARIANTS["blocks"].file, folder / VARIANTS["int8"].file)
-
-
 def build_ort(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    """Each .ort file from the .onnx file of the same stem (mha.ort from mha.onnx, ...)."""
+    """Each .ort file from the .onnx file of the same stem (mha.ort from mha.onnx, ...): ORT format for mobile and
+    minimal builds, with basic (hardware-independent) optimizations only."""
     for spec in VARIANTS["ort"].artifacts:
-        target = folder / spec.file
-        export_ort(target.with_suffix(".onnx"), target)
+        path = folder / spec.file
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(path)
+        options.add_session_config_entry("session.save_model_format", "ORT")
+        options.log_severity_level = 3
+        ort.InferenceSession(str(path.with_suffix(".onnx")), sess_options=options, providers=["CPUExecutionProvider"])
+        if not path.exists():
+            raise ExportError(f"{path}: ONNX Runtime did not write the ORT-format file")

@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnx.helper as oh
 from onnx import TensorProto, numpy_helper
 
@@ -24,14 +23,14 @@ from mha_runtime.artifact.contract import (
 from mha_runtime.artifact.registry import VARIANTS
 
 
-def decode_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.ModelProto:
+def build_decode(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
     """x (B, N, d_in) -> MatMul -> q, k, v (B, N, H * d_out) -> com.microsoft.MultiHeadAttention with
     past_key/past_value (B, H, P, d_out), causal (unidirectional: query i sees keys up to P + i) ->
     context (B, N, H * d_out), present_key/present_value (B, H, P + N, d_out).
 
     The same weights as the fused form (the fused mapping); ONNX Runtime's kernel appends the cache and attends in
     one node: three nodes instead of the 33 of a traced eager cache module, and faster per step
-    (docs/design-notes.md).
+    (docs/design-notes.md). The graph is checked (structure, names, symbolic axes) and saved.
     """
     weight, bias = fused_initializers(wrapper, config)  # (d_in, 3 * H * d_out), (3 * H * d_out,) or None
     inits = [weight, numpy_helper.from_array(np.array([config.d_model] * 3, np.int64), "splits")]
@@ -51,11 +50,6 @@ def decode_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.
     values = {name: oh.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in signature.items()}
     graph = oh.make_graph(nodes, "mha_decode", [values[n] for n in (INPUT_NAME, PAST_KEY, PAST_VALUE)],
                           [values[n] for n in (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)], inits)
-    return contrib_domain_model(graph, config, contract.to_json())
-
-
-def build_decode(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    """Build the decode graph, check it (structure, names, symbolic axes) and save it."""
     path = folder / VARIANTS["decode"].file
-    save_checked(decode_model(wrapper, config), path)
-    check_saved(path, config, DecodeContract(config).signature())
+    save_checked(contrib_domain_model(graph, config, contract.to_json()), path)
+    check_saved(path, config, signature)

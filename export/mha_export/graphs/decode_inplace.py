@@ -16,7 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnx.helper as oh
 from onnx import TensorProto, numpy_helper
 
@@ -37,8 +36,9 @@ from mha_runtime.artifact.contract import (
 from mha_runtime.artifact.registry import VARIANTS
 
 
-def decode_inplace_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> onnx.ModelProto:
-    """The graph above: MatMul [+ Add] -> GroupQueryAttention [-> projection], seqlens derived from past_tokens."""
+def build_decode_inplace(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
+    """The graph above: MatMul [+ Add] -> GroupQueryAttention [-> projection], seqlens derived from past_tokens;
+    checked (structure, names, symbolic axes) and saved."""
     weight, bias = fused_initializers(wrapper, config)  # (d_in, 3 * H * d_out), (3 * H * d_out,) or None
     inits = [weight, numpy_helper.from_array(np.array([1], np.int32), "one_i32")]
     nodes = [oh.make_node("MatMul", [INPUT_NAME, "W_qkv"], ["qkv"])]  # (B, N, 3 * H * d_out)
@@ -67,11 +67,6 @@ def decode_inplace_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) 
     inputs, outputs = (INPUT_NAME, PAST_KEY, PAST_VALUE, PAST_TOKENS), (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)
     graph = oh.make_graph(nodes, "mha_decode_inplace", [values[n] for n in inputs], [values[n] for n in outputs],
                           inits + proj_inits)
-    return contrib_domain_model(graph, config, contract.to_json())
-
-
-def build_decode_inplace(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    """Build the graph, check it (structure, names, symbolic axes) and save it."""
     path = folder / VARIANTS["decode-inplace"].file
-    save_checked(decode_inplace_model(wrapper, config), path)
-    check_saved(path, config, InPlaceDecodeContract(config).signature())
+    save_checked(contrib_domain_model(graph, config, contract.to_json()), path)
+    check_saved(path, config, signature)

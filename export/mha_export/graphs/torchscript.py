@@ -30,14 +30,14 @@ def share_masks(module: torch.nn.Module) -> torch.nn.Module:
     return shared
 
 
-def export_torchscript(module: torch.nn.Module, config: MHAConfig, path: Path) -> None:
+def build_torchscript(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
     """Trace at the example shape; the mask slice follows the input's size, so every length works."""
     with warnings.catch_warnings(), fresh_compilation_unit():
         warnings.simplefilter("ignore")  # TorchScript deprecation and tracer notes: expected, see README
-        traced = torch.jit.trace(share_masks(module).eval(), (example_input(config),), check_trace=False)
+        traced = torch.jit.trace(share_masks(wrapper).eval(), (example_input(config),), check_trace=False)
         buffer = io.BytesIO()
         torch.jit.save(traced, buffer, _extra_files={CONFIG_EXTRA: config.to_json()})
-    path.write_bytes(reproducible_archive(buffer.getvalue()))
+    (folder / TORCHSCRIPT.file).write_bytes(reproducible_archive(buffer.getvalue()))
 
 
 @contextlib.contextmanager
@@ -84,7 +84,3 @@ def reproducible_archive(data: bytes) -> bytes:
         root = names[0].split("/")[0]
         put(f"{root}/{SERIALIZATION_ID}", str(int(digest.hexdigest()[:32], 16)).zfill(40)[:40].encode())
     return out.getvalue()
-
-
-def build_torchscript(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
-    export_torchscript(wrapper, config, folder / TORCHSCRIPT.file)

@@ -66,11 +66,6 @@ class ExportResult:
     notes: tuple[str, ...] = ()  # variants of the default set this config cannot have, and why
 
 
-def write_manifest(stage: Path, manifest: SealedManifest) -> None:
-    """manifest.json, the last file of the folder."""
-    (stage / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
-
-
 def run_export(name: str, out_root: Path, kind: KindExport, *, progress: bool = False,
                announce: Callable[[], None] | None = None) -> ExportResult:
     """Export `kind` into `out_root/name`: everything that can be refused is refused before any file is written,
@@ -86,5 +81,5 @@ def run_export(name: str, out_root: Path, kind: KindExport, *, progress: bool = 
         kind.build(stage, progress=progress, label=f"building {name}")
         kind.validate(stage, progress=progress, label=f"validating {name}")
         manifest = kind.seal(stage)
-        write_manifest(stage, manifest)
+        (stage / MANIFEST_NAME).write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")  # the last file
     return ExportResult(name, Path(out_root) / name, manifest, time.perf_counter() - start, kind.notes)

@@ -86,8 +86,10 @@ def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], 
     """The same runner users use: OnnxRunner for ONNX files, DecodeSession for the decode form
     (each call takes the next chunk schedule: one prefill, token by token, uneven, golden),
     torch.jit.load for TorchScript."""
-    if spec.runtime == ONNX_RUNTIME and is_copy(spec.file):
-        return preoptimized_runner(Path(folder) / spec.file)
+    if spec.runtime == ONNX_RUNTIME and is_copy(spec.file):  # an optimized copy, loaded as the runtime loads it
+        copy = ort.InferenceSession((Path(folder) / spec.file).read_bytes(), providers=session_providers("cpu"),
+                                    sess_options=session_options(None, preoptimized=True))
+        return lambda x: copy.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
     if spec.runtime == ONNX_RUNTIME:  # the plain file even where the folder has a copy this machine could use
         return OnnxRunner(Path(folder) / spec.file, provider="cpu", offline_optimized=False).run
     if spec.runtime == DECODE_RUNTIME:
@@ -103,14 +105,6 @@ def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], 
 
         return PteRunner(Path(folder) / spec.file).run
     return torchscript_runner(Path(folder) / spec.file)
-
-
-def preoptimized_runner(path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    """An optimized copy loaded as the runtime loads it (graph optimizations off; its sha256 is the export's own
-    write, sealed into the manifest after this sweep)."""
-    session = ort.InferenceSession(path.read_bytes(), sess_options=session_options(None, preoptimized=True),
-                                   providers=session_providers("cpu"))
-    return lambda x: session.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
 
 
 def _inplace_schedule(name: str, batch: int) -> str:
