@@ -220,13 +220,16 @@ def test_a_hugging_face_attention_flag_the_book_lacks_is_refused(tmp_path: Path,
 
 def test_a_config_smaller_than_the_golden_cases_exports_and_checks(tmp_path: Path) -> None:
     """A context under the 16 greedy steps of validation and a vocabulary under the golden sampled case's top_k of
-    40 (a character-level toy model): the export fits its cases to them, and every case holds."""
+    40 (a character-level toy model): the export fits its cases to them, and every case holds, gpt.pte's too (its
+    validation ran 16 greedy steps whatever the context, so this export failed: "positions 8..8 are beyond its
+    context_length 8")."""
     cfg = tmp_path / "gpt.json"
     cfg.write_text(json.dumps({"vocab_size": 27, "context_length": 8, "emb_dim": 16, "n_heads": 2, "n_layers": 1}))
     out = tmp_path / "out"
     made = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(cfg), "--name", "toy", "--out", str(out),
-                                    "--variants", "decoder,inplace"])
+                                    "--variants", "decoder,inplace,pte"])
     assert made.exit_code == 0, made.output
+    assert (out / "toy" / "gpt.pte").is_file()
     cases = json.loads((out / "toy" / "golden" / "generations.json").read_text())["cases"]
     assert {c["top_k"] for c in cases} == {None, 27}
     assert all(len(c["prompt_ids"]) + len(c["ids"]) <= 8 for c in cases)

@@ -35,7 +35,7 @@ from torch import nn
 from mha_export.executorch.lower import causal_mask, lower
 from mha_export.gpt.eager import GPTModel
 from mha_export.gpt.golden import form_generations
-from mha_export.gpt.validate import GREEDY_NEW, FormReport, References, Tally, agreement
+from mha_export.gpt.validate import FormReport, References, Tally, agreement, greedy_new
 from mha_export.infer.gpt_pte_runner import BOUNDS_METHOD, CONFIG_METHOD, PteGPT
 from mha_export.infer.pte_runner import quiet
 from mha_runtime.artifact.errors import ExportError
@@ -174,7 +174,7 @@ def validate_pte(program: PteGPT, refs: References, golden: tuple[list[GoldenGen
         logits = program.forward(prompt, 0)
         check(logits, first, f"prefill T={len(prompt)}")
         ids = [int(np.argmax(logits))]
-        for _ in range(GREEDY_NEW - 1):
+        for _ in range(greedy_new(program.config, refs.prompts) - 1):  # as many as the references have
             ids.append(int(np.argmax(program.forward([ids[-1]], len(prompt) + len(ids) - 1))))
         shares.append(agreement(ids, expected))
     share = float(np.mean(shares))
