@@ -29,8 +29,8 @@ class ModelDeployment:
         del files  # the model keeps the bytes it needs
 
     async def __call__(self, request: Request) -> Response:
-        reply = await self.model.handle(request.method, request.url.path, request.headers, request_body(request))
-        return to_response(reply)
+        return to_response(await self.model.service.handle(request.method, request.url.path, request.headers,
+                                                           request_body(request)))
 
     def __del__(self) -> None:
         model = getattr(self, "model", None)

@@ -112,6 +112,7 @@ class KindService:
     def __init__(self, info: dict[str, Any]) -> None:
         self.info = info
         self.routes = {self.route: "POST", HEALTH: "GET", CONTRACT: "GET"}
+        self.in_flight = 0  # requests inside handle: the attention replica's lone-request shortcut reads it
 
     def health(self) -> dict[str, Any]:
         """The kind's counts beside {"status": "ok"}."""
@@ -129,6 +130,7 @@ class KindService:
         refused = route_refusal(method, path, self.routes)
         if refused is not None:
             return refused
+        self.in_flight += 1
         try:
             if path == HEALTH:
                 return Reply(200, json.dumps({"status": "ok", **self.health()}).encode())
@@ -142,3 +144,5 @@ class KindService:
         except Exception as exc:  # an internal failure: one line to the client, the traceback to the replica's log
             log.exception("internal error on %s %s", method, path)
             return error_reply(500, f"internal error: {type(exc).__name__}: {first_line(exc)}")
+        finally:
+            self.in_flight -= 1

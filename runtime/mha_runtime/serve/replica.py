@@ -4,7 +4,7 @@ and a service's reply as Starlette's."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -13,15 +13,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from mha_runtime.artifact.errors import RequestError
-from mha_runtime.serve.http import Reply, StreamReply
+from mha_runtime.serve.http import KindService, Reply, StreamReply
 
 
 class KindReplica(Protocol):
     """A kind's model in one replica (attention/replica.py, gpt/replica.py), made by the kinds table's `replica`
-    from the shipped files, the server's options and /v1/contract's answer."""
+    from the shipped files, the server's options and /v1/contract's answer; every request goes to its service."""
 
-    async def handle(self, method: str, path: str, headers: Mapping[str, str],
-                     body: AsyncIterator[bytes]) -> Reply | StreamReply: ...
+    service: KindService
 
     def close(self) -> None: ...
 

@@ -6,7 +6,6 @@ Imports ray at module level: only the deployment (after the launcher has set Ray
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,6 @@ from mha_runtime.artifact.errors import ContractError
 from mha_runtime.infer.runner import OnnxRunner
 from mha_runtime.serve.attention.batching import run_grouped, work
 from mha_runtime.serve.attention.service import Answer, ContextService
-from mha_runtime.serve.http import Reply, StreamReply
 from mha_runtime.serve.options import ServeOptions
 from mha_runtime.serve.replica import shipped_folder
 
@@ -36,7 +34,6 @@ class ContextReplica:
         self.cost = work(self.runner.config)
         # With no batch wait, a request alone in the replica skips the batcher's queue (below).
         self.bypass = batch_wait_s == 0.0
-        self.in_flight = 0  # HTTP requests inside this replica's handle
         self.service = ContextService(config=self.runner.config, info=info, max_batch=options.max_batch,
                                       infer=self.infer)
 
@@ -46,9 +43,9 @@ class ContextReplica:
         batcher"); a batcher would run it alone anyway. It first lets the loop turn once: requests already read
         come in, and then it batches with them. Without that turn, requests that queue in the sockets while one
         runs are taken one by one, each alone again, and behind HAProxy nothing was ever batched."""
-        if self.bypass and self.in_flight == 1:
+        if self.bypass and self.service.in_flight == 1:
             await asyncio.sleep(0)  # one turn of the loop: requests already read get in first
-            if self.in_flight == 1:
+            if self.service.in_flight == 1:
                 out, size, tokens = run_grouped(self.runner.run, [x], self.cost)[0]  # alone: a refusal is raised
                 return Answer(out, size, tokens)  # type: ignore[arg-type]
         answer = await self.run_batch(x)
@@ -68,14 +65,6 @@ class ContextReplica:
         else:
             answers = await asyncio.to_thread(run_grouped, self.runner.run, xs, self.cost)
         return [out if isinstance(out, ContractError) else Answer(out, size, tokens) for out, size, tokens in answers]
-
-    async def handle(self, method: str, path: str, headers: Mapping[str, str],
-                     body: AsyncIterator[bytes]) -> Reply | StreamReply:
-        self.in_flight += 1
-        try:
-            return await self.service.handle(method, path, headers, body)
-        finally:
-            self.in_flight -= 1
 
     def close(self) -> None:
         """Nothing to stop: the runner goes with the process."""

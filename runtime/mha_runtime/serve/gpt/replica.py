@@ -1,14 +1,12 @@
 """The GPT's model in a replica (serve/deployment.py): one in-place decoder and its BatchEngine."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from mha_runtime.gpt.decoder import InPlaceDecoder
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.serve.gpt.engine import BatchEngine
 from mha_runtime.serve.gpt.service import GenerateService
-from mha_runtime.serve.http import Reply, StreamReply
 from mha_runtime.serve.options import ServeOptions
 from mha_runtime.serve.replica import shipped_folder
 
@@ -26,10 +24,6 @@ class GenerateReplica:
                                   tokenizer=gen.tokenizer)
         encode = gen.tokenizer.encode if gen.tokenizer is not None else None
         self.service = GenerateService(config=gen.config, info=info, engine=self.engine, encode=encode)
-
-    async def handle(self, method: str, path: str, headers: Mapping[str, str],
-                     body: AsyncIterator[bytes]) -> Reply | StreamReply:
-        return await self.service.handle(method, path, headers, body)
 
     def close(self) -> None:
         self.engine.closed = True
