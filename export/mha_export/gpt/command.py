@@ -49,7 +49,8 @@ def check_beside(config: GPTConfig, source: str, weights: Path | None) -> None:
     """Refuse a config that disagrees with the checkpoint's own config.json beside --weights, field by field: the
     shapes cannot tell n_heads, and a wrong head count gives a silently wrong model."""
     own_path = _checkpoint_config(weights)
-    if own_path is None or own_path.resolve() == _resolved(source):
+    if own_path is None or (source.startswith("--config ")  # the --config named is that very file
+                            and own_path.resolve() == Path(source.removeprefix("--config ")).resolve()):
         return
     try:
         own = GPTConfig.from_file(own_path, flag="the checkpoint's")
@@ -73,10 +74,6 @@ def _checkpoint_config(weights: Path | None) -> Path | None:
     return None if folder_kind(Path(weights).parent) == GPT_KIND else Path(weights).parent / HF_CONFIG
 
 
-def _resolved(source: str) -> Path | None:
-    return Path(source.split(" ", 1)[1]).resolve() if source.startswith("--config ") else None
-
-
 def _show(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -88,7 +85,6 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
     from mha_export.pipeline.preflight import check_weights_path
     from mha_export.pipeline.run import check_folder_name
     from mha_runtime.artifact.atomic import check_folder_target
-    from mha_runtime.artifact.errors import ConfigError
     from mha_runtime.cli.tables import table
 
     chosen = parse_gpt_variants(variants)

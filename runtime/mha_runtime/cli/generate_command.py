@@ -69,20 +69,15 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
                                "tokens_per_s": round(result.tokens_per_s, 3), "stops": result.stops,
                                "seed": result.seed}))
         return
-    text = gen.tokenizer is not None and len(batch) == 1
-    stream = TextStream(gen.tokenizer) if text and gen.tokenizer is not None else None
-    if stream is not None:
-        click.echo(gen.tokenizer.decode(batch[0]) if gen.tokenizer else "", nl=False)
+    stream: TextStream | None = None
+    if gen.tokenizer is not None and len(batch) == 1:  # one row with a tokenizer streams text, else ids
+        stream = TextStream(gen.tokenizer)
+        click.echo(gen.tokenizer.decode(batch[0]), nl=False)
 
     def show(new: list[int | None]) -> None:
-        if stream is not None:
-            if new[0] is not None:
-                sys.stdout.write(stream.push(new[0]))
-                sys.stdout.flush()
-        elif len(batch) == 1:
-            if new[0] is not None:
-                sys.stdout.write(f"{new[0]} ")
-                sys.stdout.flush()
+        if len(batch) == 1 and new[0] is not None:  # a batch is shown once done
+            sys.stdout.write(f"{new[0]} " if stream is None else stream.push(new[0]))
+            sys.stdout.flush()
 
     result = gen.generate(batch, on_step=show, **kwargs)  # type: ignore[arg-type]
     if len(batch) > 1:  # rows would interleave: each row's new text (or ids) once all are done

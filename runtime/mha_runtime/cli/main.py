@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -38,10 +38,8 @@ class MhaGroup(click.Group):
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             return command
-        for ep in entry_points(group=COMMANDS_GROUP):
-            if ep.name == cmd_name:
-                loaded: click.Command = ep.load()
-                return loaded
+        for ep in entry_points(group=COMMANDS_GROUP, name=cmd_name):  # the first of that name
+            return cast(click.Command, ep.load())
         if cmd_name in EXPORT_COMMANDS:
             raise click.ClickException(f"'mha {cmd_name}' {EXPORT_HINT}")
         return None

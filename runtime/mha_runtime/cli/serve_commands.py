@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from mha_runtime.artifact.errors import BadValueError
 from mha_runtime.artifact.registry import ONNX
 from mha_runtime.cli.options import BATCH, REPLICAS, THREADS, Finite, RayAddress
 from mha_runtime.infer.providers import CHOICES
@@ -50,12 +51,10 @@ def serve_cmd(artifact_dir: Path, model: str | None, replicas: int, max_batch: i
 def _int_list(value: str, option: str, noun: str = "counts") -> list[int]:
     """Comma-separated counts, each at least 1, refused before the server is asked anything (the folder's own
     limits are checked once it is read)."""
-    from mha_runtime.artifact.errors import BadValueError
-
     try:
         numbers = [int(t) for t in value.split(",") if t.strip()]
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=option) from None
+        numbers = []  # the same refusal as no numbers at all
     if not numbers:
         raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=option)
     if min(numbers) < 1:
@@ -95,7 +94,6 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
                  prompt_tokens: str, max_new_tokens: str, stream_share: float, sample_share: float) -> None:
     """Bounded load on a loopback `mha serve`: throughput, latency percentiles, and every answer checked."""
     from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
-    from mha_runtime.artifact.errors import BadValueError
     from mha_runtime.serve.attention.loadtest import loadtest, report_lines
 
     # Options of the other kind of load are refused rather than ignored.
@@ -123,8 +121,7 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
                            tokens=_int_list(tokens, "--tokens"), batches=_int_list(batches, "--batch", "sizes"),
                            fmt=fmt, seed=seed, max_seconds=max_seconds)
         lines = report_lines(summary)
-    for line in lines:
-        click.echo(line)
+    click.echo("\n".join(lines))
     if json_path is not None:
         write_file_atomic(json_path, (json.dumps(summary, indent=2) + "\n").encode())
     if summary["errors"] or summary["not_sent"]:
