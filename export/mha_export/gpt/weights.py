@@ -59,17 +59,16 @@ def _checked(state: Tensors, cfg: GPTConfig, names: dict[str, str]) -> Tensors:
     """Each book key present with its shape, float and finite; `names` maps a book key to the file's key."""
     shapes = book_shapes(cfg)
     for key, shape in shapes.items():
-        if key not in state:
-            raise ConfigError(f"weights: missing key {names.get(key, key)!r} (expected shape {list(shape)} for "
-                              f"{_describe(cfg)})")
-        tensor = state[key]
+        name, tensor = names.get(key, key), state.get(key)
+        if tensor is None:
+            raise ConfigError(f"weights: missing key {name!r} (expected shape {list(shape)} for {_describe(cfg)})")
         if tuple(tensor.shape) != shape:
-            raise ConfigError(f"weights: {names.get(key, key)!r} has shape {list(tensor.shape)}, expected "
-                              f"{list(shape)} for {_describe(cfg)}")
+            raise ConfigError(f"weights: {name!r} has shape {list(tensor.shape)}, expected {list(shape)} for "
+                              f"{_describe(cfg)}")
         if not tensor.is_floating_point():
-            raise ConfigError(f"weights: {names.get(key, key)!r} has dtype {tensor.dtype}, expected floating point")
+            raise ConfigError(f"weights: {name!r} has dtype {tensor.dtype}, expected floating point")
         if not torch.isfinite(tensor).all():
-            raise ConfigError(f"weights: {names.get(key, key)!r} holds NaN or inf values")
+            raise ConfigError(f"weights: {name!r} holds NaN or inf values")
     return {k: state[k].to(torch.float32) for k in shapes}
 
 

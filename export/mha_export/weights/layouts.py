@@ -36,7 +36,7 @@ class Layout:
     prefix: Callable[[re.Match[str]], str]  # the key prefix of the layer a signature match belongs to
     keys: frozenset[str]  # every key one layer may hold, relative to its prefix
     mapping: Callable[[Tensors, MHAConfig, str], Tensors]  # (the layer's tensors, config, their key prefix)
-    standalone: bool  # the file holds nothing else: any other key is an error
+    masks: re.Pattern[str]  # the layer's mask buffers, relative to its prefix
 
 
 @dataclass(frozen=True)
@@ -127,16 +127,10 @@ def book_mha_state(tensors: Tensors, config: MHAConfig, prefix: str = "") -> Ten
     layer = _Layer(tensors, config, prefix)
     layer.flags("W_query.bias", "out_proj.weight")
     layer.width("W_query.weight", 0)
-    state: Tensors = {}
-    d = config.d_out
-    for p in PROJECTIONS:
-        weight = layer.expect(f"W_{p}.weight", (config.d_model, config.d_in), "the book's layout")
-        bias = layer.expect(f"W_{p}.bias", (config.d_model,), "qkv_bias is true") if config.qkv_bias else None
-        for h in range(config.num_heads):
-            state[f"heads.{h}.W_{p}.weight"] = weight[h * d:(h + 1) * d]  # (d_out, d_in)
-            if bias is not None:
-                state[f"heads.{h}.W_{p}.bias"] = bias[h * d:(h + 1) * d]
-    return state | layer.out_proj("out_proj.weight", "out_proj.bias", transpose=False)
+    qkv = [(layer.expect(f"W_{p}.weight", (config.d_model, config.d_in), "the book's layout"),
+            layer.expect(f"W_{p}.bias", (config.d_model,), "qkv_bias is true") if config.qkv_bias else None)
+           for p in PROJECTIONS]
+    return _per_head(qkv, config) | layer.out_proj("out_proj.weight", "out_proj.bias", transpose=False)
 
 
 def hf_gpt2_state(tensors: Tensors, config: MHAConfig, prefix: str = "") -> Tensors:
@@ -145,37 +139,42 @@ def hf_gpt2_state(tensors: Tensors, config: MHAConfig, prefix: str = "") -> Tens
     layer = _Layer(tensors, config, prefix)
     layer.flags("c_attn.bias", "c_proj.weight")
     layer.width("c_attn.weight", 1, parts=3)
-    width, d = config.d_model, config.d_out
+    width = config.d_model
     weight = layer.expect("c_attn.weight", (config.d_in, 3 * width), "GPT-2's fused q|k|v")
     bias = layer.expect("c_attn.bias", (3 * width,), "qkv_bias is true") if config.qkv_bias else None
-    state: Tensors = {}
-    for p, (w, b) in zip(PROJECTIONS, split_qkv(weight, bias), strict=True):  # w: (H * d_out, d_in)
-        for h in range(config.num_heads):
-            rows = slice(h * d, (h + 1) * d)
-            state[f"heads.{h}.W_{p}.weight"] = w[rows]  # (d_out, d_in)
-            if b is not None:
-                state[f"heads.{h}.W_{p}.bias"] = b[rows]
+    state = _per_head(split_qkv(weight, bias), config)
     return state | layer.out_proj("c_proj.weight", "c_proj.bias", transpose=True)
 
 
-def _book_keys() -> frozenset[str]:
-    return frozenset(f"{m}.{t}" for m in ("W_query", "W_key", "W_value", "out_proj") for t in ("weight", "bias")) | {
-        "mask"}
+def _per_head(qkv: list[tuple[torch.Tensor, torch.Tensor | None]], config: MHAConfig) -> Tensors:
+    """q, k and v as one Linear each, weight (H * d_out, d_in) and bias (H * d_out,) or None: head h is rows
+    h*d_out .. (h+1)*d_out of each, the wrapper's heads.{h}.W_{p}."""
+    state: Tensors = {}
+    for p, (weight, bias) in zip(PROJECTIONS, qkv, strict=True):
+        for h in range(config.num_heads):
+            rows = slice(h * config.d_out, (h + 1) * config.d_out)
+            state[f"heads.{h}.W_{p}.weight"] = weight[rows]  # (d_out, d_in)
+            if bias is not None:
+                state[f"heads.{h}.W_{p}.bias"] = bias[rows]
+    return state
+
+
+BOOK_KEYS = frozenset(f"{m}.{t}" for m in ("W_query", "W_key", "W_value", "out_proj") for t in ("weight", "bias")) | {
+    "mask"}
 
 
 LAYOUTS: tuple[Layout, ...] = (
-    Layout("wrapper", re.compile(r"heads\.\d+\.W_query\.weight"), lambda m: "",
-           frozenset(), wrapper_state, standalone=True),  # keys: checked against the config's heads below
-    Layout("book-mha", re.compile(r"W_query\.weight"), lambda m: "", _book_keys(), book_mha_state, standalone=True),
+    Layout("wrapper", re.compile(r"heads\.\d+\.W_query\.weight"), lambda m: "",  # keys: per head, see layer_keys
+           frozenset(), wrapper_state, re.compile(r"heads\.\d+\.mask")),
+    Layout("book-mha", re.compile(r"W_query\.weight"), lambda m: "", BOOK_KEYS, book_mha_state,
+           re.compile("mask")),
     Layout("book-gpt", re.compile(r"trf_blocks\.(?P<layer>\d+)\.att\.W_query\.weight"),
-           lambda m: f"trf_blocks.{m['layer']}.att.", _book_keys(), book_mha_state, standalone=False),
+           lambda m: f"trf_blocks.{m['layer']}.att.", BOOK_KEYS, book_mha_state, re.compile("mask")),
     Layout("hf-gpt2", re.compile(r"(?P<pre>transformer\.)?h\.(?P<layer>\d+)\.attn\.c_attn\.weight"),
            lambda m: f"{m['pre'] or ''}h.{m['layer']}.attn.",
            frozenset({"c_attn.weight", "c_attn.bias", "c_proj.weight", "c_proj.bias", "bias", "masked_bias"}),
-           hf_gpt2_state, standalone=False),
+           hf_gpt2_state, re.compile("bias|masked_bias")),
 )
-MASK_KEYS = {"wrapper": re.compile(r"heads\.\d+\.mask"), "book-mha": re.compile(r"mask"),
-             "book-gpt": re.compile(r"mask"), "hf-gpt2": re.compile(r"bias|masked_bias")}
 
 
 def _sample(keys: Iterable[str]) -> str:
@@ -219,7 +218,7 @@ def locate(keys: Iterable[str], layer: int | None) -> Located:
 
 
 def layer_keys(located: Located, keys: Iterable[str]) -> list[str]:
-    """The keys of the chosen layer; for a standalone layout, refuse any key that is not its own."""
+    """The keys of the chosen layer (every key, for a single-layer layout); refuse any that is not the layout's."""
     keys = list(keys)
     mine = [k for k in keys if k.startswith(located.prefix)]
     layout = located.layout
@@ -238,10 +237,9 @@ def layer_keys(located: Located, keys: Iterable[str]) -> list[str]:
 def check_masks(located: Located, tensors: Tensors, config: MHAConfig) -> None:
     """Mask buffers in the file must be causal: an upper-triangular 'future' mask (wrapper, book) or a
     lower-triangular 'allowed' mask (GPT-2's attn.bias); GPT-2's masked_bias is a constant and ignored."""
-    pattern = MASK_KEYS[located.layout.name]
     for key, tensor in tensors.items():
         rest = key[len(located.prefix):]
-        if not pattern.fullmatch(rest) or rest == "masked_bias":
+        if not located.layout.masks.fullmatch(rest) or rest == "masked_bias":
             continue
         if located.layout.name == "wrapper" and tuple(tensor.shape) != (config.context_length,) * 2:
             raise ConfigError(f"weights: {key!r} has shape {list(tensor.shape)}, expected "
@@ -249,10 +247,8 @@ def check_masks(located: Located, tensors: Tensors, config: MHAConfig) -> None:
         square = tensor.reshape(tensor.shape[-2:]) if tensor.dim() >= 2 else tensor
         n = square.shape[-1] if square.dim() == 2 else 0
         future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
-        is_future = square.dim() == 2 and square.shape[0] == n and torch.equal(square.bool(), future)
-        is_allowed = square.dim() == 2 and square.shape[0] == n and torch.equal(square.bool(), ~future)
-        wanted = is_allowed if rest == "bias" else is_future
-        if not wanted:
+        causal = ~future if rest == "bias" else future  # GPT-2's bias marks the allowed pairs, a mask the future
+        if not (square.dim() == 2 and square.shape[0] == n and torch.equal(square.bool(), causal)):
             raise ConfigError(f"weights: {key!r} is not the causal mask this model requires")
         if n < config.context_length:
             raise ConfigError(f"weights: {key!r} covers {n} positions, fewer than context_length="

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import codecs
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import torch
 
 from mha_export.model.wrapper import MultiHeadAttentionWrapper, build_wrapper
 from mha_export.pipeline.preflight import check_weights_path
-from mha_export.weights.layouts import MASK_KEYS, Located, layer_keys, locate, to_wrapper_state
+from mha_export.weights.layouts import Located, layer_keys, locate, to_wrapper_state
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import Manifest, WeightsRecord, sha256_file
@@ -38,11 +37,8 @@ def seeded_model(config: MHAConfig) -> MultiHeadAttentionWrapper:
     return build_wrapper(config).eval()
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # loaders' notes (pickle, mmap, storage) are not the user's concern
-        yield
+# Loaders' notes (pickle, mmap, storage) are not the user's concern.
+_quiet = partial(warnings.catch_warnings, action="ignore")
 
 
 # The first bytes of what torch.save writes: a zip archive (the default since 1.6) or a pickle (protocol 2+).
@@ -142,7 +138,7 @@ def read_layer(path: Path, config: MHAConfig, *, layer: int | None = None) -> tu
     tensors = {}
     for key in layer_keys(located, source.keys()):
         tensor = source.get(key)
-        if not tensor.is_floating_point() and not MASK_KEYS[located.layout.name].fullmatch(key[len(located.prefix):]):
+        if not tensor.is_floating_point() and not located.layout.masks.fullmatch(key[len(located.prefix):]):
             raise ConfigError(f"weights: {key!r} has dtype {tensor.dtype}, expected floating point")
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise ConfigError(f"weights: {key!r} holds NaN or inf values")
