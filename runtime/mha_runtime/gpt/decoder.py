@@ -65,13 +65,6 @@ def own_config(session: ort.InferenceSession) -> Any:
         return None
 
 
-def _run(session: ort.InferenceSession, feeds: dict[str, np.ndarray], where: str) -> list[np.ndarray]:
-    try:
-        return session.run(None, feeds)  # type: ignore[no-any-return]
-    except Exception as exc:
-        raise ArtifactError(f"{where}: ONNX Runtime failed ({first_line(exc)})") from None
-
-
 class InPlaceDecoder:
     def __init__(self, session: ort.InferenceSession, config: GPTConfig, where: str = "gpt.inplace.onnx") -> None:
         self.session, self.config, self.where = session, config, where
@@ -148,31 +141,33 @@ class ConcatDecoder:
             raise ContractError(f"{where}: expected the Optimum-named GPT form (inputs input_ids, attention_mask, "
                                 f"position_ids, ...), got {names[:3]}")
 
-    def _feeds(self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray,
-               cache: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run(self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray,
+             cache: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One run on `cache` (named as the present outputs) -> every output by name."""
         feeds = {INPUT_IDS: ids, ATTENTION_MASK: mask, POSITION_IDS: positions}
         for i in range(self.config.n_layers):
             feeds[past_key(i)], feeds[past_value(i)] = cache[present_key(i)], cache[present_value(i)]
-        return feeds
+        try:
+            out = self.session.run(None, feeds)
+        except Exception as exc:
+            raise ArtifactError(f"{self.where}: ONNX Runtime failed ({first_line(exc)})") from None
+        return dict(zip(self.outputs, out, strict=True))
 
-    def _empty(self, batch: int) -> dict[str, np.ndarray]:
+    def _zeros(self, batch: int, tokens: int) -> dict[str, np.ndarray]:
+        """A zeroed (batch, H, tokens, D) cache per layer for keys and values, named as the present outputs."""
         c = self.config
-        zero = np.zeros((batch, c.n_heads, 0, c.head_dim), np.float32)
-        return {n: zero for i in range(c.n_layers) for n in (present_key(i), present_value(i))}
+        return {n: np.zeros((batch, c.n_heads, tokens, c.head_dim), np.float32)
+                for i in range(c.n_layers) for n in (present_key(i), present_value(i))}
 
     def prefill(self, prompts: list[list[int]]) -> np.ndarray:
         longest = max(len(p) for p in prompts)
-        c = self.config
-        self.cache = {n: np.zeros((len(prompts), c.n_heads, longest, c.head_dim), np.float32)
-                      for i in range(c.n_layers) for n in (present_key(i), present_value(i))}
+        self.cache = self._zeros(len(prompts), longest)
         self.mask = np.zeros((len(prompts), longest), np.int64)
-        logits = np.empty((len(prompts), c.vocab_size), np.float32)
+        logits = np.empty((len(prompts), self.config.vocab_size), np.float32)
         for row, prompt in enumerate(prompts):
             n = len(prompt)
             ids = np.asarray([prompt], np.int64)
-            out = _run(self.session, self._feeds(ids, np.ones((1, n), np.int64), np.arange(n)[None], self._empty(1)),
-                       self.where)
-            named = dict(zip(self.outputs, out, strict=True))
+            named = self._run(ids, np.ones((1, n), np.int64), np.arange(n)[None], self._zeros(1, 0))
             logits[row] = named[LOGITS][0, -1]
             for name in self.cache:
                 self.cache[name][row, :, longest - n:] = named[name][0]  # left padding
@@ -186,8 +181,7 @@ class ConcatDecoder:
         column = np.asarray(active, np.int64)[:, None]  # (B, 1): 0 hides a stopped row's new key
         self.mask = np.concatenate([self.mask, column], axis=1)
         positions = np.asarray(self.lengths, np.int64)[:, None]
-        out = _run(self.session, self._feeds(ids, self.mask, positions, self.cache), self.where)
-        named = dict(zip(self.outputs, out, strict=True))
+        named = self._run(ids, self.mask, positions, self.cache)
         self.cache = {n: named[n] for n in self.cache}
         self.lengths = [n + 1 if a else n for n, a in zip(self.lengths, active, strict=True)]
         return named[LOGITS][:, -1]

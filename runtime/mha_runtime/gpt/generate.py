@@ -7,7 +7,7 @@ slides silently would no longer be the prompt the user gave. Every stop is named
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,17 +137,17 @@ class Generator:
         if self.pte is not None:  # loaded only for a request it can take, and outside the timings
             self.pte.load()
 
-    def stream(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-               top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,
-               result: Generation | None = None) -> Iterator[list[int | None]]:
-        """Yield, after each step, every row's new id (None for a row that has stopped). Checks come first."""
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,
+                 on_step: Callable[[list[int | None]], None] | None = None) -> Generation:
+        """Generate; after each step, on_step gets every row's new id (None for a row that has stopped). Checks
+        come first."""
         self.check(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id,
                    seed=seed)
         sampler = Sampler(len(prompts), temperature=temperature, top_k=top_k, seed=seed,
                           vocab_size=self.config.vocab_size)
-        out = result if result is not None else Generation(prompt_ids=prompts)
-        out.prompt_ids, out.seed = [list(p) for p in prompts], sampler.seed
-        out.ids, out.stops = [[] for _ in prompts], ["" for _ in prompts]
+        out = Generation(prompt_ids=[list(p) for p in prompts], ids=[[] for _ in prompts],
+                         stops=["" for _ in prompts], seed=sampler.seed)
         start = time.perf_counter()
         decoder = self.decoder()
         logits = decoder.prefill(out.prompt_ids)
@@ -164,20 +164,11 @@ class Generator:
             if not out.time_to_first_token_s:
                 out.time_to_first_token_s = time.perf_counter() - start
             out.seconds = time.perf_counter() - start
-            yield new
+            if on_step is not None:
+                on_step(new)
             if all(out.stops):
-                return
+                return out
             # Every row is fed its last token; a stopped row's is ignored and does not advance its cache (it
             # stopped with room for one more: prompt + new <= context_length, the last new one never fed).
             feed = [(r[-1] if r else p[-1]) for r, p in zip(out.ids, out.prompt_ids, strict=True)]
             logits = decoder.step(feed, [not s for s in out.stops])
-
-    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-                 top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,
-                 on_step: Callable[[list[int | None]], None] | None = None) -> Generation:
-        result = Generation(prompt_ids=prompts)
-        for new in self.stream(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                               seed=seed, eos_id=eos_id, result=result):
-            if on_step is not None:
-                on_step(new)
-        return result
