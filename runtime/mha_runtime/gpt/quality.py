@@ -82,6 +82,11 @@ class Windows:
         return (json.dumps({"format": QUALITY_FORMAT, "kind": QUALITY_KIND, "source": self.source, "text": self.text,
                             "windows": self.ids}) + "\n").encode()
 
+    @property
+    def half(self) -> int:
+        """Where each window's scored second half starts: its tokens half .. width - 1 are predicted."""
+        return max(1, len(self.ids[0]) // 2)
+
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """(N, V) -> (N, V) float64 log-probabilities."""
@@ -96,10 +101,21 @@ def kl_divergence(reference: np.ndarray, other: np.ndarray) -> np.ndarray:
     return np.sum(np.exp(lp) * (lp - lq), axis=-1)
 
 
-def summarize(kl: np.ndarray, same: np.ndarray, nll: np.ndarray | None, reference_nll: np.ndarray | None) -> Quality:
-    """Per-position KL (N,), top-token equality (N,) and, for text, negative log-likelihoods (N,) -> Quality."""
-    def ppl(x: np.ndarray | None) -> float | None:
-        return None if x is None else float(math.exp(float(np.mean(x))))
+def position_scores(reference: np.ndarray, other: np.ndarray, targets: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(N, V) logits each and the (N,) tokens they predict -> (N,) each: KL(reference || other), whether the top
+    tokens are the same, and `other`'s and `reference`'s negative log-likelihoods of the tokens."""
+    rows = np.arange(len(targets))
+    return (kl_divergence(reference, other), np.argmax(reference, axis=-1) == np.argmax(other, axis=-1),
+            -log_softmax(other)[rows, targets], -log_softmax(reference)[rows, targets])
+
+
+def summarize(scores: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], text: bool) -> Quality:
+    """position_scores of each group of positions, in order -> Quality (perplexities where the windows are text)."""
+    kl, same, nll, reference_nll = (np.concatenate(column) for column in zip(*scores, strict=True))
+
+    def ppl(x: np.ndarray) -> float | None:
+        return float(math.exp(float(np.mean(x)))) if text else None
 
     return Quality(positions=int(kl.size), mean_kl=float(np.mean(kl)), p99_kl=float(np.quantile(kl, 0.99)),
                    max_kl=float(np.max(kl)), same_top=float(np.mean(same)), perplexity=ppl(nll),
@@ -108,23 +124,16 @@ def summarize(kl: np.ndarray, same: np.ndarray, nll: np.ndarray | None, referenc
 
 def measure(reference: Decoder, form: Decoder, windows: Windows) -> Quality:
     """Score the second half of every window (all of equal length W >= 2) on both decoders."""
-    width = len(windows.ids[0])
-    half = max(1, width // 2)
-    kls, sames, nlls, ref_nlls = [], [], [], []
-    ref, got = reference.prefill([w[:half] for w in windows.ids]), form.prefill([w[:half] for w in windows.ids])
+    width, half = len(windows.ids[0]), windows.half
     rows = len(windows.ids)
+    scores = []
+    ref, got = reference.prefill([w[:half] for w in windows.ids]), form.prefill([w[:half] for w in windows.ids])
     for t in range(half, width):  # ref/got: (B, V) predicting token t of each window
-        kls.append(kl_divergence(ref, got))
-        sames.append(np.argmax(ref, axis=-1) == np.argmax(got, axis=-1))
-        targets = np.array([w[t] for w in windows.ids])
-        nlls.append(-log_softmax(got)[np.arange(rows), targets])
-        ref_nlls.append(-log_softmax(ref)[np.arange(rows), targets])
+        tokens = [w[t] for w in windows.ids]
+        scores.append(position_scores(ref, got, np.array(tokens)))
         if t + 1 < width:
-            tokens = [w[t] for w in windows.ids]
             ref, got = reference.step(tokens, [True] * rows), form.step(tokens, [True] * rows)
-    text = windows.text
-    return summarize(np.concatenate(kls), np.concatenate(sames), np.concatenate(nlls) if text else None,
-                     np.concatenate(ref_nlls) if text else None)
+    return summarize(scores, windows.text)
 
 
 def load_windows(folder: Path, manifest: GPTManifest) -> Windows:

@@ -36,7 +36,7 @@ from mha_runtime.gpt.contract import GGUF, GGUF_FORM, GGUF_FORMS, GGUF_QUANTS, F
 from mha_runtime.gpt.golden import GoldenGeneration
 from mha_runtime.gpt.llama import llama_cpp
 from mha_runtime.gpt.manifest import GPTArtifact
-from mha_runtime.gpt.quality import Quality, Windows, kl_divergence, log_softmax, summarize
+from mha_runtime.gpt.quality import Quality, Windows, position_scores, summarize
 
 
 @dataclass
@@ -122,19 +122,19 @@ def _search(file: str, form: Form, tensors: dict[str, np.ndarray], reference: _R
     assert reference.logits is not None
     ranking = candidates(tensors, form.dtype)
     tries: list[dict[str, object]] = []
-    found: _Ran | None = None
     seconds = 0.0
     for count in _counts(len(ranking)):
         r = write_and_run(file, {n: HIGHER[form.dtype] for n in ranking[:count]})
         assert r.logits is not None
-        quality = window_quality(reference.logits, r.logits, windows)
+        # KL(P_gpt.gguf || P_quant), same top token and (text windows) perplexities, window by window
+        quality = summarize([position_scores(ref, got, np.array(w[windows.half:]))
+                             for ref, got, w in zip(reference.logits, r.logits, windows.ids, strict=True)],
+                            windows.text)
         seconds += r.seconds
         tries.append({"kept": count, "mean_kl": quality.mean_kl})
-        found = _Ran(r.written, r.got, None, seconds, quality, tuple(tries))
         if form.meets_bar(quality.mean_kl):
             break
-    assert found is not None
-    return found
+    return _Ran(r.written, r.got, None, seconds, quality, tuple(tries))
 
 
 def _run(path: Path, cases: list[GoldenGeneration], windows: Windows | None
@@ -142,35 +142,12 @@ def _run(path: Path, cases: list[GoldenGeneration], windows: Windows | None
     """One llama.cpp run: the greedy cases and text prompts, and (windows given) the logits (windows,
     width - half, V) predicting tokens half .. width - 1 of each window (what mha_runtime.gpt.quality.measure
     scores)."""
-    scores: list[str] = []
-    if windows is not None:
-        width = len(windows.ids[0])
-        half = max(1, width // 2)
-        scores = [llama_cpp.score(w[:width - 1], half - 1) for w in windows.ids]
+    scores = [] if windows is None else [llama_cpp.score(w[:-1], windows.half - 1) for w in windows.ids]
     answers = llama_cpp.run(path, llama_cpp.greedy_commands(cases) + scores)
     got = llama_cpp.greedy_answers(cases, answers)
     if windows is None:
         return got, None
-    width = len(windows.ids[0])
-    return got, answers.logits[len(cases):].reshape(len(windows.ids), width - max(1, width // 2), -1)
-
-
-def window_quality(reference: np.ndarray, got: np.ndarray, windows: Windows) -> Quality:
-    """KL(P_gpt.gguf || P_quant), same top token and (text windows) perplexities, window by window."""
-    width = len(windows.ids[0])
-    half = max(1, width // 2)
-    kls, sames, nlls, ref_nlls = [], [], [], []
-    for i, window in enumerate(windows.ids):
-        ref, form = reference[i], got[i]
-        targets = np.array(window[half:width])
-        kls.append(kl_divergence(ref, form))
-        sames.append(np.argmax(ref, axis=-1) == np.argmax(form, axis=-1))
-        rows = np.arange(len(targets))
-        nlls.append(-log_softmax(form)[rows, targets])
-        ref_nlls.append(-log_softmax(ref)[rows, targets])
-    text = windows.text
-    return summarize(np.concatenate(kls), np.concatenate(sames), np.concatenate(nlls) if text else None,
-                     np.concatenate(ref_nlls) if text else None)
+    return got, answers.logits[len(cases):].reshape(len(windows.ids), len(windows.ids[0]) - windows.half, -1)
 
 
 def _judged(form: Form, r: _Ran, cases: list[GoldenGeneration], eager: dict[str, np.ndarray]

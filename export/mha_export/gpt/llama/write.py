@@ -182,11 +182,10 @@ class _Writer(gguf.GGUFWriter):
 
 
 def write_gguf(path: Path, tensors: dict[str, np.ndarray], cfg: GPTConfig, *, dtype: str, name: str,
-               vocab: Vocabulary | None, keep: dict[str, gguf.GGMLQuantizationType] | None = None,
-               writer: type[gguf.GGUFWriter] = _Writer) -> Written:
+               vocab: Vocabulary | None, keep: dict[str, gguf.GGMLQuantizationType] | None = None) -> Written:
     """One GGUF file: GPT-2's architecture keys, the tokenizer (or, without one, llama.cpp's "none" vocabulary of
     vocab_size ids) and the tensors at `dtype` ("fp32", "q8_0", "q4_0"), those named in `keep` at the type given."""
-    w = writer(str(path), ARCH)  # general.architecture = gpt2
+    w = _Writer(str(path), ARCH)  # general.architecture = gpt2
     w.add_name(name)
     w.add_context_length(cfg.context_length)
     w.add_embedding_length(cfg.emb_dim)

@@ -118,7 +118,7 @@ def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path
     assert form.bits is not None
     source = lossy_source(state, cfg, tied=tied)
     ranking = _ranking(source, form.bits)
-    outcome: LossyOutcome | None = None
+    tries: list[dict[str, object]] = []
     for plan in [fit(p, source) for p in plans(form.bits, ranking)]:
         if source is None:
             source = lossy_source(state, cfg, tied=tied)
@@ -128,10 +128,8 @@ def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path
         session = make_session(str(path), where=str(path))
         quality = measure(reference(), decoder_for(form.kind, session, cfg, path), windows)
         del session
-        tries = (outcome.tries if outcome else []) + [{"plan": plan.label(), "kept": len(plan.kept),
-                                                       "mean_kl": quality.mean_kl}]
+        tries.append({"plan": plan.label(), "kept": len(plan.kept), "mean_kl": quality.mean_kl})
         outcome = LossyOutcome(form, plan, quality, tries)
         if outcome.ok:
             break
-    assert outcome is not None
     return outcome

@@ -86,11 +86,8 @@ def matmul_weights(model: onnx.ModelProto) -> dict[str, str]:
 def weight_error(weight: np.ndarray, bits: int) -> float:
     """Relative RMS error of `weight` (in, out) after symmetric blockwise rounding along the input axis: the
     ranking of which matrices lose most (an estimate of the quantizer's, not its exact arithmetic)."""
-    w = weight.astype(np.float64)
-    rows = -(-w.shape[0] // BLOCK) * BLOCK
-    padded = np.zeros((rows, w.shape[1]))
-    padded[:w.shape[0]] = w
-    blocks = padded.reshape(rows // BLOCK, BLOCK, w.shape[1])  # (in / block, block, out)
+    padded = np.pad(weight.astype(np.float64), ((0, -weight.shape[0] % BLOCK), (0, 0)))  # zero rows to a block
+    blocks = padded.reshape(-1, BLOCK, weight.shape[1])  # (in / block, block, out)
     top = 2 ** (bits - 1) - 1
     scale = np.abs(blocks).max(axis=1, keepdims=True) / top
     scale[scale == 0] = 1.0

@@ -59,16 +59,16 @@ def threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def run(gguf: Path, commands: list[str], *, kv: str = "f32", timeout: float = 600.0) -> Answers:
+def run(gguf: Path, commands: list[str]) -> Answers:
     """Load `gguf` once in llama.cpp and answer `commands` (generate / score / tokenize lines)."""
     exe = program()
     if exe is None:
         raise ArtifactError(BUILD_HINT)
     with tempfile.TemporaryDirectory(prefix="mha-llama-") as tmp:
         out = Path(tmp) / "logits.bin"
-        done = subprocess.run([str(exe), str(gguf), str(out), "--threads", str(threads()), "--kv", kv],
+        done = subprocess.run([str(exe), str(gguf), str(out), "--threads", str(threads()), "--kv", "f32"],
                               input="".join(c + "\n" for c in commands), capture_output=True, text=True,
-                              timeout=timeout, check=False)
+                              timeout=600.0, check=False)
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
             raise ArtifactError(f"{gguf}: llama.cpp ({PROGRAM}) exited {done.returncode}: {tail}")
