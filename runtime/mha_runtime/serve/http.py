@@ -56,13 +56,9 @@ def error_reply(status: int, message: str) -> Reply:
     return Reply(status, json.dumps({"error": line}).encode())
 
 
-def route_refusal(method: str, path: str, routes: Mapping[str, str]) -> Reply | None:
-    """404 for a path not in `routes` (path -> method), 405 for the wrong method; None when it is routed."""
-    if path not in routes:
-        return error_reply(404, f"no route {cut(path, 80)}; routes: {', '.join(f'{m} {p}' for p, m in routes.items())}")
-    if method != routes[path]:
-        return error_reply(405, f"{method} {path}: expected {routes[path]}")
-    return None
+def media_type(content_type: str | None) -> str:
+    """'application/json; charset=utf-8' -> 'application/json'."""
+    return (content_type or "").split(";")[0].strip().lower()
 
 
 async def read_limited(headers: Mapping[str, str], body: AsyncIterator[bytes], limit: int, reason: str,
@@ -127,9 +123,11 @@ class KindService:
         path = path.rstrip("/") or "/"
         if method == "HEAD" and self.routes.get(path) == "GET":  # RFC 9110: a GET route answers HEAD too; the HTTP
             method = "GET"  # server (uvicorn, under Ray Serve's proxy) sends the headers alone
-        refused = route_refusal(method, path, self.routes)
-        if refused is not None:
-            return refused
+        if path not in self.routes:
+            listed = ", ".join(f"{m} {p}" for p, m in self.routes.items())
+            return error_reply(404, f"no route {cut(path, 80)}; routes: {listed}")
+        if method != self.routes[path]:
+            return error_reply(405, f"{method} {path}: expected {self.routes[path]}")
         self.in_flight += 1
         try:
             if path == HEALTH:

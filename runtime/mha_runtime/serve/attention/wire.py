@@ -18,7 +18,7 @@ from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.artifact.errors import RequestError, cut, first_line
 from mha_runtime.artifact.fields import DuplicateKeyError, unique_keys
 from mha_runtime.infer.npy import npy_bytes
-from mha_runtime.serve.http import JSON
+from mha_runtime.serve.http import JSON, media_type
 
 NPY = "application/x-npy"
 FORMATS = {"npy": NPY, "json": JSON}
@@ -51,11 +51,6 @@ def request_format(content_type: str | None) -> str:
     if kind not in (JSON, ""):
         raise RequestError(f"Content-Type: expected {JSON} or {NPY}, got {kind!r}")
     return "json"
-
-
-def media_type(content_type: str | None) -> str:
-    """'application/json; charset=utf-8' -> 'application/json'."""
-    return (content_type or "").split(";")[0].strip().lower()
 
 
 def load_json(body: bytes, where: str) -> Any:

@@ -35,9 +35,7 @@ from mha_runtime.gpt.generate import take_token
 from mha_runtime.gpt.sampling import Sampler
 from mha_runtime.gpt.tokenizer import GPTTokenizer, TextStream
 from mha_runtime.serve.gpt.job import Job
-from mha_runtime.serve.gpt.wire import (
-    TEXT,
-)
+from mha_runtime.serve.gpt.wire import TEXT
 
 log = logging.getLogger(__name__)
 # How often a request waiting for a free slot looks whether its client has left.
@@ -60,13 +58,15 @@ class BatchEngine:
     `max_batch` generations at once."""
 
     def __init__(self, decoder: InPlaceDecoder, *, max_batch: int, eos_id: int | None,
-                 tokenizer: GPTTokenizer | None, lanes: int = PREFILL_LANES) -> None:
+                 tokenizer: GPTTokenizer | None) -> None:
         self.decoder, self.config = decoder, decoder.config
         self.max_batch, self.eos_id, self.tokenizer = max_batch, eos_id, tokenizer
         decoder.allocate(max_batch)
-        self.lanes = [InPlaceDecoder(decoder.session, decoder.config, decoder.where) for _ in range(lanes)]
-        for lane in self.lanes:  # each lane's own one-row cache
+        decoder.step_rows([0], [0])  # warm-up of every binding: the first requests are not slow
+        self.lanes = [InPlaceDecoder(decoder.session, decoder.config, decoder.where) for _ in range(PREFILL_LANES)]
+        for lane in self.lanes:  # each lane's own one-row cache, warmed up too
             lane.allocate(1)
+            lane.prefill_row(0, [0])
         self.slots: list[Job | None] = [None] * max_batch
         self.ready: queue.SimpleQueue[tuple[Job, Prefix] | None] = queue.SimpleQueue()
         self.room = threading.Condition()  # guards slots, waiting and promised; notified on submit and free
@@ -77,9 +77,6 @@ class BatchEngine:
         self.yielding = False  # the step thread is waiting for a prefill (tests wait on it, not on a clock)
         self.cancelled = 0  # generations whose client left before the end, their slot freed early
         self.closed = False
-        for lane in self.lanes:  # warm-up of every binding: the first requests are not slow
-            lane.prefill_row(0, [0])
-        decoder.step_rows([0], [0])
         self.lane_threads = [threading.Thread(target=self._lane_loop, args=(lane,), name=f"gpt-prefill-{i}",
                                               daemon=True) for i, lane in enumerate(self.lanes)]
         self.thread = threading.Thread(target=self._loop, name="gpt-engine", daemon=True)

@@ -1,7 +1,6 @@
 """What `mha serve` checks and ships for a GPT folder, before Ray starts: the files, the limits, /v1/contract."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from mha_runtime.artifact.errors import MHAError, ServeError, first_line
@@ -24,13 +23,12 @@ def cache_bytes(gen: Generator, slots: int) -> int:
 def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Load the folder (every file it uses verified), refuse what cannot be served, generate one token here."""
     folder, form, max_batch = options.artifact, options.model or FASTEST, options.max_batch
-    provider, threads = options.provider, options.threads
     if form in FORMS and FORMS[form].kind != "inplace":
         raise ServeError(f"--model {form}: serving batches generations over the in-place cache; choose "
                          f"{' or '.join(f for f, spec in FORMS.items() if spec.kind == 'inplace')}")
     if max_batch > MAX_BATCH:
         raise ServeError(f"--max-batch {max_batch}: a GPT replica holds at most {MAX_BATCH} generations at once")
-    gen = Generator(folder, form=form, provider=provider, threads=threads)
+    gen = Generator(folder, form=form, provider=options.provider, threads=options.threads)
     need = cache_bytes(gen, max_batch)
     if need > MAX_CACHE_BYTES:
         raise ServeError(f"--max-batch {max_batch}: the cache of {max_batch} slots of {gen.config.context_length} "
@@ -43,9 +41,9 @@ def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]
     except Exception as exc:
         raise ServeError(f"{folder / form}: cannot serve it ({first_line(exc)})") from None
     m = gen.manifest
-    names = [MANIFEST_NAME, form] + ([TOKENIZER_FILE] if m.tokenizer is not None else [])
-    files = {MANIFEST_NAME: (Path(folder) / MANIFEST_NAME).read_bytes()}
-    files.update({name: read_verified(Path(folder), name, m) for name in names[1:]})
+    files = {MANIFEST_NAME: (folder / MANIFEST_NAME).read_bytes()}
+    for name in [form] + ([TOKENIZER_FILE] if m.tokenizer is not None else []):
+        files[name] = read_verified(folder, name, m)
     info = {"name": m.name, "kind": "gpt", "model": form, "sha256": m.files[form].sha256,
             "config": gen.config.to_dict(), "contract": m.contract, "tolerance": FORMS[form].tolerance.to_dict(),
             "eos_id": m.eos_id, "tokenizer": m.tokenizer is not None, "max_batch": max_batch,

@@ -24,13 +24,14 @@ from mha_runtime.serve.gpt.wire import (
     DONE_EVENT,
     ERROR_EVENT,
     GENERATE,
+    TOKEN_EVENT,
     GenerateRequest,
     generate_body_limit,
     limit_reason,
     parse_generate,
     sse_event,
 )
-from mha_runtime.serve.http import KindService, Reply, StreamReply, error_reply, read_limited
+from mha_runtime.serve.http import JSON, KindService, Reply, StreamReply, error_reply, media_type, read_limited
 
 
 class GenerateService(KindService):
@@ -48,41 +49,27 @@ class GenerateService(KindService):
         return self.engine.status()
 
     async def work(self, headers: Mapping[str, str], body: AsyncIterator[bytes]) -> Reply | StreamReply:
-        kind = (headers.get("content-type") or "").split(";")[0].strip().lower()
-        if kind not in ("", "application/json"):
-            raise RequestError(f"Content-Type: expected application/json, got {kind!r}")
+        kind = media_type(headers.get("content-type"))
+        if kind not in ("", JSON):
+            raise RequestError(f"Content-Type: expected {JSON}, got {kind!r}")
         data = await read_limited(headers, body, self.limit, limit_reason(self.config))
         request = parse_generate(data, self.encode, self.config)
         if request.stream:
-            return StreamReply(self._stream(request))
-        return await self._whole(request)
+            return StreamReply(sse_event(event, answer) async for event, answer in self._events(request))
+        [(event, answer)] = [item async for item in self._events(request) if item[0] != TOKEN_EVENT]  # done or error
+        return Reply(200, json.dumps(answer).encode()) if event == DONE_EVENT else error_reply(500, answer["error"])
 
-    def _start(self, request: GenerateRequest) -> tuple[Job, asyncio.Queue[Event]]:
+    async def _events(self, request: GenerateRequest) -> AsyncIterator[Event]:
+        """The generation's events as the engine tells them, up to its done or error event; submitted at the first."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
         job = Job(request, lambda event: loop.call_soon_threadsafe(events.put_nowait, event))
         self.engine.submit(job)
-        return job, events
-
-    async def _whole(self, request: GenerateRequest) -> Reply:
-        job, events = self._start(request)
         try:
             while True:
                 event, data = await events.get()
-                if event == DONE_EVENT:
-                    return Reply(200, json.dumps(data).encode())
-                if event == ERROR_EVENT:
-                    return error_reply(500, data["error"])
-        finally:
-            job.cancelled = True  # a no-op once done; frees the slot when the client left early
-
-    async def _stream(self, request: GenerateRequest) -> AsyncIterator[bytes]:
-        job, events = self._start(request)
-        try:
-            while True:
-                event, data = await events.get()
-                yield sse_event(event, data)
+                yield event, data
                 if event in (DONE_EVENT, ERROR_EVENT):
                     return
-        finally:  # also when the server cancels this generator because the client disconnected
+        finally:  # a no-op once done; frees the slot when the client left early (the server cancels the stream too)
             job.cancelled = True

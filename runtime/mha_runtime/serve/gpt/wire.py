@@ -15,7 +15,7 @@ that token completes, "" while a UTF-8 character is unfinished; no text key with
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from mha_runtime.artifact.errors import RequestError, cut, first_line
@@ -51,8 +51,7 @@ class GenerateRequest:
 
     def to_json(self) -> dict[str, Any]:
         """The request body as the load test sends it (prompt as ids)."""
-        return {"prompt_ids": self.prompt_ids, "max_new_tokens": self.max_new_tokens,
-                "temperature": self.temperature, "top_k": self.top_k, "seed": self.seed, "stream": self.stream}
+        return asdict(self)
 
 
 def generate_body_limit(config: GPTConfig) -> int:
