@@ -109,8 +109,5 @@ def seeded_gpt(cfg: GPTConfig) -> GPTModel:
 def eager_at(model: GPTModel, ids: list[list[int]], positions: list[int]) -> np.ndarray:
     """(B, len(positions), V): row by row, keeping only the positions compared (at context_length 1024 and
     GPT-2's vocabulary a whole batch's logits would be 617 MB)."""
-    rows = []
     with torch.no_grad():
-        for row in ids:
-            rows.append(model(torch.tensor([row], dtype=torch.int64))[0, positions].numpy())
-    return np.stack(rows)
+        return np.stack([model(torch.tensor([row], dtype=torch.int64))[0, positions].numpy() for row in ids])

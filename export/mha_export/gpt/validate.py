@@ -58,11 +58,9 @@ def prompt_lengths(cfg: GPTConfig) -> list[int]:
 
 
 def golden_prompts(cfg: GPTConfig, rng: np.random.Generator) -> list[list[int]]:
-    """Three prompts of different lengths with room for GREEDY_NEW new tokens."""
+    """Three prompts of different lengths with room for GREEDY_NEW new tokens (a short context repeats a length)."""
     room = max(1, cfg.context_length - GREEDY_NEW)
-    lengths = sorted({1, max(1, min(room, 7)), max(1, min(room, cfg.context_length // 3))})
-    while len(lengths) < 3:
-        lengths.append(lengths[-1])
+    lengths = sorted([1, max(1, min(room, 7)), max(1, min(room, cfg.context_length // 3))])
     return [rng.integers(0, cfg.vocab_size, n).tolist() for n in lengths]
 
 
@@ -103,10 +101,9 @@ def references(model: GPTModel, cfg: GPTConfig) -> References:
             split = max(1, n - STEPS)
             cases.append(LengthCase(ids, split, eager_at(model, ids, list(range(split - 1, n)))))
     prompts = golden_prompts(cfg, rng)
-    first = np.stack([eager_at(model, [p], [len(p) - 1])[0, 0] for p in prompts])
     new = greedy_new(cfg, prompts)
-    greedy = [eager_generation(model, p, new, 0.0, None, None, cfg.vocab_size)[0] for p in prompts]
-    return References(cases, prompts, first, greedy)
+    runs = [eager_generation(model, p, new, 0.0, None, None, cfg.vocab_size) for p in prompts]  # (ids, (V,) first)
+    return References(cases, prompts, np.stack([first for _, first in runs]), [ids for ids, _ in runs])
 
 
 def validate_form(session: ort.InferenceSession, form: Form, refs: References, cfg: GPTConfig, *,

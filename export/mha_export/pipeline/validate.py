@@ -92,14 +92,11 @@ def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], 
         return lambda x: copy.run([OUTPUT_NAME], {INPUT_NAME: x})[0]
     if spec.runtime == ONNX_RUNTIME:  # the plain file even where the folder has a copy this machine could use
         return OnnxRunner(Path(folder) / spec.file, provider="cpu", offline_optimized=False).run
-    if spec.runtime == DECODE_RUNTIME:
-        session = DecodeSession(Path(folder) / spec.file, provider="cpu")
-        schedules = itertools.cycle(SCHEDULES.values())
-        return lambda x: run_chunked(session, x, next(schedules)(x.shape[1]))
-    if spec.runtime == DECODE_INPLACE_RUNTIME:  # chunks after a past only at batch 1 (the form's limit)
-        inplace = InPlaceDecodeSession(Path(folder) / spec.file, provider="cpu")
+    if spec.runtime in (DECODE_RUNTIME, DECODE_INPLACE_RUNTIME):
+        inplace = spec.runtime == DECODE_INPLACE_RUNTIME
+        session = (InPlaceDecodeSession if inplace else DecodeSession)(Path(folder) / spec.file, provider="cpu")
         rotation = itertools.cycle(SCHEDULES)
-        return lambda x: run_chunked(inplace, x, SCHEDULES[_inplace_schedule(next(rotation), x.shape[0])](x.shape[1]))
+        return lambda x: run_chunked(session, x, SCHEDULES[_schedule(next(rotation), x.shape[0], inplace)](x.shape[1]))
     if spec.runtime == EXECUTORCH_RUNTIME:
         from mha_export.infer.pte_runner import PteRunner
 
@@ -107,8 +104,9 @@ def artifact_runner(folder: Path, spec: ArtifactSpec) -> Callable[[np.ndarray], 
     return torchscript_runner(Path(folder) / spec.file)
 
 
-def _inplace_schedule(name: str, batch: int) -> str:
-    return name if batch == 1 or name in ("prefill", "token-by-token", "golden") else "golden"
+def _schedule(name: str, batch: int, inplace: bool) -> str:
+    """The in-place form chunks after a past only at batch 1 (its limit): past it, "uneven" gives way to "golden"."""
+    return name if not inplace or batch == 1 or name in ("prefill", "token-by-token", "golden") else "golden"
 
 
 def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts: Sequence[ArtifactSpec], *,
@@ -118,9 +116,8 @@ def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts:
     The eager outputs are computed once; then one artifact at a time is loaded, run over the whole sweep (in the
     sweep's order, which the decode forms' rotating schedules follow) and released, so the peak holds one
     runtime's session and its buffers, not every artifact's at once."""
-    jobs = [(shape, seed) for shape in sweep_shapes(config) for seed in SWEEP_SEEDS]
     sweep = []
-    for (batch, tokens), seed in jobs:
+    for (batch, tokens), seed in itertools.product(sweep_shapes(config), SWEEP_SEEDS):
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(batch, tokens, config.d_in, generator=gen)  # (B, T, d_in)
         with torch.no_grad():

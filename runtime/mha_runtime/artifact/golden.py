@@ -34,9 +34,7 @@ class GoldenCase:
     output_npy: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "input_shape": list(self.input_shape), "output_shape": list(self.output_shape),
-                "input_bin": self.input_bin, "output_bin": self.output_bin, "input_npy": self.input_npy,
-                "output_npy": self.output_npy}
+        return {**self.__dict__, "input_shape": list(self.input_shape), "output_shape": list(self.output_shape)}
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GoldenCase:

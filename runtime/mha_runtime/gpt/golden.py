@@ -68,10 +68,7 @@ class GoldenGeneration:
     first_logits_npy: str
 
     def to_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        if self.prompt_text is None:
-            out.pop("prompt_text")
-        return out
+        return {k: v for k, v in self.__dict__.items() if k != "prompt_text" or v is not None}
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GoldenGeneration:

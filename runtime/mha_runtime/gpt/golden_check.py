@@ -47,6 +47,13 @@ LOSSY_ON_CUDA = ("recorded with the CPU kernels (CUDA's MatMulNBits rounds diffe
                  "quality bar")
 
 
+def every_case(form: str, cases: list[GoldenGeneration], tolerance: Tolerance, error: str, *,
+               skipped: bool = False) -> list[CaseResult]:
+    """One result per case, each with the same `error` (a form that could not run, or was not run)."""
+    return [CaseResult(form, c.name, (1, len(c.prompt_ids)), float("nan"), float("nan"), tolerance, False, error,
+                       skipped=skipped) for c in cases]
+
+
 def check_case(gen: Generator, case: GoldenGeneration, expected: np.ndarray, tolerance: Tolerance) -> CaseResult:
     shape = (1, len(case.prompt_ids))
     try:
@@ -101,18 +108,13 @@ def check_gguf(folder: Path, manifest: GPTManifest, file: str, golden: GoldenGen
     when that fails, as for every file: llama.cpp never sees it)."""
     cases = llama_cpp.greedy_cases(golden.cases)
     tolerance = GGUF_FORMS[file].tolerance
-
-    def every(error: str, *, skipped: bool = False) -> list[CaseResult]:
-        return [CaseResult(file, c.name, (1, len(c.prompt_ids)), float("nan"), float("nan"), tolerance, False,
-                           error, skipped=skipped) for c in cases]
-
     if llama_cpp.program() is None:
-        return every(llama_cpp.BUILD_HINT, skipped=True)
+        return every_case(file, cases, tolerance, llama_cpp.BUILD_HINT, skipped=True)
     with llama_cpp.verified_copy(folder, file, manifest) as copy:  # ArtifactError before llama.cpp sees a byte
         try:
             got = llama_cpp.run_greedy(copy, cases)
         except Exception as exc:
-            return every(first_line(exc))
+            return every_case(file, cases, tolerance, first_line(exc))
     results = []
     for case in cases:
         result, error = llama_cpp.judge_case(got, case, expected[case.name], tolerance)
@@ -121,7 +123,7 @@ def check_gguf(folder: Path, manifest: GPTManifest, file: str, golden: GoldenGen
     return results
 
 
-def _golden_for(folder: Path, manifest: GPTManifest, form: str) -> str:
+def _golden_for(manifest: GPTManifest, form: str) -> str:
     """The generations file a form reproduces: its own (a lossy form), else golden/generations.json."""
     record = manifest.artifacts.get(form)
     return GENERATIONS_FILE if record is None or record.generations is None else record.generations
@@ -146,21 +148,19 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
     results = []
     reference: Generator | None = None
     for form in (f for f in [*FORMS, PTE_FORM] if f in manifest.artifacts):
-        golden, expected = golden_of(_golden_for(folder, manifest, form))
+        golden, expected = golden_of(_golden_for(manifest, form))
         try:
             if form == PTE_FORM and provider != "cpu":
                 raise RunnerMissing(f"{PTE_FORM} runs on the CPU (XNNPACK): checked with --provider cpu")
             gen = Generator(folder, form=form, provider=provider, threads=threads)
         except RunnerMissing as exc:
-            results += [CaseResult(form, c.name, (1, len(c.prompt_ids)), float("nan"), float("nan"),
-                                   golden.tolerance, False, first_line(exc), skipped=True) for c in golden.cases]
+            results += every_case(form, golden.cases, golden.tolerance, first_line(exc), skipped=True)
             continue
         if form == INPLACE_FORM:
             reference = gen
         lossy = form in FORMS and FORMS[form].lossy
         if lossy and not on_cpu:  # its ids and logits are the CPU kernels'; its bar holds everywhere
-            results += [CaseResult(form, c.name, (1, len(c.prompt_ids)), float("nan"), float("nan"),
-                                   golden.tolerance, False, LOSSY_ON_CUDA, skipped=True) for c in golden.cases]
+            results += every_case(form, golden.cases, golden.tolerance, LOSSY_ON_CUDA, skipped=True)
         else:
             results += [check_case(gen, case, expected[case.name], golden.tolerance) for case in golden.cases]
         if lossy:
@@ -168,5 +168,5 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
                 reference = Generator(folder, form=INPLACE_FORM, provider=provider, threads=threads)
             results.append(check_quality(gen, reference, manifest, folder, recorded_here=on_cpu))
     for form in (f for f in GGUF_FORMS if f in manifest.artifacts):
-        results += check_gguf(folder, manifest, form, *golden_of(_golden_for(folder, manifest, form)))
+        results += check_gguf(folder, manifest, form, *golden_of(_golden_for(manifest, form)))
     return results
