@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -126,3 +127,19 @@ def test_a_manifest_config_edited_after_export_is_refused(gpt_mini: Path, tmp_pa
     (folder / "manifest.json").write_text(json.dumps(manifest))
     result = mha("generate", folder, "--prompt-ids", "1,2", "--max-new-tokens", "2")
     refused(result, 1, f"n_layers={layers + 3}", f"n_layers={layers}", "does not belong to this folder")
+
+
+def test_a_refusal_of_a_preset_exported_under_another_name_names_the_preset(tmp_path: Path) -> None:
+    """Too little memory for gpt-mini, exported as --name small: the line starts with the preset it came from (it
+    named './config.json', a file the user never gave, when the folder name was not a preset's)."""
+    from click.testing import CliRunner
+
+    from mha_runtime.cli.main import cli
+
+    for name, extra in (("gpt-mini", []), ("small", ["--name", "small"])):
+        with mock.patch("mha_export.gpt.plan.available_memory", return_value=1):
+            said = CliRunner().invoke(cli, ["export", "--gpt", "--preset", "gpt-mini", *extra, "--out",
+                                            str(tmp_path / "out")])
+        assert said.exit_code == 1, said.output
+        assert said.output.startswith("Error: --preset gpt-mini: gpt config: exporting needs about "), said.output
+        assert not (tmp_path / "out" / name).exists()

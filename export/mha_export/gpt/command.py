@@ -91,11 +91,13 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
     jobs = resolve_config(presets, config_path, name, weights)
     if weights is not None:
         check_weights_path(weights)
-    for folder, config in jobs:  # everything that can be refused, before any work
-        check_folder_name(folder)
+    beside = None if config_path is not None or presets else _checkpoint_config(weights)
+    for (folder, config), preset in zip(jobs, presets or ("gpt-mini",) * len(jobs), strict=True):
+        check_folder_name(folder)  # everything that can be refused, before any work
         check_folder_target(Path(out) / folder)
-        source = f"--config {config_path}" if config_path is not None else (
-            f"--preset {folder}" if folder in GPT_PRESETS else f"{Path(weights or '.').parent / HF_CONFIG}")
+        # where the values came from (a preset exported under --name is still that preset)
+        source = (f"--config {config_path}" if config_path is not None else str(beside) if beside is not None
+                  else f"--preset {preset}")
         try:
             check_gpt_budget(config)
             check_gpt_forms(config, chosen)
