@@ -16,23 +16,20 @@ import onnx.helper as oh
 from onnx import numpy_helper
 
 from mha_export.graphs.contrib import (
-    contrib_domain_model,
     fused_initializers,
+    i64,
     output_projection,
     plain_io,
     save_checked,
+    stamped_model,
 )
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import INPUT_NAME, IOContract
+from mha_runtime.artifact.contract import INPUT_NAME, metadata
 from mha_runtime.artifact.registry import VARIANTS
 
 # 4 blocks: the fastest of the counts tried (more blocks copy more key/value slices); docs/design-notes.md.
 QUERY_BLOCKS = 4
-
-
-def _i64(name: str, values: list[int] | int) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.array(values, np.int64), name)
 
 
 def blocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *,
@@ -41,10 +38,10 @@ def blocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *,
     (its keys: 0 .. block end; its mask: the block's rows of the additive causal mask) -> Concat."""
     weight, bias = fused_initializers(wrapper, config)  # (d_in, 3 * H * d_out), (3 * H * d_out,) or None
     width = config.d_model
-    inits = [weight, _i64("splits", [width] * 3),
-             _i64("block_ends", list(range(1, blocks))), _i64("blocks", [blocks]), _i64("zero_1d", [0]),
-             _i64("zero", 0), _i64("one", 1), _i64("axis_1", [1]), _i64("axis_2", [2]), _i64("axis_3", [3]),
-             _i64("axes_01", [0, 1]), numpy_helper.from_array(np.array(-np.inf, np.float32), "neg_inf"),
+    inits = [weight, i64("splits", [width] * 3),
+             i64("block_ends", list(range(1, blocks))), i64("blocks", [blocks]), i64("zero_1d", [0]),
+             i64("zero", 0), i64("one", 1), i64("axis_1", [1]), i64("axis_2", [2]), i64("axis_3", [3]),
+             i64("axes_01", [0, 1]), numpy_helper.from_array(np.array(-np.inf, np.float32), "neg_inf"),
              numpy_helper.from_array(np.array(0.0, np.float32), "f_zero")]
     nodes = [oh.make_node("MatMul", [INPUT_NAME, "W_qkv"], ["qkv"])]  # (B, T, 3 * H * d_out)
     qkv = "qkv"
@@ -85,7 +82,7 @@ def blocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *,
     attention, projection, proj_inits = output_projection(wrapper, config)
     nodes.append(oh.make_node("Concat", outputs, [attention], axis=1))  # (B, T, H * d_out)
     graph = oh.make_graph(nodes + projection, "mha_blocks", *plain_io(config), inits + proj_inits)
-    return contrib_domain_model(graph, config, IOContract(config).to_json())
+    return stamped_model(graph, metadata(config))
 
 
 def build_blocks(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:

@@ -11,7 +11,7 @@ from onnx import TensorProto, numpy_helper
 from mha_export.model.fused import fused_state_dict
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import BATCH_AXIS, INPUT_NAME, OUTPUT_NAME, TOKENS_AXIS, IOContract, metadata
+from mha_runtime.artifact.contract import BATCH_AXIS, INPUT_NAME, OUTPUT_NAME, TOKENS_AXIS, metadata
 from mha_runtime.artifact.registry import VARIANTS
 
 CONTRIB_OPSET = 18
@@ -55,13 +55,18 @@ def plain_io(config: MHAConfig) -> tuple[list[onnx.ValueInfoProto], list[onnx.Va
             [oh.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, TOKENS_AXIS, config.d_model])])
 
 
-def contrib_domain_model(graph: onnx.GraphProto, config: MHAConfig, contract_json: str) -> onnx.ModelProto:
-    """A hand-built graph as a model: ONNX opset plus com.microsoft, the IR version every runtime here
-    loads, and the config and contract in metadata_props."""
-    opsets = [oh.make_opsetid("", CONTRIB_OPSET), oh.make_opsetid("com.microsoft", 1)]
+def i64(name: str, values: list[int] | int) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def stamped_model(graph: onnx.GraphProto, props: dict[str, str], *, opset: int = CONTRIB_OPSET,
+                  contrib: bool = True) -> onnx.ModelProto:
+    """A hand-built graph (this package's and the GPT's) as a model: ONNX `opset`, plus com.microsoft with
+    `contrib`, the IR version every runtime here loads, and `props` in metadata_props."""
+    opsets = [oh.make_opsetid("", opset)] + ([oh.make_opsetid("com.microsoft", 1)] if contrib else [])
     model = oh.make_model(graph, opset_imports=opsets, producer_name="mha-export")
     model.ir_version = IR_VERSION
-    oh.set_model_props(model, metadata(config, contract_json))
+    oh.set_model_props(model, props)
     return model
 
 
@@ -83,4 +88,4 @@ def build_contrib(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder:
     node = oh.make_node("Attention", [INPUT_NAME, "W_qkv", "b_qkv"], [attention], domain="com.microsoft",
                         num_heads=config.num_heads, unidirectional=1)
     graph = oh.make_graph([node, *projection], "mha_contrib", *plain_io(config), [weight, bias, *proj_inits])
-    save_checked(contrib_domain_model(graph, config, IOContract(config).to_json()), folder / VARIANTS["contrib"].file)
+    save_checked(stamped_model(graph, metadata(config)), folder / VARIANTS["contrib"].file)

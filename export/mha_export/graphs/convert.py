@@ -18,12 +18,14 @@ from mha_runtime.artifact.errors import ExportError
 from mha_runtime.artifact.registry import VARIANTS
 
 
-def _restamp(model: onnx.ModelProto, source: onnx.ModelProto) -> None:
-    """Converters drop or keep metadata unpredictably: copy the contract from the source graph."""
+def _save_restamped(model: onnx.ModelProto, source: onnx.ModelProto, path: Path) -> None:
+    """Converters drop or keep metadata unpredictably: copy the contract from the source graph, check, save."""
     meta = {p.key: p.value for p in source.metadata_props}
     del model.metadata_props[:]
     for key in (META_CONFIG, META_CONTRACT):
         model.metadata_props.add(key=key, value=meta[key])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
 
 
 def build_fp16(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
@@ -39,9 +41,7 @@ def build_fp16(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, ops
     sorted_ir = ir.from_proto(model)
     ir_passes.TopologicalSortPass()(sorted_ir)
     model = ir.to_proto(sorted_ir)
-    _restamp(model, source)
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(folder / VARIANTS["fp16"].file))
+    _save_restamped(model, source, folder / VARIANTS["fp16"].file)
 
 
 def build_int8(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:
@@ -67,10 +67,7 @@ def build_int8(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, ops
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
         logging.disable(logging.NOTSET)
-    model = onnx.load(str(path))
-    _restamp(model, source)
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(path))
+    _save_restamped(onnx.load(str(path)), source, path)
 
 
 def build_ort(wrapper: torch.nn.Module, config: MHAConfig, folder: Path, *, opset: int) -> None:

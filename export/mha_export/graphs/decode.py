@@ -4,21 +4,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnx.helper as oh
 from onnx import TensorProto, numpy_helper
 
-from mha_export.graphs.contrib import contrib_domain_model, fused_initializers, output_projection, save_checked
+from mha_export.graphs.contrib import fused_initializers, output_projection, save_checked, stamped_model
 from mha_export.graphs.onnx_trace import check_saved
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import (
     INPUT_NAME,
-    OUTPUT_NAME,
     PAST_KEY,
+    PAST_TOKENS,
     PAST_VALUE,
     PRESENT_KEY,
     PRESENT_VALUE,
     DecodeContract,
+    metadata,
 )
 from mha_runtime.artifact.registry import VARIANTS
 
@@ -44,12 +46,17 @@ def build_decode(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: 
                           [attention, PRESENT_KEY, PRESENT_VALUE], domain="com.microsoft",
                           num_heads=config.num_heads, unidirectional=1),  # scale 1/sqrt(d_out)
              *projection]
-    inits += proj_inits
-    contract = DecodeContract(config)
+    save_decode(DecodeContract(config), nodes, inits + proj_inits, "mha_decode", folder / VARIANTS["decode"].file)
+
+
+def save_decode(contract: DecodeContract, nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], name: str,
+                path: Path) -> None:
+    """The graph over `contract`'s signature (past_tokens int32, the rest float32) as a com.microsoft model,
+    saved and checked (structure, names, symbolic axes)."""
     signature = contract.signature()
-    values = {name: oh.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in signature.items()}
-    graph = oh.make_graph(nodes, "mha_decode", [values[n] for n in (INPUT_NAME, PAST_KEY, PAST_VALUE)],
-                          [values[n] for n in (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)], inits)
-    path = folder / VARIANTS["decode"].file
-    save_checked(contrib_domain_model(graph, config, contract.to_json()), path)
-    check_saved(path, config, signature)
+    values = [oh.make_tensor_value_info(n, TensorProto.INT32 if n == PAST_TOKENS else TensorProto.FLOAT, shape)
+              for n, shape in signature.items()]
+    # signature(): the inputs, then context, present_key and present_value
+    graph = oh.make_graph(nodes, name, values[:-3], values[-3:], inits)
+    save_checked(stamped_model(graph, metadata(contract.config, contract.to_json())), path)
+    check_saved(path, contract.config, signature)

@@ -19,13 +19,12 @@ import numpy as np
 import onnx.helper as oh
 from onnx import TensorProto, numpy_helper
 
-from mha_export.graphs.contrib import contrib_domain_model, fused_initializers, output_projection, save_checked
-from mha_export.graphs.onnx_trace import check_saved
+from mha_export.graphs.contrib import fused_initializers, output_projection
+from mha_export.graphs.decode import save_decode
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import (
     INPUT_NAME,
-    OUTPUT_NAME,
     PAST_KEY,
     PAST_TOKENS,
     PAST_VALUE,
@@ -60,13 +59,5 @@ def build_decode_inplace(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, 
                      kv_num_heads=config.num_heads),  # scale 1/sqrt(d_out), causal
         *projection,
     ]
-    contract = InPlaceDecodeContract(config)
-    signature = contract.signature()
-    types = {PAST_TOKENS: TensorProto.INT32}
-    values = {n: oh.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), s) for n, s in signature.items()}
-    inputs, outputs = (INPUT_NAME, PAST_KEY, PAST_VALUE, PAST_TOKENS), (OUTPUT_NAME, PRESENT_KEY, PRESENT_VALUE)
-    graph = oh.make_graph(nodes, "mha_decode_inplace", [values[n] for n in inputs], [values[n] for n in outputs],
-                          inits + proj_inits)
-    path = folder / VARIANTS["decode-inplace"].file
-    save_checked(contrib_domain_model(graph, config, contract.to_json()), path)
-    check_saved(path, config, signature)
+    save_decode(InPlaceDecodeContract(config), nodes, inits + proj_inits, "mha_decode_inplace",
+                folder / VARIANTS["decode-inplace"].file)

@@ -17,7 +17,7 @@ import onnx
 import onnx.helper as oh
 from onnx import TensorProto, numpy_helper
 
-from mha_export.graphs.contrib import IR_VERSION, fused_initializers, output_projection, plain_io, save_checked
+from mha_export.graphs.contrib import fused_initializers, i64, output_projection, plain_io, save_checked, stamped_model
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import INPUT_NAME, metadata
@@ -26,10 +26,6 @@ from mha_runtime.artifact.registry import VARIANTS
 QBLOCKS_OPSET = 23
 QUERY_BLOCKS = 8
 DENSE_BELOW = 256
-
-
-def _i64(name: str, values: list[int] | int) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.array(values, np.int64), name)
 
 
 def _projections(wrapper: MultiHeadAttentionWrapper, config: MHAConfig) -> tuple[list[onnx.NodeProto],
@@ -55,8 +51,8 @@ def _blocks_branch(config: MHAConfig, blocks: int, out: str) -> onnx.GraphProto:
     """The query blocks, reading x, q, k, v from the outer graph; each block's additive mask is built from
     positions (rows x keys), never a T x T tensor."""
     heads = {"q_num_heads": config.num_heads, "kv_num_heads": config.num_heads}
-    inits = [_i64("block_ends", list(range(1, blocks))), _i64("blocks", [blocks]), _i64("zero_1d", [0]),
-             _i64("zero", 0), _i64("one", 1), _i64("axis_0", [0]), _i64("axis_1", [1]),
+    inits = [i64("block_ends", list(range(1, blocks))), i64("blocks", [blocks]), i64("zero_1d", [0]),
+             i64("zero", 0), i64("one", 1), i64("axis_0", [0]), i64("axis_1", [1]),
              numpy_helper.from_array(np.array(-np.inf, np.float32), "neg_inf"),
              numpy_helper.from_array(np.array(0.0, np.float32), "f_zero")]
     bounds = [f"end_{i}" for i in range(1, blocks)]
@@ -111,11 +107,8 @@ def qblocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *, bloc
               oh.make_node("If", ["use_blocks"], [attention],
                            then_branch=_blocks_branch(config, blocks, "context_blocks"), else_branch=dense),
               *projection]
-    graph = oh.make_graph(nodes, "mha_qblocks", *plain_io(config), [*inits, _i64("threshold", threshold), *proj_inits])
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", QBLOCKS_OPSET)], producer_name="mha-export")
-    model.ir_version = IR_VERSION
-    oh.set_model_props(model, metadata(config))
-    return model
+    graph = oh.make_graph(nodes, "mha_qblocks", *plain_io(config), [*inits, i64("threshold", threshold), *proj_inits])
+    return stamped_model(graph, metadata(config), opset=QBLOCKS_OPSET, contrib=False)
 
 
 def build_qblocks(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, folder: Path, *, opset: int) -> None:

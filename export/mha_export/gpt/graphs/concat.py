@@ -18,11 +18,8 @@ from mha_runtime.gpt.contract import (
     ATTENTION_MASK,
     INPUT_IDS,
     LOGITS,
-    META_GPT_CONFIG,
-    META_GPT_CONTRACT,
     POSITION_IDS,
     concat_signature,
-    n_inputs,
     past_key,
     past_value,
     present_key,
@@ -82,6 +79,4 @@ def concat_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) 
     logits = add_head(g, w, flat, tied=tied)  # (B * T, V)
     out_shape = g.one("Concat", [g.one("Shape", [INPUT_IDS]), g.i64("vocab", [cfg.vocab_size])], axis=0)
     g.one("Reshape", [logits, out_shape], out=[LOGITS])  # (B, T, V)
-    sig = concat_signature(cfg)
-    meta = {META_GPT_CONFIG: cfg.to_json(), META_GPT_CONTRACT: "concat"}
-    return make_model(g, "gpt_decoder", sig, n_inputs("concat", cfg), meta, contrib=False)
+    return make_model(g, "gpt_decoder", cfg, "concat", concat_signature(cfg), contrib=False)

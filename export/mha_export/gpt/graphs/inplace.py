@@ -21,12 +21,9 @@ from mha_export.gpt.graphs.shared import Built, Graph, add_embeddings, add_head,
 from mha_runtime.gpt.config import LAYER_NORM_EPS, GPTConfig
 from mha_runtime.gpt.contract import (
     INPUT_IDS,
-    META_GPT_CONFIG,
-    META_GPT_CONTRACT,
     NEXT_LOGITS,
     PAST_TOKENS,
     inplace_signature,
-    n_inputs,
     past_key,
     past_value,
     present_key,
@@ -80,5 +77,4 @@ def inplace_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool,
     flat = g.one("Squeeze", [final, "axis_1"])  # (B, E)
     logits = add_head(g, w, flat, tied=tied, matmul=head_matmul)  # (B, V)
     g.nodes.append(oh.make_node("Identity", [logits], [NEXT_LOGITS], name="next_token_logits"))
-    meta = {META_GPT_CONFIG: cfg.to_json(), META_GPT_CONTRACT: "inplace"}
-    return make_model(g, "gpt_decoder_inplace", inplace_signature(cfg), n_inputs("inplace", cfg), meta, contrib=True)
+    return make_model(g, "gpt_decoder_inplace", cfg, "inplace", inplace_signature(cfg), contrib=True)

@@ -12,13 +12,13 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import torch
-from onnx import TensorProto, numpy_helper
+from onnx import numpy_helper
 
+from mha_export.graphs.contrib import stamped_model
 from mha_runtime.gpt.config import GPTConfig
+from mha_runtime.gpt.contract import META_GPT_CONFIG, META_GPT_CONTRACT, n_inputs
 
 OPSET = 20  # Gelu(approximate="tanh") is opset 20
-# 10: what onnxruntime-node 1.30 and the torch exporter's artifacts use (onnx.helper would stamp 11+).
-IR_VERSION = 10
 
 
 @dataclass
@@ -106,8 +106,7 @@ def add_head(g: Graph, w: dict[str, np.ndarray], hidden: str, *, tied: bool, mat
 
 
 def value_info(name: str, dtype: str, shape: list[object]) -> onnx.ValueInfoProto:
-    types = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64, "int32": TensorProto.INT32}
-    return oh.make_tensor_value_info(name, types[dtype], shape)
+    return oh.make_tensor_value_info(name, oh.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape)
 
 
 @dataclass(frozen=True)
@@ -138,14 +137,13 @@ class Built:
                                            for n, a in self.arrays))
 
 
-def make_model(g: Graph, name: str, signature: dict[str, tuple[str, list[object]]], n_inputs: int,
-               metadata: dict[str, str], *, contrib: bool) -> Built:
-    """The graph as a model with the signature's inputs (the first n_inputs entries) and outputs."""
+def make_model(g: Graph, name: str, cfg: GPTConfig, kind: str, signature: dict[str, tuple[str, list[object]]], *,
+               contrib: bool) -> Built:
+    """The graph as the `kind` ("concat" | "inplace") model: the signature's inputs (its first n_inputs entries)
+    and outputs, the config and the kind in metadata_props."""
     items = list(signature.items())
-    graph = oh.make_graph(g.nodes, name, [value_info(n, *t) for n, t in items[:n_inputs]],
-                          [value_info(n, *t) for n, t in items[n_inputs:]])
-    opsets = [oh.make_opsetid("", OPSET)] + ([oh.make_opsetid("com.microsoft", 1)] if contrib else [])
-    model = oh.make_model(graph, opset_imports=opsets, producer_name="mha-export")
-    model.ir_version = IR_VERSION
-    oh.set_model_props(model, metadata)
-    return Built(model, list(g.arrays))
+    inputs = n_inputs(kind, cfg)
+    graph = oh.make_graph(g.nodes, name, [value_info(n, *t) for n, t in items[:inputs]],
+                          [value_info(n, *t) for n, t in items[inputs:]])
+    meta = {META_GPT_CONFIG: cfg.to_json(), META_GPT_CONTRACT: kind}
+    return Built(stamped_model(graph, meta, opset=OPSET, contrib=contrib), list(g.arrays))
