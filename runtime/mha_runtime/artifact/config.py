@@ -5,7 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mha_runtime.artifact.config_fields import ConfigFile, flags, from_fields, json_object, positive_ints, rate
+from mha_runtime.artifact.config_fields import ConfigFile, check_fields, from_fields, json_object
 from mha_runtime.artifact.errors import BadValueError
 
 
@@ -26,9 +26,7 @@ class MHAConfig(ConfigFile):
     out_proj: bool = False
 
     def __post_init__(self) -> None:
-        positive_ints(self, ("d_in", "d_out", "num_heads", "context_length"), "config")
-        rate(self.dropout, "dropout", "config")
-        flags(self, ("qkv_bias", "out_proj"), "config")
+        check_fields(self, "config")
 
     @property
     def d_model(self) -> int:

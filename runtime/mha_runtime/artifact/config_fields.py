@@ -4,18 +4,20 @@ themselves (MHAConfig, GPTConfig) keep their own fields and rules."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import stat
 import sys
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, get_type_hints
 
 from mha_runtime.artifact.errors import ArtifactError, BadValueError, ConfigError, first_line
-from mha_runtime.artifact.fields import DuplicateKeyError, unique_keys
+from mha_runtime.artifact.fields import DuplicateKeyError, get, unique_keys
 
 # A config is a handful of fields: a larger file is not one (and is not read whole).
 MAX_CONFIG_BYTES = 1 << 16
 T = TypeVar("T")
+_hints = functools.cache(get_type_hints)  # a config type's annotations, resolved once
 
 
 def read_regular(path: Path, limit: int) -> bytes:
@@ -37,24 +39,22 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def positive_ints(config: object, names: tuple[str, ...], label: str) -> None:
-    """Each field a positive int (not a bool): BadValueError "<label> field 'x': expected a positive integer"."""
-    for name in names:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BadValueError(f"{label} field {name!r}: expected a positive integer, got {value!r}")
-
-
-def rate(value: object, name: str, label: str) -> None:
-    """A float in [0, 1) (a dropout rate)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise BadValueError(f"{label} field {name!r}: expected a float in [0, 1), got {value!r}")
-
-
-def flags(config: object, names: tuple[str, ...], label: str) -> None:
-    for name in names:
-        if not isinstance(getattr(config, name), bool):
-            raise BadValueError(f"{label} field {name!r}: expected true or false, got {getattr(config, name)!r}")
+def check_fields(config: object, label: str) -> None:
+    """Each field by its annotation, in declaration order: an int a positive integer (not a bool), a float a rate
+    in [0, 1) (a dropout rate), a bool true or false; else BadValueError "<label> field 'x': expected ..."."""
+    hints = _hints(type(config))
+    for field in dataclasses.fields(config):  # type: ignore[arg-type]
+        value, kind = getattr(config, field.name), hints[field.name]
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            expected = "a positive integer"
+        elif kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                or not 0.0 <= value < 1.0):
+            expected = "a float in [0, 1)"
+        elif kind is bool and not isinstance(value, bool):
+            expected = "true or false"
+        else:
+            continue
+        raise BadValueError(f"{label} field {field.name!r}: expected {expected}, got {value!r}")
 
 
 def from_fields(cls: type[T], data: dict[str, Any], *, label: str, noun: str, expected: str) -> T:
@@ -119,6 +119,15 @@ class ConfigFile:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
         raise NotImplementedError
+
+    @classmethod
+    def from_document(cls, data: dict[str, Any], where: str) -> Self:
+        """The `config` field of a document the export wrote (manifest.json, cases.json): every problem one
+        ArtifactError at `where`."""
+        try:
+            return cls.from_dict(get(data, "config", dict, where))
+        except ConfigError as exc:
+            raise ArtifactError(f"{where}: {exc}") from None
 
     @classmethod
     def from_file(cls, path: Path, *, flag: str = "--config") -> Self:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import types
 from collections.abc import Callable
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Self, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from mha_runtime.artifact.errors import ArtifactError, cut
 
@@ -64,6 +64,35 @@ def record(cls: type[R], data: Any, where: str, **convert: Callable[[Any], Any])
         value = get(data, field.name, kind, where, optional=optional)
         values[field.name] = convert[field.name](value) if field.name in convert and value is not None else value
     return cls(**values)
+
+
+class Record:
+    """A dataclass written as the JSON object of its fields, in declaration order, and read back by `record`."""
+
+    # Fields left out while None (only optional ones can be), so that records written before they existed keep
+    # their bytes.
+    OMIT_NONE: ClassVar[bool] = False
+
+    def to_dict(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {k: _json(v) for k, v in values.items() if v is not None or not self.OMIT_NONE}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Self:
+        return record(cls, data, where)
+
+
+def keyed(data: dict[str, Any], where: str, read: Callable[[Any, str], R]) -> dict[str, R]:
+    """A JSON object of records keyed by file name: each name checked by `plain_name`, each record read by `read`
+    at `<where>.<name>`."""
+    return {plain_name(name, where): read(value, f"{where}.{name}") for name, value in data.items()}
+
+
+def _json(value: Any) -> Any:
+    """A field's value as its JSON takes it: a record (or a config) by its own to_dict, a dict entry by entry."""
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    return value.to_dict() if hasattr(value, "to_dict") else value
 
 
 def _annotation(hint: Any) -> tuple[type, bool]:

@@ -7,12 +7,12 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.config_fields import file_kind, read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
-from mha_runtime.artifact.fields import get, obj, plain_name, record, unique_keys
+from mha_runtime.artifact.fields import Record, get, keyed, obj, record, unique_keys
 from mha_runtime.artifact.optimized_records import OptimizedSet, optimized_from_dict
 from mha_runtime.artifact.tolerance import Tolerance
 
@@ -22,25 +22,22 @@ MANIFEST_FORMAT = 2
 
 
 @dataclass(frozen=True)
-class FileRecord:
+class FileRecord(Record):
     size: int
     sha256: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"size": self.size, "sha256": self.sha256}
-
     @classmethod
     def from_dict(cls, data: Any, where: str) -> FileRecord:
-        data = obj(data, where)
-        size, digest = get(data, "size", int, where), get(data, "sha256", str, where)
-        if not 0 <= size < 2**63 or len(digest) != 64:  # a file size fits 63 bits (off_t)
-            shown = str(size) if size < 2**63 else "a number of more than 63 bits"
-            raise ArtifactError(f"{where}: expected a size >= 0 and a 64-digit sha256, got {shown} and {digest!r}")
-        return cls(size=size, sha256=digest)
+        read = record(cls, data, where)
+        if not 0 <= read.size < 2**63 or len(read.sha256) != 64:  # a file size fits 63 bits (off_t)
+            shown = str(read.size) if read.size < 2**63 else "a number of more than 63 bits"
+            raise ArtifactError(f"{where}: expected a size >= 0 and a 64-digit sha256, got {shown} and "
+                                f"{read.sha256!r}")
+        return read
 
 
 @dataclass(frozen=True)
-class ArtifactRecord:
+class ArtifactRecord(Record):
     """How one artifact was judged: its tolerance row and the worst errors over the sweep."""
 
     kind: str
@@ -55,38 +52,26 @@ class ArtifactRecord:
     export_seconds: float | None = None
     batch_max: int | None = None  # a planned maximum (ExecuTorch); None: any batch
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "runtime": self.runtime, "tolerance": self.tolerance.to_dict(), "cases": self.cases,
-                "max_abs_error": self.max_abs_error, "rel_l2_error": self.rel_l2_error, "passed": self.passed,
-                "opset": self.opset, "nodes": self.nodes, "export_seconds": self.export_seconds,
-                "batch_max": self.batch_max}
-
     @classmethod
     def from_dict(cls, data: Any, where: str) -> ArtifactRecord:
         return record(cls, data, where, tolerance=lambda t: Tolerance.from_dict(t, f"{where}.tolerance"))
 
 
 @dataclass(frozen=True)
-class WeightsRecord:
+class WeightsRecord(Record):
     """Where the weights came from: the seed, or a file (its layout, layer and sha256)."""
+
+    OMIT_NONE: ClassVar[bool] = True
 
     source: str
     sha256: str | None = None
     layout: str | None = None
     layer: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source} | {k: v for k, v in (("sha256", self.sha256), ("layout", self.layout),
-                                                             ("layer", self.layer)) if v is not None}
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str) -> WeightsRecord:
-        return record(cls, data, where)
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """Everything `mha export` wrote about one artifact folder."""
+@dataclass(frozen=True, kw_only=True)
+class Manifest(Record):
+    """Everything `mha export` wrote about one artifact folder (its fields in the order manifest.json has them)."""
 
     name: str
     created: str
@@ -97,16 +82,11 @@ class Manifest:
     weights: WeightsRecord
     validation: dict[str, Any]
     artifacts: dict[str, ArtifactRecord]
-    files: dict[str, FileRecord]
     optimized: dict[str, OptimizedSet] = field(default_factory=dict)  # per provider (artifact/optimized_records.py)
+    files: dict[str, FileRecord]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": MANIFEST_FORMAT, "name": self.name, "created": self.created, "config": self.config.to_dict(),
-                "contract": self.contract, "opset": self.opset, "versions": self.versions,
-                "weights": self.weights.to_dict(), "validation": self.validation,
-                "artifacts": {f: a.to_dict() for f, a in self.artifacts.items()},
-                "optimized": {p: s.to_dict() for p, s in self.optimized.items()},
-                "files": {f: r.to_dict() for f, r in self.files.items()}}
+        return {"format": MANIFEST_FORMAT} | super().to_dict()
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Manifest:
@@ -117,10 +97,7 @@ class Manifest:
         if data.get("format") != MANIFEST_FORMAT:
             raise ArtifactError(f"{where}: expected manifest format {MANIFEST_FORMAT}, got {data.get('format')!r} "
                                 "(re-export the folder with this version's `mha export`)")
-        try:
-            config = MHAConfig.from_dict(get(data, "config", dict, where))
-        except ConfigError as exc:
-            raise ArtifactError(f"{where}: {exc}") from None
+        config = MHAConfig.from_document(data, where)
         files = get(data, "files", dict, where)
         artifacts = get(data, "artifacts", dict, where)
         return cls(name=get(data, "name", str, where), created=get(data, "created", str, where), config=config,
@@ -128,10 +105,8 @@ class Manifest:
                    versions=get(data, "versions", dict, where),
                    weights=WeightsRecord.from_dict(get(data, "weights", dict, where), f"{where}: weights"),
                    validation=get(data, "validation", dict, where),
-                   artifacts={plain_name(f, f"{where}: artifacts"):
-                              ArtifactRecord.from_dict(a, f"{where}: artifacts.{f}") for f, a in artifacts.items()},
-                   files={plain_name(f, f"{where}: files"): FileRecord.from_dict(r, f"{where}: files.{f}")
-                          for f, r in files.items()},
+                   artifacts=keyed(artifacts, f"{where}: artifacts", ArtifactRecord.from_dict),
+                   files=keyed(files, f"{where}: files", FileRecord.from_dict),
                    optimized=optimized_from_dict(data.get("optimized"), f"{where}: optimized"))
 
 

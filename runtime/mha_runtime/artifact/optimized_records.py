@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.fields import get, obj, plain_name, record
+from mha_runtime.artifact.fields import Record, get, keyed, obj, plain_name, record
 
 OPTIMIZED_DIR = "optimized"
 # ORT's default for an online session; the fingerprint guards its hardware-specific (layout) passes.
@@ -54,7 +54,7 @@ class Fingerprint:
 
 
 @dataclass(frozen=True)
-class OptimizedFile:
+class OptimizedFile(Record):
     """One optimized copy and its figures over the export's sweep (the plain file's tolerance row)."""
 
     file: str
@@ -63,17 +63,13 @@ class OptimizedFile:
     rel_l2_error: float
     passed: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "cases": self.cases, "max_abs_error": self.max_abs_error,
-                "rel_l2_error": self.rel_l2_error, "passed": self.passed}
-
     @classmethod
     def from_dict(cls, data: Any, where: str) -> OptimizedFile:
         return record(cls, data, where, file=lambda f: plain_name(f, f"{where}.file"))
 
 
 @dataclass(frozen=True)
-class OptimizedSet:
+class OptimizedSet(Record):
     """Every optimized copy made for one provider, with what they were made by: keyed by the plain file."""
 
     onnxruntime: str
@@ -81,18 +77,13 @@ class OptimizedSet:
     fingerprint: Fingerprint
     files: dict[str, OptimizedFile] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"onnxruntime": self.onnxruntime, "level": self.level, "fingerprint": self.fingerprint.to_dict(),
-                "files": {source: f.to_dict() for source, f in self.files.items()}}
-
     @classmethod
     def from_dict(cls, data: Any, where: str) -> OptimizedSet:
         data = obj(data, where)
         files = get(data, "files", dict, where)
         return cls(onnxruntime=get(data, "onnxruntime", str, where), level=get(data, "level", str, where),
                    fingerprint=Fingerprint.from_dict(get(data, "fingerprint", dict, where), f"{where}.fingerprint"),
-                   files={plain_name(s, f"{where}.files"): OptimizedFile.from_dict(f, f"{where}.files.{s}")
-                          for s, f in files.items()})
+                   files=keyed(files, f"{where}.files", OptimizedFile.from_dict))
 
 
 def optimized_from_dict(data: Any, where: str) -> dict[str, OptimizedSet]:

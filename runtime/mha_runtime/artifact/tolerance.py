@@ -6,19 +6,16 @@ from typing import Any
 
 import numpy as np
 
-from mha_runtime.artifact.fields import record
+from mha_runtime.artifact.fields import Record, record
 
 
 @dataclass(frozen=True)
-class Tolerance:
+class Tolerance(Record):
     """Element-wise |a - e| <= atol + rtol * |e|; optionally also relative L2 error <= rel_l2."""
 
     atol: float
     rtol: float
     rel_l2: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"atol": self.atol, "rtol": self.rtol, "rel_l2": self.rel_l2}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "tolerance") -> Tolerance:

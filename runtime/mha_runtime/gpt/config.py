@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mha_runtime.artifact.config_fields import ConfigFile, flags, from_fields, positive_ints, rate
+from mha_runtime.artifact.config_fields import ConfigFile, check_fields, from_fields
 from mha_runtime.artifact.errors import BadValueError
 
 # GPT-2's <|endoftext|>, written as eos_token_id into genai_config.json and used by `mha generate --eos`.
@@ -40,9 +40,7 @@ class GPTConfig(ConfigFile):
     qkv_bias: bool = False
 
     def __post_init__(self) -> None:
-        positive_ints(self, ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"), "gpt config")
-        rate(self.drop_rate, "drop_rate", "gpt config")
-        flags(self, ("qkv_bias",), "gpt config")
+        check_fields(self, "gpt config")
         if self.emb_dim % self.n_heads:
             raise BadValueError(f"gpt config: emb_dim {self.emb_dim} is not divisible by n_heads {self.n_heads}")
         if self.context_length < 2:

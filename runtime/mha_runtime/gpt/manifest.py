@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
-from mha_runtime.artifact.fields import get, obj, plain_name, record
+from mha_runtime.artifact.errors import ArtifactError, first_line
+from mha_runtime.artifact.fields import Record, get, keyed, obj, plain_name, record
 from mha_runtime.artifact.manifest import GPT_KIND, FileRecord, read_manifest_json, read_verified
 from mha_runtime.gpt.config import GPTConfig
 
@@ -18,8 +18,10 @@ GPT_MANIFEST_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class GPTArtifact:
+class GPTArtifact(Record):
     """How one decoder file was judged against eager PyTorch."""
+
+    OMIT_NONE: ClassVar[bool] = True  # the fp32 forms' entries stay as they were
 
     kind: str  # concat | inplace
     dtype: str  # fp32 | int8 | int4
@@ -36,18 +38,13 @@ class GPTArtifact:
     quantization: dict[str, Any] | None = None
     generations: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        # the fp32 forms' entries stay as they were
-        return {k: v for k, v in self.__dict__.items()
-                if v is not None or k not in ("bounds", "quality", "quantization", "generations")}
-
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GPTArtifact:
         return record(cls, data, where, generations=lambda g: plain_name(g, f"{where}: generations"))
 
 
 @dataclass(frozen=True)
-class GPTManifest:
+class GPTManifest(Record):
     name: str
     created: str
     config: GPTConfig
@@ -60,11 +57,7 @@ class GPTManifest:
     files: dict[str, FileRecord]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": GPT_MANIFEST_FORMAT, "kind": GPT_KIND, "name": self.name, "created": self.created,
-                "config": self.config.to_dict(), "contract": self.contract, "versions": self.versions,
-                "weights": self.weights, "tokenizer": self.tokenizer, "eos_id": self.eos_id,
-                "artifacts": {f: a.to_dict() for f, a in self.artifacts.items()},
-                "files": {f: r.to_dict() for f, r in self.files.items()}}
+        return {"format": GPT_MANIFEST_FORMAT, "kind": GPT_KIND} | super().to_dict()
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GPTManifest:
@@ -74,10 +67,7 @@ class GPTManifest:
             raise ArtifactError(f"{where}: expected a GPT manifest (kind {GPT_KIND!r}, format "
                                 f"{GPT_MANIFEST_FORMAT}), got kind {data.get('kind')!r}, format "
                                 f"{data.get('format')!r} (export GPT folders with `mha export --gpt`)")
-        try:
-            config = GPTConfig.from_dict(get(data, "config", dict, where))
-        except ConfigError as exc:
-            raise ArtifactError(f"{where}: {exc}") from None
+        config = GPTConfig.from_document(data, where)
         tokenizer = data.get("tokenizer")
         if tokenizer is not None and not isinstance(tokenizer, dict):
             raise ArtifactError(f"{where}: 'tokenizer' must be an object or null")
@@ -87,10 +77,8 @@ class GPTManifest:
         return cls(name=get(data, "name", str, where), created=get(data, "created", str, where), config=config,
                    contract=get(data, "contract", dict, where), versions=get(data, "versions", dict, where),
                    weights=get(data, "weights", dict, where), tokenizer=tokenizer, eos_id=eos,
-                   artifacts={plain_name(f, f"{where}: artifacts"): GPTArtifact.from_dict(a, f"{where}: artifacts.{f}")
-                              for f, a in get(data, "artifacts", dict, where).items()},
-                   files={plain_name(f, f"{where}: files"): FileRecord.from_dict(r, f"{where}: files.{f}")
-                          for f, r in get(data, "files", dict, where).items()})
+                   artifacts=keyed(get(data, "artifacts", dict, where), f"{where}: artifacts", GPTArtifact.from_dict),
+                   files=keyed(get(data, "files", dict, where), f"{where}: files", FileRecord.from_dict))
 
 
 def load_gpt_manifest(folder: Path) -> GPTManifest:
