@@ -255,3 +255,15 @@ def test_a_resealed_golden_case_with_bad_prompt_ids_is_one_line(book_gpt: tuple[
     reseal(folder, "golden/generations.json")
     result = CliRunner().invoke(cli, ["check", str(folder)])
     assert result.exit_code == 1 and result.stderr.count("\n") == 1 and says in result.stderr, result.output
+
+
+def test_a_resealed_golden_file_with_format_true_is_refused(book_gpt: tuple[object, Path], tmp_path: Path) -> None:
+    """JSON true equals 1 in Python: generations.json with "format": true was read as format 1."""
+    folder = tmp_path / "book"
+    shutil.copytree(book_gpt[1], folder)
+    path = folder / "golden" / "generations.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"format": True}))
+    reseal(folder, "golden/generations.json")
+    result = CliRunner().invoke(cli, ["check", str(folder)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "generations.json: expected kind 'gpt-generations' format 1" in result.stderr, result.stderr

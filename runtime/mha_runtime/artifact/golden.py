@@ -109,7 +109,7 @@ class GoldenCases:
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GoldenCases:
         data = obj(data, where)
-        if data.get("format") != CASES_FORMAT:
+        if data.get("format") != CASES_FORMAT or isinstance(data.get("format"), bool):  # true == 1
             raise ArtifactError(f"{where}: expected format {CASES_FORMAT}, got {data.get('format')!r}")
         try:
             config = MHAConfig.from_dict(get(data, "config", dict, where))

@@ -98,6 +98,6 @@ def read_listed_json(folder: Path, manifest: GPTManifest, file: str, *, kind: st
         doc = obj(json.loads(read_verified(folder, file, manifest)), where)
     except (ValueError, RecursionError) as exc:
         raise ArtifactError(f"{where}: expected JSON ({first_line(exc)})") from None
-    if doc.get("kind") != kind or doc.get("format") != fmt:
+    if doc.get("kind") != kind or doc.get("format") != fmt or isinstance(doc.get("format"), bool):  # true == 1
         raise ArtifactError(f"{where}: expected kind {kind!r} format {fmt}")
     return where, doc
