@@ -64,6 +64,13 @@ def reseal(folder: Path, *names: str) -> None:
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
+def reseal_json(folder: Path, name: str, **fields: object) -> None:
+    """Set top-level `fields` in the JSON file `name` of `folder` and reseal it (an edited, consistent export)."""
+    path = folder / name
+    path.write_text(json.dumps(json.loads(path.read_text()) | fields))
+    reseal(folder, name)
+
+
 def book_wrapper(folder: Path) -> tuple[object, MHAConfig]:
     """(the book's own MultiHeadAttentionWrapper, llms_from_scratch.ch03, with the folder's weights file, its
     config): a reference no one here wrote, for a folder without an output projection. Its masks are its own."""

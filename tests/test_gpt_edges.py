@@ -16,7 +16,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from helpers import reseal
+from helpers import reseal, reseal_json
 from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.cli.main import cli
 from mha_runtime.gpt.generate import Generator
@@ -261,9 +261,7 @@ def test_a_resealed_golden_file_with_format_true_is_refused(book_gpt: tuple[obje
     """JSON true equals 1 in Python: generations.json with "format": true was read as format 1."""
     folder = tmp_path / "book"
     shutil.copytree(book_gpt[1], folder)
-    path = folder / "golden" / "generations.json"
-    path.write_text(json.dumps(json.loads(path.read_text()) | {"format": True}))
-    reseal(folder, "golden/generations.json")
+    reseal_json(folder, "golden/generations.json", format=True)
     result = CliRunner().invoke(cli, ["check", str(folder)])
     assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
     assert "generations.json: expected kind 'gpt-generations' format 1" in result.stderr, result.stderr

@@ -18,7 +18,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-from helpers import REPO, reseal
+from helpers import REPO, reseal_json
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.cli.main import cli
@@ -209,9 +209,7 @@ def test_inspect_of_a_manifest_without_contract_is_one_line(seed_copy: Path) -> 
 
 def test_resealed_golden_cases_with_format_true_are_refused(seed_copy: Path) -> None:
     """JSON true equals 1 in Python: cases.json with "format": true was read as format 1."""
-    path = seed_copy / "golden" / "cases.json"
-    path.write_text(json.dumps(json.loads(path.read_text()) | {"format": True}))
-    reseal(seed_copy, "golden/cases.json")
+    reseal_json(seed_copy, "golden/cases.json", format=True)
     result = CliRunner().invoke(cli, ["check", str(seed_copy)])
     assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
     assert "cases.json: expected format 1, got True" in result.stderr, result.stderr
