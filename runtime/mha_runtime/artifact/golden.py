@@ -111,10 +111,7 @@ class GoldenCases:
         data = obj(data, where)
         if data.get("format") != CASES_FORMAT or isinstance(data.get("format"), bool):  # true == 1
             raise ArtifactError(f"{where}: expected format {CASES_FORMAT}, got {data.get('format')!r}")
-        try:
-            config = MHAConfig.from_dict(get(data, "config", dict, where))
-        except ConfigError as exc:
-            raise ArtifactError(f"{where}: {exc}") from None
+        config = MHAConfig.from_document(data, where)
         cases = tuple(GoldenCase.from_dict(c, f"{where}: cases[{i}]")
                       for i, c in enumerate(get(data, "cases", list, where)))
         if not cases:

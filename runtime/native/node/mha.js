@@ -10,7 +10,7 @@ const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
 const ort = require('onnxruntime-node');
-const { MAX_MANIFEST_BYTES, readRegular } = require('./files');
+const { MAX_MANIFEST_BYTES, readRegular, regularSize } = require('./files');
 // Node >= 20.19 require()s an ES module with no top-level await synchronously: this module's API stays synchronous
 // to load (require('./mha')), as it was.
 const attention = require('../common/attention.mjs');
@@ -71,8 +71,7 @@ function verifiedBytes(dir, name, manifest) {
   const file = path.join(dir, name);
   if (!entry) throw new ArtifactError(`${name}: expected it listed in ${path.join(dir, 'manifest.json')}, found no entry`);
   if (!fs.existsSync(file)) throw new ArtifactError(`${file}: listed in the manifest but missing`);
-  const st = fs.statSync(file);
-  if (st.isFile()) attention.checkSize(file, entry, { length: st.size });  // one of another size is not read
+  attention.checkSize(file, entry, { length: regularSize(file) ?? entry.size });  // one of another size is not read
   const bytes = readRegular(file, entry.size, (m) => new ArtifactError(m));
   attention.checkSize(file, entry, bytes);  // a file that changed since its stat
   attention.checkDigest(file, entry, crypto.createHash('sha256').update(bytes).digest('hex'));
