@@ -150,6 +150,9 @@ BAD = {
                                                                    qkv_bias=True, out_proj=True),
                                          r"width 18, not divisible into 3 x num_heads=4"),
     "two layouts in one file": (_set("W_query.weight", torch.zeros(6, 8)), CONFIG, "more than one layout"),
+    # Two causal squares stacked, where GPT-2 has (1, 1, n, n): reshaping it to (n, n) was an "internal error".
+    "mask of two squares": (_set("h.1.attn.bias", torch.tril(torch.ones(5, 5, dtype=torch.bool)).expand(2, 5, 5)
+                                 .clone()), CONFIG, r"'h\.1\.attn\.bias' is not the causal mask this model requires"),
 }
 
 

@@ -244,7 +244,10 @@ def check_masks(located: Located, tensors: Tensors, config: MHAConfig) -> None:
         if located.layout.name == "wrapper" and tuple(tensor.shape) != (config.context_length,) * 2:
             raise ConfigError(f"weights: {key!r} has shape {list(tensor.shape)}, expected "
                               f"{[config.context_length] * 2} for context_length={config.context_length}")
-        square = tensor.reshape(tensor.shape[-2:]) if tensor.dim() >= 2 else tensor
+        # GPT-2 stores its mask as (1, 1, n, n): leading axes of size 1 drop; any other shape stays as it is
+        # and is refused below as not the causal mask.
+        square = tensor.reshape(tensor.shape[-2:]) if tensor.dim() >= 2 and tensor.shape[:-2].numel() == 1 \
+            else tensor
         n = square.shape[-1] if square.dim() == 2 else 0
         future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
         causal = ~future if rest == "bias" else future  # GPT-2's bias marks the allowed pairs, a mask the future
