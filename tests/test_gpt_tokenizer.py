@@ -82,3 +82,50 @@ def test_onnxruntime_genai_runs_the_folder_with_the_same_greedy_ids(book_gpt: tu
     assert theirs == ours
     tokenizer = og.Tokenizer(model)  # reads tokenizer.json + tokenizer_config.json
     assert list(tokenizer.encode("Hello, I am")) == prompt
+
+
+def _bpe_files(folder: Path, vocab: dict[str, int], merges: list[str]) -> Path:
+    folder.mkdir()
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    return folder
+
+
+def _bpe_json(path: Path, vocab: dict[str, int], merges: list[str]) -> Path:
+    """A tokenizer.json as `tokenizers` writes a BPE model, with these vocab and merges."""
+    from tokenizers import Tokenizer, models
+
+    data = json.loads(Tokenizer(models.BPE(vocab={"a": 0}, merges=[])).to_str())
+    data["model"] |= {"vocab": vocab, "merges": [m.split(" ") for m in merges]}
+    path.write_text(json.dumps(data))
+    return path
+
+
+# Letters a..z and a few merges of them, 30 tokens: a vocabulary small enough to break by hand.
+LETTERS = {chr(ord("a") + i): i for i in range(26)} | {"Ġ": 26, "ab": 27, "abc": 28, "Ġa": 29}
+MERGES = ["a b", "ab c", "Ġ a"]
+
+
+@pytest.mark.parametrize("make", [_bpe_files, _bpe_json], ids=["vocab.json+merges.txt", "tokenizer.json"])
+@pytest.mark.parametrize(("vocab", "merges", "message"), [
+    # the merged token is missing: tokenizers panicked in Rust (its lines on stderr, a PanicException past every
+    # `except Exception`: a traceback)
+    ({k: v for k, v in LETTERS.items() if k != "abc"}, MERGES, "merge 2 'ab c' makes 'abc', which is not in the"),
+    # the part of a merge is missing: tokenizers' own line, as before
+    (LETTERS, [*MERGES, "zz q"], "Token `zz` out of vocabulary"),
+])
+def test_a_bpe_vocabulary_its_merges_do_not_fit_is_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                            make: object, vocab: dict[str, int], merges: list[str],
+                                                            message: str) -> None:
+    source = make(tmp_path / "tok.json" if make is _bpe_json else tmp_path / "bpe", vocab, merges)  # type: ignore[operator]
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        read_tokenizer(source, vocab_size=len(vocab), context_length=16)
+    assert capfd.readouterr().err == ""
+
+
+def test_bpe_files_that_give_two_tokens_one_id_are_refused(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """tokenizer.json keeps one token per id: 'abc' was dropped from it, and reading it back panicked in Rust."""
+    source = _bpe_files(tmp_path / "bpe", LETTERS | {"abc": 5}, MERGES)
+    with pytest.raises(ConfigError, match=re.escape("vocab.json gives 'f' and 'abc' the same id 5")):
+        read_tokenizer(source, vocab_size=30, context_length=16)
+    assert capfd.readouterr().err == ""
