@@ -97,6 +97,18 @@ def test_tied_head_is_stored_once(hf_gpt: tuple[torch.nn.Module, Path]) -> None:
         assert (folder / form).stat().st_size <= 1.02 * 4 * params, form
 
 
+def test_a_tied_folders_own_weights_export_again(tmp_path: Path) -> None:
+    """gpt.safetensors of a tied model (GPT-2's) stores the head once, as tok_emb.weight (metadata tied "true"):
+    re-exported (docs/gpt.md), it is the same model, not a missing 'out_head.weight'."""
+    small = GPTConfig(vocab_size=300, context_length=16, emb_dim=16, n_heads=2, n_layers=1, qkv_bias=True)
+    weights = save_hf(hf_model(small, seed=3), tmp_path / "hf", safetensors=True)
+    first = export_gpt("first", tmp_path, config=small, weights=weights, variants=("decoder",)).folder
+    again = export_gpt("again", tmp_path, config=small, weights=first / "gpt.safetensors", variants=("decoder",))
+    assert again.manifest.weights["tied"] is True and again.manifest.weights["layout"] == "book-gpt"
+    for name in ("gpt.safetensors", CONCAT_FORM, "golden/generations.json"):
+        assert (again.folder / name).read_bytes() == (first / name).read_bytes(), name
+
+
 def test_book_folder_size_and_untied_head(book_gpt: tuple[torch.nn.Module, Path]) -> None:
     """The book's GPTModel has its own out_head: both matrices are stored, each once."""
     _, folder = book_gpt

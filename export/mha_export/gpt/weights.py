@@ -3,7 +3,8 @@ GPT-2 (GPT2LMHeadModel or GPT2Model; model.safetensors or pytorch_model.bin), re
 
 Every parameter is mapped and checked against the config; a missing, extra or misshapen key is one ConfigError
 line naming the key, its shape and what the config expects. GPT-2's head is tied to wte: the result says so,
-and the artifacts store that matrix once.
+and the artifacts store that matrix once (a folder's gpt.safetensors too, without out_head.weight and with the
+metadata tied "true", which reads back tied).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from mha_runtime.gpt.config import GPTConfig
 
 Tensors = dict[str, torch.Tensor]
 BOOK_SIGNATURE = "tok_emb.weight"
+HEAD = "out_head.weight"
 HF_SIGNATURE = re.compile(r"(transformer\.)?wte\.weight")
 # Buffers, not parameters: the book's causal masks, GPT-2's attn.bias / attn.masked_bias of older transformers.
 BUFFERS = re.compile(r"(trf_blocks\.\d+\.att\.mask|(transformer\.)?h\.\d+\.attn\.(bias|masked_bias))")
@@ -77,7 +79,23 @@ def _book(source: WeightFile, cfg: GPTConfig) -> GPTWeights:
     extra = sorted(set(keys) - set(book_shapes(cfg)))
     if extra:
         raise ConfigError(f"weights: unexpected key {extra[0]!r} for the book's GPTModel with {_describe(cfg)}")
-    return GPTWeights(_checked({k: source.get(k) for k in keys}, cfg, {}), "book-gpt", tied=False)
+    state = {k: source.get(k) for k in keys}
+    tied = HEAD not in state and BOOK_SIGNATURE in state and _saved_tied(source.path)
+    if tied:  # a GPT folder's own gpt.safetensors of a tied model: its head is tok_emb.weight, stored once
+        state[HEAD] = state[BOOK_SIGNATURE]
+    return GPTWeights(_checked(state, cfg, {}), "book-gpt", tied=tied)
+
+
+def _saved_tied(path: Path) -> bool:
+    """Whether `path` is a safetensors file whose metadata says tied "true", as the export writes gpt.safetensors
+    for a tied model (GPT-2's): without it, a missing out_head.weight stays a missing key."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            return (fh.metadata() or {}).get("tied") == "true"
+    except (SafetensorError, OSError):  # a torch.save file
+        return False
 
 
 def _hf_names(cfg: GPTConfig, pre: str) -> dict[str, str]:
