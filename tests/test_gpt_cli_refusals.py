@@ -62,6 +62,26 @@ def test_a_config_that_disagrees_with_the_checkpoints_own_is_refused(tmp_path: P
     assert ok.returncode == 0, ok.stderr
 
 
+@pytest.mark.parametrize(("shape", "said"), [
+    # a 2-D Conv1D weight of the wrong width: named as the file stores it (in, out), not transposed
+    ((32, 64), "has shape [32, 64], expected [32, 128]"),
+    # another rank: torch's UserWarning about x.T (two more stderr lines) came before the line
+    ((32, 128, 1), "has shape [32, 128, 1], expected [32, 128]"),
+])
+def test_a_misshapen_conv1d_weight_is_named_as_the_file_has_it(tmp_path: Path, shape: tuple[int, ...],
+                                                               said: str) -> None:
+    from safetensors.torch import load_file, save_file
+
+    weights = gpt2(tmp_path / "hf", n_head=2)
+    state = load_file(weights)
+    state["transformer.h.0.mlp.c_fc.weight"] = torch.zeros(shape)
+    save_file(state, str(weights))
+    result = mha("export", "--gpt", "--weights", weights, "--name", "x", "--out", tmp_path / "out", "--variants",
+                 "decoder")
+    refused(result, 1, f"weights: 'transformer.h.0.mlp.c_fc.weight' {said}")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_head_size_gqa_cannot_take_limits_only_the_in_place_forms(tmp_path: Path) -> None:
     """Head size 12: the decoder form is fine; the default set leaves the in-place and lossy forms out with a note;
     asking for them by name is refused before any work, the line starting with the config file."""

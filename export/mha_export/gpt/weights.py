@@ -123,7 +123,7 @@ def _hf(source: WeightFile, cfg: GPTConfig, pre: str) -> GPTWeights:
     extra = sorted(keys - allowed)
     if extra:
         raise ConfigError(f"weights: unexpected key {extra[0]!r} for Hugging Face GPT-2 with {_describe(cfg)}")
-    e = cfg.emb_dim
+    e, shapes = cfg.emb_dim, book_shapes(cfg)
     state: Tensors = {}
     for book, hf in names.items():
         if hf not in keys:
@@ -148,7 +148,11 @@ def _hf(source: WeightFile, cfg: GPTConfig, pre: str) -> GPTWeights:
             if part is not None:
                 state[f"{b}att.{w}.bias"] = part
         for book in ("att.out_proj.weight", "ff.layers.0.weight", "ff.layers.2.weight"):
-            state[b + book] = source.get(names[b + book]).T
+            conv, want = source.get(names[b + book]), shapes[b + book][::-1]  # Conv1D stores (in, out)
+            if tuple(conv.shape) != want:  # named as the file has it, before .T (which warns on other ranks)
+                raise ConfigError(f"weights: {names[b + book]!r} has shape {list(conv.shape)}, expected {list(want)} "
+                                  f"for {_describe(cfg)}")
+            state[b + book] = conv.T
         for book in ("att.out_proj.bias", "ff.layers.0.bias", "ff.layers.2.bias", "norm1.scale", "norm1.shift",
                      "norm2.scale", "norm2.shift"):
             state[b + book] = source.get(names[b + book])
@@ -157,8 +161,8 @@ def _hf(source: WeightFile, cfg: GPTConfig, pre: str) -> GPTWeights:
     state["out_head.weight"] = state["tok_emb.weight"]
     if "lm_head.weight" in keys and not torch.equal(source.get("lm_head.weight"), state["tok_emb.weight"]):
         raise ConfigError("weights: 'lm_head.weight' differs from the token embedding; GPT-2's head is tied to wte")
-    # Conv1D shapes are (in, out): name the file's key, with the file's shape, when one does not fit.
-    reverse = {k: names.get(k, k) for k in book_shapes(cfg)}
+    # A tensor that does not fit is named by the file's key (the Conv1D weights were checked above, as stored).
+    reverse = {k: names.get(k, k) for k in shapes}
     return GPTWeights(_checked(state, cfg, reverse), "hf-gpt2", tied=True)
 
 
