@@ -182,6 +182,9 @@ def test_tampered_decoder_is_refused_before_it_is_parsed(book_gpt: tuple[torch.n
     (lambda s: s.__setitem__("trf_blocks.0.att.W_key.weight", torch.zeros(64, 32)),
      r"'trf_blocks.0.att.W_key.weight' has shape \[64, 32\], expected \[64, 64\]"),
     (lambda s: s.__setitem__("extra.weight", torch.zeros(2)), "unexpected key 'extra.weight'"),
+    # finite in float64, inf once cast to float32: it was exported, then every case failed validation with inf
+    (lambda s: s.__setitem__("pos_emb.weight", s["pos_emb.weight"].double() * 1e300),
+     "'pos_emb.weight' holds values beyond float32's range"),
 ])
 def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path: Path, edit: object, message: str) -> None:
     state = book_model().state_dict()

@@ -71,6 +71,9 @@ def _checked(state: Tensors, cfg: GPTConfig, names: dict[str, str]) -> Tensors:
             raise ConfigError(f"weights: {name!r} has dtype {tensor.dtype}, expected floating point")
         if not torch.isfinite(tensor).all():
             raise ConfigError(f"weights: {name!r} holds NaN or inf values")
+        if tensor.dtype == torch.float64 and not torch.isfinite(tensor.to(torch.float32)).all():
+            raise ConfigError(f"weights: {name!r} holds values beyond float32's range (3.4e38); the export computes "
+                              "in float32")
     return {k: state[k].to(torch.float32) for k in shapes}
 
 
