@@ -98,6 +98,9 @@ CASES: dict[str, Case] = {
                           ("expected a folder, found a file",)),
     "opset out of range": Case(lambda t, k: [*_preset(k), "--name", "keep", "--opset", "12"], 2,
                                ("--opset: expected 18..25, got 12",), ("attention",)),
+    # gpt.onnx was built at its own opset, the flag silently ignored
+    "opset with --gpt": Case(lambda t, k: [*_preset(k), "--name", "keep", "--opset", "20"], 2,
+                             ("--opset sets the attention's mha.onnx",), ("gpt",)),
     "layer without weights": Case(lambda t, k: [*_preset(k), "--name", "keep", "--layer", "0"], 2,
                                   ("--layer",), ("attention", "gpt")),
     "tokenizer without --gpt": Case(lambda t, k: [*_preset(k), "--name", "keep", "--tokenizer", str(t)], 2,

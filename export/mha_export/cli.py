@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from mha_runtime.artifact.config import PRESETS, MHAConfig, preset
 from mha_runtime.artifact.errors import MHAError
@@ -56,6 +57,9 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
 
         if layer is not None:
             raise click.UsageError("--layer picks one attention layer; --gpt exports every layer")
+        if click.get_current_context().get_parameter_source("opset") is not ParameterSource.DEFAULT:
+            # not ignored: gpt.onnx was silently built at its own opset whatever was asked for
+            raise click.UsageError("--opset sets the attention's mha.onnx; --gpt builds its forms at their own opset")
         export_gpt_command(presets, config_path, name, out, weights, variants, tokenizer)
         return
     if tokenizer is not None:
