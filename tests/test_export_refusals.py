@@ -83,6 +83,10 @@ CASES: dict[str, Case] = {
     "config is a folder": Case(lambda t, k: ["--config", str(t), "--name", "keep"], 1, ("a folder",)),
     "weights missing": Case(lambda t, k: [*_preset(k), "--name", "keep", "--weights", str(t / "none.pt")], 1,
                             ("found nothing there",)),
+    # a Hugging Face checkpoint's folder, config.json in it: "--weights needs --config ..., a config.json beside the
+    # checkpoint" said what was not wrong
+    "weights a folder": Case(lambda t, k: ["--weights", str(t), "--name", "keep"], 1,
+                             ("expected a regular file", "got a folder"), ("gpt",)),
     "tokenizer a device": Case(lambda t, k: [*_preset(k), "--name", "keep", "--tokenizer", "/dev/null"], 1,
                                ("--tokenizer /dev/null", "got a character device"), ("gpt",)),
     "weights a device": Case(lambda t, k: [*_preset(k), "--name", "keep", "--weights", "/dev/zero"], 1,

@@ -88,6 +88,8 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
     from mha_runtime.cli.tables import table
 
     chosen = parse_gpt_variants(variants)
+    if weights is not None and Path(weights).is_dir():  # a checkpoint's folder: not "--weights needs --config"
+        check_weights_path(weights)
     jobs = resolve_config(presets, config_path, name, weights)
     if weights is not None:
         check_weights_path(weights)
