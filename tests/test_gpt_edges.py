@@ -218,6 +218,26 @@ def test_a_hugging_face_attention_flag_the_book_lacks_is_refused(tmp_path: Path,
     assert not out.exists()
 
 
+@pytest.mark.parametrize("inner", [64, "64"])
+def test_a_hugging_face_feed_forward_width_the_book_lacks_is_refused(tmp_path: Path, inner: object) -> None:
+    """n_inner sets GPT-2's feed-forward width (4 * n_embd when null); the book's is always 4 * emb_dim. It was
+    ignored: a config.json given as --config (no weights) exported a model of another shape than it says."""
+    config = {"model_type": "gpt2", "vocab_size": 300, "n_positions": 16, "n_embd": 32, "n_layer": 1, "n_head": 2,
+              "n_inner": inner}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out"
+    said = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(tmp_path / "config.json"), "--name", "x",
+                                    "--out", str(out), "--variants", "decoder"])
+    lines = said.stderr.strip().splitlines()
+    assert said.exit_code == 2 and len(lines) == 1, said.stderr
+    assert f"config.json: n_inner {json.dumps(inner)}; expected null or 128 (" in lines[0], said.stderr
+    assert not out.exists()
+    from mha_runtime.gpt.config import GPTConfig
+
+    (tmp_path / "config.json").write_text(json.dumps(config | {"n_inner": 128}))  # 4 * n_embd, as transformers
+    assert GPTConfig.from_file(tmp_path / "config.json").emb_dim == 32
+
+
 def test_a_config_smaller_than_the_golden_cases_exports_and_checks(tmp_path: Path) -> None:
     """A context under the 16 greedy steps of validation and a vocabulary under the golden sampled case's top_k of
     40 (a character-level toy model): the export fits its cases to them, and every case holds, gpt.pte's too (its

@@ -86,8 +86,13 @@ class GPTConfig(ConfigFile):
             got = data.get(key, want)
             if got is not want:  # JSON's true/false only: 1, "true" or null are not what transformers reads as set
                 raise BadValueError(f"config.json: {key} {json.dumps(got)[:40]}; expected {json.dumps(want)} ({what})")
-        return cls(vocab_size=data["vocab_size"], context_length=data["n_positions"], emb_dim=data["n_embd"],
-                   n_heads=data["n_head"], n_layers=data["n_layer"], drop_rate=0.0, qkv_bias=True)
+        config = cls(vocab_size=data["vocab_size"], context_length=data["n_positions"], emb_dim=data["n_embd"],
+                     n_heads=data["n_head"], n_layers=data["n_layer"], drop_rate=0.0, qkv_bias=True)
+        inner = data.get("n_inner")  # transformers' feed-forward width, 4 * n_embd when null
+        if inner is not None and (type(inner) is not int or inner != 4 * config.emb_dim):
+            raise BadValueError(f"config.json: n_inner {json.dumps(inner)[:40]}; expected null or "
+                                f"{4 * config.emb_dim} (the book's feed-forward width, 4 * n_embd)")
+        return config
 
 
 GPT_PRESETS: dict[str, GPTConfig] = {
