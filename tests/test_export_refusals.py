@@ -111,6 +111,8 @@ CASES: dict[str, Case] = {
                                     ("add --gpt",), ("attention",)),
     "context_length 1": Case(lambda t, k: ["--config", _config(t, k, context_length=1), "--name", "keep"], 2,
                              ("'context_length': expected at least 2",), ("gpt",)),
+    "variants of 5000 characters": Case(lambda t, k: [*_preset(k), "--name", "keep", "--variants", "x" * 5000], 2,
+                                        ("got '" + "x" * 40 + "...'",), ("gpt",)),
     "lossy form without inplace": Case(lambda t, k: [*_preset(k), "--name", "keep", "--variants", "int8"], 2,
                                        ("add inplace",), ("gpt",)),
     "no forms at all": Case(lambda t, k: [*_preset(k), "--name", "keep", "--variants", ","], 2,

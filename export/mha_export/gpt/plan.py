@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mha_export.pipeline.budget import PROTOBUF_LIMIT, available_memory, gib
-from mha_runtime.artifact.errors import BadValueError, ConfigError
+from mha_runtime.artifact.errors import BadValueError, ConfigError, cut
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import FORMS, GGUF_FORM, GGUF_VARIANT, GPT_VARIANTS, INPLACE_FORM, PTE_VARIANT
 from mha_runtime.gpt.llama.llama_cpp import BUILD_HINT, program
@@ -26,7 +26,7 @@ def parse_gpt_variants(text: str | None) -> tuple[str, ...]:
     bad = [n for n in names if n not in known]
     if bad or not names:
         raise BadValueError(f"--variants: expected 'all' or some of {', '.join(known[1:])} (and 'all,pte,gguf'), got "
-                            f"{text!r}")
+                            f"{cut(text or '')!r}")  # a long value quoted as --name is, not whole
     return tuple(n for n in known if n in names)
 
 
