@@ -185,6 +185,10 @@ def test_tampered_decoder_is_refused_before_it_is_parsed(book_gpt: tuple[torch.n
     # finite in float64, inf once cast to float32: it was exported, then every case failed validation with inf
     (lambda s: s.__setitem__("pos_emb.weight", s["pos_emb.weight"].double() * 1e300),
      "'pos_emb.weight' holds values beyond float32's range"),
+    # finite weights whose sum overflows in the forward pass (inf - inf in LayerNorm: NaN logits): it was exported,
+    # then every case failed validation
+    (lambda s: (s["tok_emb.weight"].fill_(3e38)[:, ::2].fill_(-3e38), s["pos_emb.weight"].fill_(3e38)),
+     "eager PyTorch's logits are NaN or inf with these weights"),
 ])
 def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path: Path, edit: object, message: str) -> None:
     state = book_model().state_dict()

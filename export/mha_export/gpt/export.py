@@ -16,6 +16,7 @@ from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
@@ -28,12 +29,12 @@ from mha_export.gpt.llama.build import GGUFOutcome, build_ggufs
 from mha_export.gpt.lossy.build import LossyOutcome, build_lossy, quality_windows
 from mha_export.gpt.plan import GPTPlan, plan_gpt
 from mha_export.gpt.tokenizer import TokenizerFiles, read_tokenizer
-from mha_export.gpt.validate import references, validate_form
+from mha_export.gpt.validate import References, references, validate_form
 from mha_export.gpt.weights import read_gpt_weights
 from mha_export.pipeline.progress import steps
 from mha_export.pipeline.run import ExportResult, run_export
 from mha_export.pipeline.seal import file_table, versions
-from mha_runtime.artifact.errors import ValidationError
+from mha_runtime.artifact.errors import ConfigError, ValidationError
 from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.gpt.config import GPT2_EOS_ID, GPTConfig
 from mha_runtime.gpt.contract import (
@@ -97,6 +98,7 @@ class GPTExport:
         self.encode = None if self.tok is None else _encoder(self.tok.tokenizer_json)
         self.refs = references(model, config) if self.plan.files or self.plan.pte else None  # gguf alone: none
         self.golden = golden_generations(model, config, self.encode)
+        _check_finite(self.refs, self.golden[1])
         self.pte = None
         if self.plan.pte:
             from mha_export.executorch.gpt import build_pte
@@ -223,6 +225,15 @@ def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | 
     called once every input is checked (the weights read): the work starts."""
     kind = GPTExport(name, config=config, weights=weights, tokenizer=tokenizer, variants=variants)
     return run_export(name, out_root, kind, progress=progress, announce=announce)
+
+
+def _check_finite(refs: References | None, golden: dict[str, np.ndarray]) -> None:
+    """Refuse weights whose eager logits are NaN or inf: finite values that overflow float32 in the forward pass.
+    Every form would then fail validation against them, one line per case, after all of the work."""
+    arrays = [*golden.values(), *([] if refs is None else [refs.first, *(case.expected for case in refs.cases)])]
+    if not all(np.isfinite(a).all() for a in arrays):
+        raise ConfigError("weights: eager PyTorch's logits are NaN or inf with these weights (their values overflow "
+                          "float32 in the forward pass); no exported form could be checked against them")
 
 
 def _build_lossy(file: str, stage: Path, state: dict[str, torch.Tensor], config: GPTConfig, *, tied: bool,
