@@ -129,3 +129,26 @@ def test_bpe_files_that_give_two_tokens_one_id_are_refused(tmp_path: Path, capfd
     with pytest.raises(ConfigError, match=re.escape("vocab.json gives 'f' and 'abc' the same id 5")):
         read_tokenizer(source, vocab_size=30, context_length=16)
     assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ({"padding": {"length": 12}}, "it pads what it encodes (padding to length 12)"),
+    ({"padding": {}}, "it pads what it encodes (padding to the longest of a batch)"),
+    ({"truncation": {"max_length": 3}}, "it truncates what it encodes (max_length 3)"),
+])
+def test_a_tokenizer_json_that_pads_or_truncates_is_refused(tmp_path: Path, setting: dict[str, dict[str, int]],
+                                                            message: str) -> None:
+    """Padding and truncation saved in a tokenizer.json apply to every encode: exported as they were, `mha generate`
+    padded each prompt with pad ids, or cut it, and generated from that, silently."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(_bpe_json(tmp_path / "plain.json", LETTERS, MERGES)))
+    (key, options), = setting.items()
+    if key == "padding":
+        tok.enable_padding(pad_id=0, pad_token="a", **options)
+    else:
+        tok.enable_truncation(**options)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        read_tokenizer(tmp_path / "tokenizer.json", vocab_size=30, context_length=16)
+    read_tokenizer(tmp_path / "plain.json", vocab_size=30, context_length=16)  # the same without it
