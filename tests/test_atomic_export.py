@@ -205,3 +205,39 @@ def test_the_umask_is_read_without_changing_it(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(atomic.os, "umask", no_umask)
     assert atomic.file_mode(0o777) == 0o777 & ~atomic.current_umask()
+
+
+def test_a_failed_export_leaves_no_out_folder_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folders above the target that the export made are removed with its staging folder (an empty --out was
+    left behind)."""
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("validation exploded")
+
+    monkeypatch.setattr(pipeline, "validate", broken)
+    with pytest.raises(RuntimeError):
+        pipeline.export_preset("seed", tmp_path / "new" / "artifacts", variants=())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_link_to_a_folder_has_its_target_replaced(seed_dir: Path, tmp_path: Path) -> None:
+    """`--out` holding a symbolic link under the folder's name: the folder it points to gets the new set and the link
+    stays (the link itself was swapped out, and an .old- link was left beside it for good)."""
+    shutil.copytree(seed_dir, tmp_path / "real")
+    (tmp_path / "real" / "stale.txt").write_text("from an older export")
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    (root / "seed").symlink_to(tmp_path / "real")
+    pipeline.export_preset("seed", root, variants=())
+    assert (root / "seed").is_symlink() and sorted(p.name for p in root.iterdir()) == ["seed"]
+    assert (tmp_path / "real" / "manifest.json").exists() and not (tmp_path / "real" / "stale.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artifacts", "real"]
+
+
+def test_a_dangling_link_at_the_target_is_refused_before_any_work(tmp_path: Path) -> None:
+    """The swap's rename failed on it ("Not a directory") only after the whole export."""
+    from mha_runtime.artifact.atomic import check_folder_target
+    from mha_runtime.artifact.errors import ArtifactError
+
+    (tmp_path / "seed").symlink_to(tmp_path / "gone")
+    with pytest.raises(ArtifactError, match=r"seed: a symbolic link to .*gone, which does not exist"):
+        check_folder_target(tmp_path / "seed")

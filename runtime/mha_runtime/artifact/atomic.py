@@ -20,7 +20,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from mha_runtime.artifact.errors import ArtifactError, BadValueError, Interrupted
@@ -156,6 +156,9 @@ def check_folder_target(final: Path) -> None:
     for path in (final.parent, final):
         if path.exists() and not path.is_dir():
             raise ArtifactError(f"--out {path}: expected a folder, found a file")
+    if final.is_symlink() and not final.exists():  # the swap's rename would fail on it after all of the work
+        raise ArtifactError(f"--out {final}: a symbolic link to {os.readlink(final)}, which does not exist; expected "
+                            "a folder, a link to one, or nothing there")
     existing = final.parent
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -183,9 +186,14 @@ def check_file_target(path: Path, flag: str) -> None:
 @contextmanager
 def staged_folder(final: Path) -> Iterator[Path]:
     """Yield an empty staging folder beside `final`; on success it replaces `final`, on any failure (an
-    exception, Ctrl-C, SIGTERM) it is removed and `final` is left exactly as it was."""
+    exception, Ctrl-C, SIGTERM) it is removed and `final` is left exactly as it was, and so are the folders above
+    it (those this call made are removed again). A symbolic link to a folder has its target replaced, not the link
+    (as write_file_atomic replaces a link's target)."""
     final = Path(final)
     check_folder_target(final)
+    if final.is_symlink():  # renamed aside, the link itself would be swapped out and left as an .old- link
+        final = Path(os.path.realpath(final))
+    made = [p for p in (final.parent, *final.parent.parents) if not p.exists()]  # deepest first
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         for note in clean_leftovers(final):
@@ -202,6 +210,9 @@ def staged_folder(final: Path) -> Iterator[Path]:
         replace_folder(stage, final)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
+        for folder in made:
+            with suppress(OSError):  # one another process has put something in meanwhile stays
+                folder.rmdir()
         raise
     finally:
         if lock is not None:
