@@ -181,6 +181,8 @@ TORCH_ONLY = {  # what only a torch.save file can hold: each was an "internal er
                       r"'h\.1\.attn\.c_proj\.weight' is a sparse_coo tensor; expected a dense tensor"),
     "a key that is not a name": (lambda s: s.__setitem__(1, torch.zeros(3)),
                                  r"expected tensor names \(strings\) as its keys, got int 1"),
+    # A training checkpoint's step count beside the tensors: the line said "got dict" of a dict.
+    "a value that is not a tensor": (lambda s: s.__setitem__("step", 3), r"a state_dict\), but 'step' holds int"),
 }
 
 

@@ -106,9 +106,13 @@ class WeightFile:
             if isinstance(state, dict) and isinstance(state.get(key), dict):
                 state = state[key]
                 break
-        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        if not isinstance(state, dict):
             raise ConfigError(f"--weights {self.path}: expected a mapping of names to tensors (a state_dict), "
                               f"got {type(state).__name__}")
+        other = next((k for k, v in state.items() if not isinstance(v, torch.Tensor)), None)
+        if other is not None:  # a training checkpoint's step count or optimizer state beside the tensors
+            raise ConfigError(f"--weights {self.path}: expected a mapping of names to tensors (a state_dict), but "
+                              f"{str(other)[:40]!r} holds {type(state[other]).__name__}")
         odd = next((k for k in state if not isinstance(k, str)), None)
         if odd is not None:
             raise ConfigError(f"--weights {self.path}: expected tensor names (strings) as its keys, got "
