@@ -62,6 +62,9 @@ def test_requests_and_answers_round_trip_in_both_formats() -> None:
     (b'{"x": [[[1, 2, 3]], [[1, 2]]]}', "application/json", "rectangular"),
     (b'{"x": [[["1", "2", "3"]]]}', "application/json", "expected numbers"),
     (b'{"x": [[[true, false, true]]]}', "application/json", "expected numbers"),
+    # beside numbers numpy read them as 1 and 0: answered as if the client had sent numbers
+    (b'{"x": [[[true, 2, 3]]]}', "application/json", "expected numbers, got true or false among them"),
+    (b'{"x": [[[1.5, 2, 3]], [[1, 2, false]]]}', "application/json", "expected numbers, got true or false"),
     (b"[" * 100_000, "application/json", "expected JSON"),
     (b'{"x": [[[1, 2, 3]]], "x": [[[4, 5, 6]]]}', "application/json", "expected unique member names, got 'x' twice"),
     (b'{"x": [[[1' + b"0" * 5000 + b"]]]}", "application/json", "expected JSON integers of at most 4300 digits"),
@@ -395,6 +398,8 @@ def _bad_shots(config: MHAConfig, limit: int) -> list[Shot]:
         contract(np.ones((3, width)), "json"),  # rank 2
         contract(np.ones((1, 2, width), np.int32), "npy"),  # integer dtype
         Shot(b'{"x": [[[true, false, true]]]}', "application/json", expect=400),
+        Shot(b'{"x": [[[true, 2, 3]]]}', "application/json", expect=400,  # was a 200, true read as 1
+             error="'x': expected numbers, got true or false among them"),
         Shot(b" " * (limit + 1), "application/json", expect=413),  # over the body limit
         Shot(npy_bytes(np.ones((9, 1, width), np.float32)), NPY, expect=413,  # the server runs --max-batch 8
              error="input 'x': batch 9 is over this server's max batch 8 (--max-batch); send at most 8 per request"),

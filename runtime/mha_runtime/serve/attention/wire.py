@@ -5,6 +5,7 @@ Both sides use it: the server decodes requests and encodes answers, the load tes
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import sys
@@ -94,6 +95,13 @@ def json_array(value: Any, where: str) -> np.ndarray:
         raise RequestError(f"{where}: expected a rectangular nested list of numbers ({first_line(exc)})") from None
     if array.dtype.kind not in "iuf":
         raise RequestError(f"{where}: expected numbers, got JSON values of numpy kind {array.dtype.kind!r}")
+    # numpy reads true and false beside numbers as 1 and 0 (kind 'i' or 'f'): a silently wrong input. The leaves
+    # are the nested lists flattened ndim - 1 times; map(type) over them costs about 8% of json.loads's time.
+    leaves: Any = value
+    for _ in range(array.ndim - 1):
+        leaves = itertools.chain.from_iterable(leaves)
+    if array.ndim and bool in set(map(type, leaves)):
+        raise RequestError(f"{where}: expected numbers, got true or false among them")
     return array.astype(np.float64, copy=False)
 
 
