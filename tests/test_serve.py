@@ -9,6 +9,7 @@ import io
 import json
 import re
 import socket
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -311,6 +312,23 @@ def test_loadtest_targets_loopback_only() -> None:
             loopback_target(url)
 
 
+@pytest.mark.parametrize(("answer", "says"), [
+    (b"SSH-2.0-OpenSSH_9.6\r\n", "not an HTTP answer (BadStatusLine: SSH-2.0-OpenSSH_9.6"),  # was an internal error
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n<html></html>", "expected a JSON object, got b'<html></html>'"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n[1, 2]", "expected a JSON object, got b'[1, 2]'"),
+])
+@pytest.mark.parametrize("generate", [False, True])
+def test_loadtest_of_a_port_where_no_mha_server_listens_is_one_line(tmp_path: Path, answer: bytes, says: str,
+                                                                     generate: bool) -> None:
+    """Another server on the port (a wrong URL) was an internal error: BadStatusLine, JSONDecodeError, a list's
+    missing .get. The server is asked before the folder is read, so any folder does."""
+    with answering_port(answer) as port:
+        args = ["loadtest", f"http://127.0.0.1:{port}", "--artifact", str(tmp_path)]
+        result = CliRunner().invoke(cli, [*args, "--generate"] if generate else args)
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert f"Error: http://127.0.0.1:{port}/v1/contract: {says}" in result.stderr, result.stderr
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pydantic's, from ray's import
 def test_serve_refuses_before_starting_ray(seed_dir: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["serve", str(tmp_path / "none")])
@@ -334,6 +352,25 @@ def listening_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield int(sock.getsockname()[1])
+
+
+@contextmanager
+def answering_port(answer: bytes) -> Iterator[int]:
+    """A loopback port whose server reads one request and sends `answer`, whatever was asked."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+
+        def reply() -> None:
+            connection, _ = sock.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(answer)
+
+        thread = threading.Thread(target=reply, daemon=True)
+        thread.start()
+        yield int(sock.getsockname()[1])
+        thread.join(10)
 
 
 # ---- a real server --------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError, first_line
+from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError, cut, first_line
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.registry import spec_for
 from mha_runtime.artifact.tolerance import Tolerance, compare
@@ -86,8 +86,9 @@ def loopback_target(url: str) -> tuple[str, int]:
         raise ServeError(f"{url}: {first_line(exc)}") from None
 
 
-def get_json(host: str, port: int, path: str, timeout: float = 10.0) -> Any:
-    """GET a JSON document, or ServeError in one line."""
+def get_json(host: str, port: int, path: str, timeout: float = 10.0) -> dict[str, Any]:
+    """GET a JSON object, or ServeError in one line: a port where something else listens (no HTTP, or no JSON
+    object at `path`) is the user's wrong URL, not an internal error."""
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         connection.request("GET", path)
@@ -95,11 +96,21 @@ def get_json(host: str, port: int, path: str, timeout: float = 10.0) -> Any:
         body = response.read()
     except OSError as exc:
         raise ServeError(f"http://{host}:{port}{path}: no answer ({first_line(exc)})") from None
+    except http.client.HTTPException as exc:  # BadStatusLine: a server that speaks no HTTP (ssh, Ray's own ports)
+        raise ServeError(f"http://{host}:{port}{path}: not an HTTP answer ({type(exc).__name__}: "
+                         f"{cut(first_line(exc), 80)}); is `mha serve` listening there?") from None
     finally:
         connection.close()
     if response.status != 200:
         raise ServeError(f"http://{host}:{port}{path}: status {response.status}")
-    return json.loads(body)
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, ValueError):  # JSONDecodeError is a ValueError
+        doc = None
+    if not isinstance(doc, dict):
+        raise ServeError(f"http://{host}:{port}{path}: expected a JSON object, got {cut(repr(body), 60)}; is "
+                         "`mha serve` listening there?")
+    return doc
 
 
 def good_shots(config: MHAConfig, *, tokens: Sequence[int], batches: Sequence[int], fmt: str,
