@@ -22,7 +22,7 @@ from helpers import REPO, reseal_json
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.cli.main import cli
-from mha_runtime.cli.options import MAX_BATCH, MAX_REPLICAS, MAX_THREADS
+from mha_runtime.cli.options import MAX_BATCH, MAX_BATCH_WAIT_MS, MAX_REPLICAS, MAX_THREADS
 from mha_runtime.infer.decode_session import DecodeSession
 from mha_runtime.infer.runner import OnnxRunner
 
@@ -262,6 +262,8 @@ def test_a_check_of_an_altered_file_names_both_digests(seed_copy: Path) -> None:
      "--threads"),
     (["check", "{seed}", "--threads", "99999999999999999999"], "--threads"),
     (["serve", "{t}/absent", "--batch-wait-ms", "nan"], "--batch-wait-ms"),  # click's FloatRange takes NaN
+    # one past the drain timeout: 1e308 held a lone request for ever
+    (["serve", "{t}/absent", "--batch-wait-ms", str(MAX_BATCH_WAIT_MS + 1)], "--batch-wait-ms"),
     (["serve", "{t}/absent", "--max-batch", str(MAX_BATCH + 1)], "--max-batch"),
     (["serve", "{t}/absent", "--address", "127.0.0.1:99999"], "--address"),  # Ray retried this for minutes
     (["serve", "{t}/absent", "--replicas", str(MAX_REPLICAS + 1)], "--replicas"),

@@ -24,6 +24,7 @@ from mha_runtime.artifact.contract import check_input
 from mha_runtime.artifact.errors import ContractError, RequestError, ServeError
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.cli.main import cli
+from mha_runtime.cli.options import MAX_BATCH_WAIT_MS
 from mha_runtime.infer.npy import npy_bytes
 from mha_runtime.infer.runner import OnnxRunner
 from mha_runtime.serve.attention.batching import length_groups, pad_batch, run_grouped, run_padded, work
@@ -39,6 +40,7 @@ from mha_runtime.serve.attention.wire import (
     encode_request,
 )
 from mha_runtime.serve.http import BODY_IDLE_S, Reply
+from mha_runtime.serve.launcher import DRAIN_TIMEOUT_S
 
 SEED = MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6)
 
@@ -343,6 +345,11 @@ def test_serve_refuses_before_starting_ray(seed_dir: Path, tmp_path: Path) -> No
         result = CliRunner().invoke(cli, ["serve", str(seed_dir), "--address", address])
         assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
         assert f"--address {address}: cannot reach a Ray cluster there (Connection refused)" in result.stderr
+
+
+def test_the_batch_wait_bound_is_the_drain_timeout() -> None:
+    """Declared twice (the CLI does not load the launcher): a longer wait would be cut by SIGTERM's drain."""
+    assert MAX_BATCH_WAIT_MS == DRAIN_TIMEOUT_S * 1000
 
 
 @contextmanager

@@ -18,6 +18,10 @@ MAX_BATCH = 4096
 # Replica processes of one Serve application: above any cluster this serves, far below what would fork the host
 # to a halt (each one loads the model; Ray starts them all, as they ask for no CPU).
 MAX_REPLICAS = 1024
+# The longest a batch may wait to fill: launcher.DRAIN_TIMEOUT_S (not imported: the launcher is loaded only to
+# serve). A longer wait held a lone request for as long as it said (1e308 ms: for ever), and SIGTERM's drain
+# would cut requests that were only waiting for their batch to fill.
+MAX_BATCH_WAIT_MS = 20_000.0
 THREADS = click.IntRange(1, MAX_THREADS)
 REPLICAS = click.IntRange(1, MAX_REPLICAS)
 BATCH = click.IntRange(1, MAX_BATCH)

@@ -9,7 +9,7 @@ import click
 
 from mha_runtime.artifact.errors import BadValueError
 from mha_runtime.artifact.registry import ONNX
-from mha_runtime.cli.options import BATCH, REPLICAS, THREADS, Finite, RayAddress
+from mha_runtime.cli.options import BATCH, MAX_BATCH_WAIT_MS, REPLICAS, THREADS, Finite, RayAddress
 from mha_runtime.infer.providers import CHOICES
 
 
@@ -22,7 +22,7 @@ from mha_runtime.infer.providers import CHOICES
 @click.option("--max-batch", type=BATCH, default=16, show_default=True,
               help="Most requests in one ONNX Runtime call (1: no batching); for a GPT folder, the generations "
                    "stepped together (slots).")
-@click.option("--batch-wait-ms", type=Finite(min=0.0), default=0.0, show_default=True,
+@click.option("--batch-wait-ms", type=Finite(min=0.0, max=MAX_BATCH_WAIT_MS), default=0.0, show_default=True,
               help="How long a batch waits to fill; 0 batches what queued while the previous batch ran.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the HTTP proxy listens on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
