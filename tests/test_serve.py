@@ -496,7 +496,9 @@ def test_loadtest_command(server: ServerProcess, seed_dir: Path, mid_dir: Path, 
     summary = json.loads((tmp_path / "load.json").read_text())
     assert summary["answered"] == 60 and summary["errors"] == 0 and summary["format"] == "json"
     for extra, says in ((["--tokens", "7"], "--tokens: expected counts in 1..6"),
-                        (["--artifact", str(mid_dir)], "not in"), (["--batch", "0"], "--batch: expected sizes >= 1")):
+                        (["--artifact", str(mid_dir)], "not in"), (["--batch", "0"], "--batch: expected sizes >= 1"),
+                        # all 413s, sent and then counted as failures
+                        (["--batch", "3,9"], "--batch: expected sizes in 1..8 (the server's --max-batch), got [3, 9]")):
         result = CliRunner().invoke(cli, [*args[:3], str(seed_dir), *args[4:], *extra])
         code = 1 if says == "not in" else 2  # another folder is a bad file; a bad count a bad value
         assert result.exit_code == code and says in result.stderr and result.stderr.count("\n") == 1, result.output

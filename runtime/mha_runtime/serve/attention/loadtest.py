@@ -244,6 +244,9 @@ def loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, token
                            f"got {list(tokens)}")
     if not batches or min(batches) < 1:
         raise BadValueError(f"--batch: expected sizes >= 1, got {list(batches)}")
+    most = info.get("max_batch")
+    if isinstance(most, int) and max(batches) > most:  # every such request would be a 413, counted as a failure
+        raise BadValueError(f"--batch: expected sizes in 1..{most} (the server's --max-batch), got {list(batches)}")
     kept = requests * max(batches) * max(tokens) * config.d_model * (4 if fmt == "npy" else JSON_VALUE_BYTES)
     if kept > MAX_KEPT_BYTES:
         raise BadValueError(f"--requests {requests}: the answers kept for checking could reach {kept / 2**30:.1f} GiB "
