@@ -8,7 +8,9 @@ from __future__ import annotations
 import http.client
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -19,6 +21,7 @@ from mha_export.gpt.export import export_gpt
 from mha_runtime.cli.main import cli
 from mha_runtime.gpt.config import GPT_PRESETS
 from mha_runtime.gpt.generate import Generator
+from mha_runtime.serve.gpt import loadtest
 from mha_runtime.serve.gpt.answers import GenOutcome, check_generations, reference_for
 from mha_runtime.serve.gpt.loadtest import _send, generate_requests
 from mha_runtime.serve.gpt.wire import GenerateRequest
@@ -74,6 +77,29 @@ def test_mixed_generate_load_every_answer_right(server: ServerProcess, gpt_mini:
     assert sum(row[1] is not None for row in rows) == summary["streamed"]
     # The client's span (send -> first token event) holds the replica's (arrival -> first token).
     assert all(row[2] > 0 and (row[1] is None or row[1] >= row[2]) for row in rows)
+
+
+def test_a_load_cut_by_its_time_limit_makes_only_the_requests_it_sent(server: ServerProcess, gpt_mini: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--requests 10**12 with --max-seconds 0.3: the summary made every request again to count the sampled ones
+    (hours after the load); now only those sent."""
+    real, made = loadtest.generate_requests, []
+
+    def counting(*args: Any, **kwargs: Any) -> Callable[[int], GenerateRequest]:
+        request = real(*args, **kwargs)
+
+        def counted(i: int) -> GenerateRequest:
+            made.append(i)
+            assert len(made) < 100_000, "requests made far past those sent"
+            return request(i)
+        return counted
+
+    monkeypatch.setattr(loadtest, "generate_requests", counting)
+    code, stdout, stderr = _loadtest(server.url, "--generate", "--artifact", str(gpt_mini), "--requests",
+                                     str(10**12), "--max-seconds", "0.3", "--concurrency", "1", *LOAD)
+    sent = int(stdout.split(" of ")[0])
+    assert code == 1 and f"load test failed: 0 error(s), {10**12 - sent} request(s) not sent" in stderr, stderr
+    assert re.search(rf"; \d+ answered streamed, \d+ of {sent} sampled with a seed", stdout.splitlines()[0])
 
 
 def test_other_weights_are_wrong_answers(server: ServerProcess, other_gpt: Path, tmp_path: Path) -> None:

@@ -174,7 +174,8 @@ def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, p
     # compares each with a solo prefill of the same length.
     summary["first_token_ms"] = [[len(made(o.index).prompt_ids), _ms_or_none(o.ttft_s), _ms_or_none(o.server_ttft_s)]
                                  for o in outcomes if o.problem is None]
-    sampled = sum(1 for i in range(requests) if made(i).temperature > 0)
+    # Of the requests sent: --requests may be far past what --max-seconds let out (10**12 took hours here).
+    sampled = sum(1 for o in outcomes if made(o.index).temperature > 0)
     summary.update(url=url, artifact=str(artifact), form=local.form, served=info.get("model"), same_model=same,
                    concurrency=concurrency, prompt_tokens=list(prompt_tokens), max_new_tokens=list(max_new_tokens),
                    stream_share=stream_share, sample_share=sample_share, sampled=sampled, seed=seed,
@@ -193,7 +194,7 @@ def gen_report_lines(summary: dict[str, Any]) -> list[str]:
         f"{summary['sent']} of {summary['requests']} generate requests in {summary['seconds']:.1f} s, concurrency "
         f"{summary['concurrency']}, prompt tokens {','.join(map(str, summary['prompt_tokens']))}, max new tokens "
         f"{','.join(map(str, summary['max_new_tokens']))}; {summary['streamed']} answered streamed, "
-        f"{summary['sampled']} of {summary['requests']} sampled with a seed (the rest greedy)",
+        f"{summary['sampled']} of {summary['sent']} sampled with a seed (the rest greedy)",
         f"throughput  {summary['tokens_per_s']:.1f} new tokens/s ({summary['new_tokens']} new tokens over the wall "
         f"time), {summary['requests_per_s']:.2f} requests/s",
         f"ttft ms     {ms_text(summary['ttft_ms'], ('p50', 'p90'))} (client: send -> first token event, streamed); "
