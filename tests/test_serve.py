@@ -41,6 +41,7 @@ from mha_runtime.serve.attention.wire import (
 )
 from mha_runtime.serve.http import BODY_IDLE_S, Reply
 from mha_runtime.serve.launcher import DRAIN_TIMEOUT_S
+from mha_runtime.serve.options import ServeOptions
 
 SEED = MHAConfig(d_in=3, d_out=2, num_heads=2, context_length=6)
 
@@ -309,6 +310,9 @@ def test_service_internal_failure_is_500_in_one_line() -> None:
 def test_loadtest_targets_loopback_only() -> None:
     assert loopback_target("http://127.0.0.1:8000") == ("127.0.0.1", 8000)
     assert loopback_target("localhost:9") == ("localhost", 9)
+    # the URL `mha serve --host ::1` prints (it was http://::1:8000, refused here as not loopback)
+    assert loopback_target(ServeOptions(artifact=Path("x"), host="::1").url) == ("::1", 8000)
+    assert ServeOptions(artifact=Path("x")).url == "http://127.0.0.1:8000"
     for url in ("http://example.com:8000", "https://127.0.0.1:8000", "http://10.0.0.1:8000"):
         with pytest.raises(ServeError, match="loopback"):
             loopback_target(url)

@@ -33,7 +33,10 @@ class ServeOptions:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """The URL the server is at, an IPv6 literal in brackets (RFC 3986): "http://::1:8000" is no URL, and
+        `mha loadtest` refused it as not loopback."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     @property
     def gpt(self) -> bool:
