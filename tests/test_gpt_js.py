@@ -251,6 +251,11 @@ def _listed_size(folder: Path, name: str) -> int:
     (["generate", "{dir}/nowhere", "--prompt-ids", "1"], 1, "expected a folder made by `mha export"),
     (["generate", "{dir}", "--prompt-ids", "1", "--form", "gpt.x.onnx"], 1, "no decoder gpt.x.onnx listed"),
     (["generate", "{dir}", "--prompt-ids", "1", "--warmup", "-1"], 1, "--warmup: expected an integer from 0 to 100"),
+    # onnxruntime-node started 100,000 threads and never returned; `mha generate` and the C runner stop at 1024
+    (["generate", "{dir}", "--prompt-ids", "1", "--threads", "100000"], 1,
+     "--threads: expected an integer from 1 to 1024, got 100000"),
+    # the streamed text and then the JSON object on one stdout, which was then neither
+    (["generate", "{dir}", "--prompt", "hi", "--json", "--text"], 1, "--json and --text: expected one of the two"),
 ])
 @pytest.mark.parametrize("runner", list(RUNNERS))
 def test_refusals_are_one_line(runner: str, args: list[str], code: int, message: str,

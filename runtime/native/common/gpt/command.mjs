@@ -4,6 +4,9 @@ import { ContractError } from './base.mjs';
 import { seedValue } from './pcg64.mjs';
 import { generate } from './generate.mjs';
 
+// More intra-op threads than `mha generate` (runtime/mha_runtime/cli/options.py MAX_THREADS) and the C runner take.
+const MAX_THREADS = 1024;
+
 // generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
 //          [--no-eos] [--form FILE] [--threads N] [--warmup N] [--json] [--text]; null when it is not that form.
 // --warmup N: N untimed generations of the same request first (a fresh process's first one includes the runtime's
@@ -48,6 +51,11 @@ export function parseGenerateArgs(argv) {
     throw new ContractError('give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)');
   }
   if (o.threads !== null && o.threads < 1) throw new ContractError(`--threads: expected an integer >= 1, got ${o.threads}`);
+  // the bound of `mha generate` and the C runner: 100,000 asked of onnxruntime-node started that many threads and
+  // never returned
+  if (o.threads !== null && o.threads > MAX_THREADS) throw new ContractError(`--threads: expected an integer from 1 to ${MAX_THREADS}, got ${o.threads}`);
+  // both would write the streamed text and then the JSON object on one stdout, which is then neither
+  if (o.json && o.text) throw new ContractError('--json and --text: expected one of the two, got both');
   if (o.warmup < 0 || o.warmup > 100) throw new ContractError(`--warmup: expected an integer from 0 to 100, got ${o.warmup}`);
   return o;
 }
