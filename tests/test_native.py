@@ -376,6 +376,22 @@ def test_check_json_of_a_check_that_stops_is_its_error(runner: str, seed_copy: P
     assert doc == {"runtime": JSON_RUNTIME[runner], "artifact_dir": str(seed_copy), "error": line[len("error: "):]}
 
 
+@pytest.mark.parametrize("runner", ["c", "node", "wasm"])
+def test_check_json_onto_a_folder_is_one_line_and_leaves_nothing_beside_it(runner: str, seed_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    """--json FILE where FILE is a folder: one line naming it, exit 1, and no temporary file left beside it (the
+    wasm check left its '<FILE>.tmp' there, with a raw "EISDIR: illegal operation on a directory, rename" line)."""
+    (tmp_path / "out" / "check.json").mkdir(parents=True)
+    command = ["node", str(NATIVE / "web" / "check.mjs")] if runner == "wasm" else [*COMMAND[runner], "check"]
+    result = subprocess.run([*command, str(seed_dir), "--json", str(tmp_path / "out" / "check.json")],
+                            capture_output=True, text=True, timeout=300)
+    _no_crash(result)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [f"error: {tmp_path / 'out' / 'check.json'}: cannot write it ("
+                                          f"{'Is a directory' if runner == 'c' else 'EISDIR'})"], result.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["check.json"]
+
+
 # --- hostile fixtures: one line, exit 1, no crash, nothing written ----------------------------------------------
 
 def _schedule(chunks: object) -> Callable[[Path], None]:

@@ -15,11 +15,9 @@
 // mha-node check DIR [--json FILE]                     every golden generation (golden/generations.json)
 // Both write their file under a name unique to this process (pid + random suffix) and rename it into place,
 // so concurrent runs on one output path never see each other's half-written files.
-const crypto = require('crypto');
-const fs = require('fs');
 const path = require('path');
 const { MhaRunner, check, floats, ContractError } = require('./mha');
-const { MAX_MANIFEST_BYTES, readRegular } = require('./files');
+const { MAX_MANIFEST_BYTES, readRegular, writeAtomically, writeJson } = require('./files');
 
 // Whether DIR/manifest.json says kind "gpt" (its check is gpt.js's); anything unreadable is left to the loaders.
 function isGptFolder(dir) {
@@ -39,17 +37,6 @@ function intArg(text, lo, hi) {
   return Number.isSafeInteger(v) && v >= lo && v <= hi ? v : null;
 }
 
-function writeAtomically(output, bytes) {
-  const tmp = `${output}.${process.pid}.${crypto.randomBytes(6).toString('hex')}.tmp`;
-  try {
-    fs.writeFileSync(tmp, bytes, { flag: 'wx' });  // 'wx': never reuse a file that is already there
-    fs.renameSync(tmp, output);
-  } catch (e) {
-    fs.rmSync(tmp, { force: true });
-    throw new Error(`${output}: cannot write it (${e.code || e.message})`);
-  }
-}
-
 // check ARTIFACT_DIR [--json FILE], --json before or after the folder: { dir, json } or null.
 function checkArgs(argv) {
   if (argv[0] !== 'check') return null;
@@ -60,17 +47,6 @@ function checkArgs(argv) {
     else return null;
   }
   return dir === null ? null : { dir, json };
-}
-
-// doc as JSON to file, atomically, its folder made first (as web/check.mjs --json does).
-function writeJson(file, doc) {
-  const dir = path.dirname(path.resolve(file));
-  try {
-    fs.mkdirSync(dir, { recursive: true });
-  } catch (e) {
-    throw new Error(`${dir}: cannot make the folder (${e.code || e.message})`);
-  }
-  writeAtomically(file, `${JSON.stringify(doc, null, 1)}\n`);
 }
 
 async function main(argv) {

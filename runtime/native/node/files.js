@@ -1,7 +1,10 @@
 'use strict';
 // Reading a file the runner was pointed at: a regular file only, checked by stat before a byte is read, so that
-// /dev/zero, a FIFO or a folder in its place is one line (reading one took all memory, or blocked for a writer).
+// /dev/zero, a FIFO or a folder in its place is one line (reading one took all memory, or blocked for a writer);
+// and writing a result file (the Node runner's and web/check.mjs's).
+const crypto = require('crypto');
 const fs = require('fs');
+const path = require('path');
 
 function kindOf(st) {
   if (st.isDirectory()) return 'a folder';
@@ -35,4 +38,28 @@ function regularSize(file) {
 // A manifest is a few KB: a larger file is not one (and is not read whole), as in the Python and C readers.
 const MAX_MANIFEST_BYTES = 4 << 20;
 
-module.exports = { MAX_MANIFEST_BYTES, readRegular, regularSize };
+// Writing a result: under a name unique to this process (pid + random suffix), renamed into place, so that concurrent
+// runs on one output path never see each other's half-written files and a failed write leaves nothing behind.
+function writeAtomically(output, bytes) {
+  const tmp = `${output}.${process.pid}.${crypto.randomBytes(6).toString('hex')}.tmp`;
+  try {
+    fs.writeFileSync(tmp, bytes, { flag: 'wx' });  // 'wx': never reuse a file that is already there
+    fs.renameSync(tmp, output);
+  } catch (e) {
+    fs.rmSync(tmp, { force: true });
+    throw new Error(`${output}: cannot write it (${e.code || e.message})`);
+  }
+}
+
+// doc as JSON to file, atomically, its folder made first (the Node runner's and web/check.mjs's --json).
+function writeJson(file, doc) {
+  const dir = path.dirname(path.resolve(file));
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+  } catch (e) {
+    throw new Error(`${dir}: cannot make the folder (${e.code || e.message})`);
+  }
+  writeAtomically(file, `${JSON.stringify(doc, null, 1)}\n`);
+}
+
+module.exports = { MAX_MANIFEST_BYTES, readRegular, regularSize, writeAtomically, writeJson };

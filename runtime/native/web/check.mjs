@@ -19,7 +19,9 @@ import { ArtifactError, checkArtifacts, openSession } from './core.mjs';
 import * as gpt from '../common/gpt.mjs';
 import nodeFiles from '../node/files.js';
 
-const { MAX_MANIFEST_BYTES, readRegular, regularSize } = nodeFiles;
+// writeJson: a unique temporary name renamed into place, removed when the write fails (a fixed '<file>.tmp' was
+// left behind beside a --json path that could not be written, and shared by concurrent runs)
+const { MAX_MANIFEST_BYTES, readRegular, regularSize, writeJson } = nodeFiles;
 
 const USAGE = 'usage: node check.mjs ARTIFACT_DIR [--json FILE] [--repeats N]';
 
@@ -95,13 +97,6 @@ function checkFolder(dir) {
   if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) {
     throw new ArtifactError(`artifact folder ${dir}: expected a folder made by \`mha export\`, found none`);
   }
-}
-
-function writeJson(file, doc) {
-  fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
-  const tmp = `${file}.${process.pid}.tmp`;
-  fs.writeFileSync(tmp, `${JSON.stringify(doc, null, 1)}\n`);
-  fs.renameSync(tmp, file);
 }
 
 async function loadSession(ort, bytes, form) {
@@ -184,11 +179,7 @@ async function main(argv) {
   result.host = `node ${process.version}`;
   result.artifact_dir = opts.dir;
   result.total_ms = performance.now() - t0;
-  if (opts.json) {
-    fs.mkdirSync(path.dirname(path.resolve(opts.json)), { recursive: true });
-    fs.writeFileSync(`${opts.json}.tmp`, `${JSON.stringify(result, null, 1)}\n`);
-    fs.renameSync(`${opts.json}.tmp`, opts.json);
-  }
+  if (opts.json) writeJson(opts.json, result);
   console.log(`onnxruntime-web ${result.onnxruntime_web} wasm, ${result.threads} thread; `
     + `${result.not_loadable.length} artifact(s) not loadable${result.not_loadable.map((a) => `: ${a.file}`).join(',')}`);
   console.log(`${result.passed} passed, ${result.failed} failed`);
