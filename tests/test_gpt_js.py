@@ -250,6 +250,8 @@ def _listed_size(folder: Path, name: str) -> int:
     (["generate", "{dir}", "--prompt-ids", "1", "--max-new-tokens", "0"], 1, "max_new_tokens: expected an integer"),
     (["generate", "{dir}/nowhere", "--prompt-ids", "1"], 1, "expected a folder made by `mha export"),
     (["generate", "{dir}", "--prompt-ids", "1", "--form", "gpt.x.onnx"], 1, "no decoder gpt.x.onnx listed"),
+    # an empty --form ran the default form; `mha generate --form ''` refuses it in these words
+    (["generate", "{dir}", "--prompt-ids", "1", "--form", ""], 1, "no decoder  listed in the manifest; it holds "),
     (["generate", "{dir}", "--prompt-ids", "1", "--warmup", "-1"], 1, "--warmup: expected an integer from 0 to 100"),
     # onnxruntime-node started 100,000 threads and never returned; `mha generate` and the C runner stop at 1024
     (["generate", "{dir}", "--prompt-ids", "1", "--threads", "100000"], 1,

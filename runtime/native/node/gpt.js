@@ -62,7 +62,8 @@ async function openGpt(dir, { form = null, threads = null } = {}) {
   const io = nodeIo(dir);
   const manifest = await gpt.readGptManifest(io);
   const listed = gpt.listedForms(manifest);
-  const chosen = form || (listed.includes(INPLACE_FORM) ? INPLACE_FORM : listed[0]);
+  // null: the default; any string given (even '') must be a listed form, as `mha generate --form` says
+  const chosen = form !== null ? form : (listed.includes(INPLACE_FORM) ? INPLACE_FORM : listed[0]);
   if (!chosen || !listed.includes(chosen)) {
     throw new ArtifactError(`${dir}: no decoder ${form || ''} listed in the manifest; it holds ${listed.join(', ') || 'none'}`);
   }

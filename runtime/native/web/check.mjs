@@ -133,7 +133,7 @@ async function generateGpt(o) {
   const io = nodeIo(o.dir);
   const manifest = await gpt.readGptManifest(io);
   const listed = gpt.listedForms(manifest);
-  const form = o.form || (listed.includes(gpt.CONCAT_FORM) ? gpt.CONCAT_FORM : listed[0]);
+  const form = o.form !== null ? o.form : (listed.includes(gpt.CONCAT_FORM) ? gpt.CONCAT_FORM : listed[0]);  // '' too is checked
   if (!form || !listed.includes(form)) {
     throw new ArtifactError(`${o.dir}: no decoder ${o.form || ''} listed in the manifest; it holds ${listed.join(', ') || 'none'}`);
   }
