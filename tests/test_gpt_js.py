@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import reseal
 from mha_runtime.gpt.generate import Generator
 from portability import parse_json
 from test_web import OUT, _drive, _served, _site
@@ -233,6 +234,23 @@ def test_a_listed_file_of_another_size_is_refused_unread(book_gpt: tuple[torch.n
         result = _run(command, "generate", folder, "--prompt-ids", "1", "--max-new-tokens", 1, "--form", "gpt.onnx")
         _one_line_error(result, f"gpt.onnx: expected {_listed_size(book_gpt[1], 'gpt.onnx')} bytes (manifest), "
                                 f"found {3 * 2**30}; file truncated or replaced")
+
+
+@pytest.mark.parametrize("runner", list(RUNNERS))
+def test_a_resealed_golden_seed_that_is_a_string_is_refused(runner: str, book_gpt: tuple[torch.nn.Module, Path],
+                                                            tmp_path: Path) -> None:
+    """golden/generations.json edited ("seed": "123") and resealed: one line, as the Python and C checks refuse it
+    (the JS sampler takes the command line's decimal strings, and the case passed as seed 123)."""
+    folder = _alter(book_gpt[1], "golden/generations.json", tmp_path)  # links, but generations.json a copy
+    doc = json.loads(book_gpt[1].joinpath("golden", "generations.json").read_text())
+    at = next(i for i, c in enumerate(doc["cases"]) if c["seed"] is not None)
+    doc["cases"][at]["seed"] = str(doc["cases"][at]["seed"])
+    (folder / "golden" / "generations.json").write_text(json.dumps(doc))
+    (folder / "manifest.json").unlink()  # a copy of its own, resealed (the link's target is the session's folder)
+    (folder / "manifest.json").write_text(book_gpt[1].joinpath("manifest.json").read_text())
+    reseal(folder, "golden/generations.json")
+    result = _run(RUNNERS[runner], "check", folder) if runner == "node" else _run(WASM, folder)
+    _one_line_error(result, f"golden/generations.json: cases[{at}]: expected 'seed' an integer or null, got ")
 
 
 def _listed_size(folder: Path, name: str) -> int:

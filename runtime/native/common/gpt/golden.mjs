@@ -28,6 +28,9 @@ export async function loadGenerations(io, manifest, file = GENERATIONS_FILE) {
     const ints = (v) => Array.isArray(v) && v.every(Number.isInteger);
     if (!ints(c.prompt_ids) || !ints(c.ids)) throw new ArtifactError(`${at}: expected integer lists 'prompt_ids' and 'ids'`);
     if (!Number.isInteger(c.max_new_tokens) || typeof c.temperature !== 'number') throw new ArtifactError(`${at}: expected 'max_new_tokens' and 'temperature'`);
+    // a JSON number or null, as the Python and C readers take it: the sampler's seedValue() also takes a decimal
+    // string (the command line's), and a golden "seed": "123" passed as 123
+    if (c.seed !== null && c.seed !== undefined && typeof c.seed !== 'number') throw new ArtifactError(`${at}: expected 'seed' an integer or null, got ${JSON.stringify(c.seed).slice(0, 40)}`);
     if (!plainName(c.first_logits_bin)) throw new ArtifactError(`${at}: expected a file name 'first_logits_bin', got ${JSON.stringify(c.first_logits_bin)}`);
   });
   return doc;
