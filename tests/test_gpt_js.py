@@ -253,6 +253,18 @@ def test_a_resealed_golden_seed_that_is_a_string_is_refused(runner: str, book_gp
     _one_line_error(result, f"golden/generations.json: cases[{at}]: expected 'seed' an integer or null, got ")
 
 
+def test_a_lossy_forms_generations_outside_the_folder_is_named(book_gpt: tuple[torch.nn.Module, Path],
+                                                               tmp_path: Path) -> None:
+    """manifest.json's artifacts.gpt.inplace.int8.onnx.generations edited to '../../etc/passwd': Node's check says
+    so, as `mha check` does (it said "<folder>/../../etc/passwd: the manifest lists no golden generations")."""
+    folder = _alter(book_gpt[1], "manifest.json", tmp_path)  # links, but manifest.json a copy of its own
+    doc = json.loads(book_gpt[1].joinpath("manifest.json").read_text())
+    doc["artifacts"]["gpt.inplace.int8.onnx"]["generations"] = "../../etc/passwd"
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    said = 'generations: expected a file name inside the artifact folder, got "../../etc/passwd"'
+    _one_line_error(_run(NODE, "check", folder), f"manifest.json: artifacts.gpt.inplace.int8.onnx: {said}")
+
+
 def _listed_size(folder: Path, name: str) -> int:
     return int(json.loads((folder / "manifest.json").read_text())["files"][name]["size"])
 

@@ -97,7 +97,14 @@ export async function checkGenerations(ort, io, { openSession, alias = false, To
   const manifest = await readGptManifest(io);
   const tokenizer = Tokenizer ? await loadTokenizer(io, manifest, Tokenizer) : null;
   const goldens = {};  // generations file -> {golden, wants}: every one read and checked before anything runs
-  const generationsOf = (form) => manifest.artifacts[form]?.generations ?? GENERATIONS_FILE;
+  const generationsOf = (form) => {
+    const file = manifest.artifacts[form]?.generations ?? GENERATIONS_FILE;
+    // as `mha check` words it (the path itself, named as a folder file, read "the manifest lists no golden generations")
+    if (!plainName(file)) {
+      throw new ArtifactError(`${io.where}/manifest.json: artifacts.${form}: generations: expected a file name inside the artifact folder, got ${JSON.stringify(file)}`);
+    }
+    return file;
+  };
   const chosen = forms || [...FP32_FORMS, ...(lossy ? LOSSY_FORMS : [])].filter((f) => listedForms(manifest).includes(f));
   for (const file of new Set([GENERATIONS_FILE, ...chosen.map(generationsOf)])) {
     const golden = await loadGenerations(io, manifest, file);
