@@ -212,6 +212,12 @@ def test_wasm_check_reports_the_whole_comparison_not_a_prefix(seed_copy: Path) -
     ([], 2, "usage: node check.mjs"),
     (["{tmp}"], 1, "expected a manifest"),
     (["{tmp}/nowhere"], 1, "expected a folder made by `mha export`"),
+    # an empty --json ran the check and wrote nothing (exit 0); --repeats took what Number() takes ('0x10' is 16)
+    (["{tmp}", "--json", ""], 2, "usage: node check.mjs"),
+    (["{tmp}", "--json", "{tmp}/a.json", "--json", "{tmp}/b.json"], 2, "usage: node check.mjs"),
+    (["{tmp}", "--repeats", "0x10"], 2, "usage: node check.mjs"),
+    (["{tmp}", "--repeats", "1e3"], 2, "usage: node check.mjs"),
+    (["{tmp}", "--repeats", " 2"], 2, "usage: node check.mjs"),
 ])
 def test_wasm_check_errors_are_one_line(args: list[str], code: int, message: str, tmp_path: Path) -> None:
     _built()

@@ -29,10 +29,12 @@ function parseArgs(argv) {
   const opts = { dir: null, json: null, repeats: 3 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
-    if (a === '--json' && i + 1 < argv.length) opts.json = argv[++i];
+    // --json once and not '' (an empty one wrote nothing and exited 0), as the Node and C runners take it
+    if (a === '--json' && i + 1 < argv.length && opts.json === null && argv[i + 1] !== '') opts.json = argv[++i];
     else if (a === '--repeats' && i + 1 < argv.length) {
-      opts.repeats = Number(argv[++i]);
-      if (!Number.isInteger(opts.repeats) || opts.repeats < 1) return null;
+      const text = argv[++i];  // a whole decimal: not '0x10', '1e3' or ' 2', which Number() took
+      opts.repeats = /^[0-9]+$/.test(text) ? Number(text) : NaN;
+      if (!Number.isSafeInteger(opts.repeats) || opts.repeats < 1) return null;
     } else if (!a.startsWith('--') && opts.dir === null) opts.dir = a;
     else return null;
   }
