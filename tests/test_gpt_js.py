@@ -236,21 +236,28 @@ def test_a_listed_file_of_another_size_is_refused_unread(book_gpt: tuple[torch.n
                                 f"found {3 * 2**30}; file truncated or replaced")
 
 
+@pytest.mark.parametrize(("field", "value", "says"), [
+    # the JS sampler takes the command line's decimal strings, and the case passed as seed 123
+    ("seed", "123", "expected 'seed' an integer or null, got \"123\""),
+    # printed escaped, but passed where `mha check` and the C runner refuse it
+    ("name", "a\n\x1b[31mred", 'name: expected printable text, got "a\\n\\u001b[31mred"'),
+    ("name", "", 'name: expected printable text, got ""'),
+])
 @pytest.mark.parametrize("runner", list(RUNNERS))
-def test_a_resealed_golden_seed_that_is_a_string_is_refused(runner: str, book_gpt: tuple[torch.nn.Module, Path],
-                                                            tmp_path: Path) -> None:
-    """golden/generations.json edited ("seed": "123") and resealed: one line, as the Python and C checks refuse it
-    (the JS sampler takes the command line's decimal strings, and the case passed as seed 123)."""
+def test_a_resealed_golden_case_python_refuses_is_one_line(runner: str, field: str, value: str, says: str,
+                                                           book_gpt: tuple[torch.nn.Module, Path],
+                                                           tmp_path: Path) -> None:
+    """golden/generations.json edited and resealed: one line before any case runs, as the Python and C checks."""
     folder = _alter(book_gpt[1], "golden/generations.json", tmp_path)  # links, but generations.json a copy
     doc = json.loads(book_gpt[1].joinpath("golden", "generations.json").read_text())
     at = next(i for i, c in enumerate(doc["cases"]) if c["seed"] is not None)
-    doc["cases"][at]["seed"] = str(doc["cases"][at]["seed"])
+    doc["cases"][at][field] = value
     (folder / "golden" / "generations.json").write_text(json.dumps(doc))
     (folder / "manifest.json").unlink()  # a copy of its own, resealed (the link's target is the session's folder)
     (folder / "manifest.json").write_text(book_gpt[1].joinpath("manifest.json").read_text())
     reseal(folder, "golden/generations.json")
     result = _run(RUNNERS[runner], "check", folder) if runner == "node" else _run(WASM, folder)
-    _one_line_error(result, f"golden/generations.json: cases[{at}]: expected 'seed' an integer or null, got ")
+    _one_line_error(result, f"golden/generations.json: cases[{at}]: {says}")
 
 
 def test_a_lossy_forms_generations_outside_the_folder_is_named(book_gpt: tuple[torch.nn.Module, Path],

@@ -25,6 +25,8 @@ export async function loadGenerations(io, manifest, file = GENERATIONS_FILE) {
   doc.cases.forEach((c, i) => {
     const at = `${where}: cases[${i}]`;
     if (!isObject(c) || typeof c.name !== 'string') throw new ArtifactError(`${at}: expected a case object with a name`);
+    // printed in every result line: refused as `mha check` and the C runner refuse it (and as the attention check)
+    if (!c.name || /[\u0000-\u001f\u007f-\u009f]/.test(c.name)) throw new ArtifactError(`${at}: name: expected printable text, got ${JSON.stringify(c.name)}`);
     const ints = (v) => Array.isArray(v) && v.every(Number.isInteger);
     if (!ints(c.prompt_ids) || !ints(c.ids)) throw new ArtifactError(`${at}: expected integer lists 'prompt_ids' and 'ids'`);
     if (!Number.isInteger(c.max_new_tokens) || typeof c.temperature !== 'number') throw new ArtifactError(`${at}: expected 'max_new_tokens' and 'temperature'`);
