@@ -13,7 +13,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,7 +22,7 @@ import onnx.helper as oh
 import pytest
 from onnx import TensorProto
 
-from helpers import add_zero_case
+from helpers import add_zero_case, reseal
 from mha_export.bench.runners import wasm_medians
 from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.artifact.manifest import load_manifest
@@ -129,6 +129,41 @@ def test_wasm_check_refuses_a_contract_breaking_case(seed_copy: Path) -> None:
     assert result.returncode == 1
     assert "expected 1 <= tokens <= context_length=6, got 7" in result.stdout
     assert re.fullmatch(r"\d+ passed, [1-9]\d* failed", result.stdout.strip().splitlines()[-1])
+
+
+def _edit_cases_json(folder: Path, change: Callable[[dict], object]) -> None:
+    """golden/cases.json changed and resealed (a consistent, if hostile, export)."""
+    doc = json.loads((folder / "golden" / "cases.json").read_text())
+    change(doc)
+    (folder / "golden" / "cases.json").write_text(json.dumps(doc))
+    reseal(folder, "golden/cases.json")
+
+
+@pytest.mark.parametrize("change,line", [
+    # the newline and the escape sequence were written out raw, the line split in two and the terminal recoloured
+    (lambda d: d["cases"][0].update(name="a\n\x1b[31mred"),
+     'FAIL mha.onnx             a\\n\\u001b[31mred name: expected printable text, got "a\\n\\u001b[31mred"'),
+    # was "error: file.padEnd is not a function", the whole check stopped
+    (lambda d: d["artifacts"][0].update(file=5),
+     "FAIL 5                    b1_t1      file: expected a file name inside the artifact folder, got 5"),
+    # was "Cannot read properties of undefined (reading 'atol')" in every line
+    (lambda d: d["artifacts"][0].pop("tolerance"),
+     "FAIL mha.onnx             b1_t1      mha.onnx: tolerance: expected a tolerance {atol, rtol, rel_l2} of numbers "
+     ">= 0, got undefined"),
+    # was read from outside the folder
+    (lambda d: d["cases"][0].update(input_bin="../../etc/passwd"),
+     'FAIL mha.onnx             b1_t1      golden file: expected a file name inside the artifact folder, got '
+     '"../../etc/passwd" and "b1_t1.context.bin"'),
+], ids=["name-control-characters", "file-a-number", "tolerance-missing", "input-bin-outside"])
+def test_wasm_check_refuses_a_hostile_case_as_node_does(change: Callable[[dict], object], line: str,
+                                                        seed_copy: Path) -> None:
+    """cases.json edited and resealed: that case (or that artifact) FAILs with the Node runner's line."""
+    _edit_cases_json(seed_copy, change)
+    result = _check(seed_copy, "--repeats", "1")
+    assert result.returncode == 1 and result.stderr == "", result.stderr
+    assert line in result.stdout.splitlines(), result.stdout
+    assert "\x1b" not in result.stdout and re.fullmatch(r"\d+ passed, [1-9]\d* failed",
+                                                          result.stdout.strip().splitlines()[-1])
 
 
 def test_wasm_check_lists_an_unloadable_artifact_and_counts_it_neither_way(seed_copy: Path, tmp_path: Path) -> None:

@@ -31,6 +31,21 @@ export function plainName(name) {
     && name.split('/').every((p) => p !== '' && p !== '.' && p !== '..');
 }
 
+// A case's tolerance {atol, rtol, rel_l2 (null or absent)}, numbers >= 0; otherwise one line (Node's and wasm's words).
+export function checkTolerance(tol, where) {
+  const number = (v) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+  if (!isObject(tol) || !number(tol.atol) || !number(tol.rtol) || !(tol.rel_l2 === null || tol.rel_l2 === undefined || number(tol.rel_l2))) {
+    throw new ArtifactError(`${where}: expected a tolerance {atol, rtol, rel_l2} of numbers >= 0, got ${JSON.stringify(tol)}`);
+  }
+}
+
+// A case's name, printed in every result line: text without control characters (as the C runner), else one line.
+export function checkName(name) {
+  if (typeof name !== 'string' || !name || /[\u0000-\u001f\u007f-\u009f]/.test(name)) {
+    throw new ArtifactError(`name: expected printable text, got ${JSON.stringify(name)}`);
+  }
+}
+
 // How a message names a value that is not finite.
 export const nonFinite = (v) => (v > 0 ? 'inf' : v < 0 ? '-inf' : 'nan');
 

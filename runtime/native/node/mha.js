@@ -16,8 +16,8 @@ const { MAX_MANIFEST_BYTES, readRegular, regularSize } = require('./files');
 const attention = require('../common/attention.mjs');
 
 const {
-  ArtifactError, ContractError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, RUNTIMES, checkInput, checkSchedule, compare,
-  isObject, nonFinite, plainName,
+  ArtifactError, ContractError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, RUNTIMES, checkInput, checkName, checkSchedule,
+  checkTolerance, compare, isObject, nonFinite, plainName,
 } = attention;
 
 const MANIFEST_FORMAT = 2;
@@ -131,9 +131,7 @@ class InPlaceDecodeSession extends attention.InPlaceDecodeSession {
 }
 
 function checkCase(c, config, schedule, { inplace = false } = {}) {
-  if (typeof c.name !== 'string' || !c.name || /[\u0000-\u001f\u007f-\u009f]/.test(c.name)) {
-    throw new ArtifactError(`name: expected printable text, got ${JSON.stringify(c.name)}`);  // as the C runner
-  }
+  checkName(c.name);  // as the C runner
   const shape = (v) => Array.isArray(v) && v.length === 3 && v.every((n) => Number.isSafeInteger(n));
   if (!shape(c.input_shape) || !shape(c.output_shape)) {
     throw new ContractError(`expected input_shape and output_shape [batch, tokens, width] of integers, got ${JSON.stringify(c.input_shape)} and ${JSON.stringify(c.output_shape)}`);
@@ -152,13 +150,6 @@ function checkCase(c, config, schedule, { inplace = false } = {}) {
     throw new ContractError(`expected batch * tokens * width float32 values to fit in memory, got batch=${b} tokens=${t}`);
   }
   if (schedule !== undefined) checkSchedule(schedule, [b, t], inplace, ContractError);
-}
-
-function checkTolerance(tol, where) {
-  const number = (v) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
-  if (!isObject(tol) || !number(tol.atol) || !number(tol.rtol) || !(tol.rel_l2 === null || tol.rel_l2 === undefined || number(tol.rel_l2))) {
-    throw new ArtifactError(`${where}: expected a tolerance {atol, rtol, rel_l2} of numbers >= 0, got ${JSON.stringify(tol)}`);
-  }
 }
 
 const finite = (v) => (Number.isFinite(v) ? v : null);  // JSON has no Infinity

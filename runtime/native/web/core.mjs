@@ -9,7 +9,7 @@
 // each case's schedule of chunks (validated first, with the words of mha.js and the C runner).
 import {
   ArtifactError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, DecodeSession, InPlaceDecodeSession, ONNX_RUNTIME, PlainSession,
-  checkDigest, checkSchedule, checkShape as checkDims, checkSize, compare, f32,
+  checkDigest, checkName, checkSchedule, checkShape as checkDims, checkSize, checkTolerance, compare, f32, plainName,
 } from '../common/attention.mjs';
 
 export { ArtifactError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, ONNX_RUNTIME, checkSchedule, compare, f32 };
@@ -111,6 +111,9 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
     artifacts.push(record);
     let session = null, runner = null;
     try {
+      // what Node's check refuses first, in its words (a number as 'file' or no tolerance was a JS TypeError's line)
+      if (!plainName(entry.file)) throw new ArtifactError(`file: expected a file name inside the artifact folder, got ${JSON.stringify(entry.file)}`);
+      checkTolerance(entry.tolerance, `${entry.file}: tolerance`);
       const bytes = await verifiedBytes(io, manifest, entry.file);
       const t0 = now();
       try {
@@ -132,6 +135,10 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
         max_abs: null, rel_l2: null, median_ms: null, error: null };
       try {
         if (record.error) throw new ArtifactError(record.error);
+        checkName(c.name);
+        if (!plainName(c.input_bin) || !plainName(c.output_bin)) {  // never read from outside the folder
+          throw new ArtifactError(`golden file: expected a file name inside the artifact folder, got ${JSON.stringify(c.input_bin)} and ${JSON.stringify(c.output_bin)}`);
+        }
         checkShape(c.input_shape, config);
         const width = config.num_heads * config.d_out;
         if (c.output_shape[2] !== width) throw new ArtifactError(`expected output width ${width}, got ${c.output_shape[2]}`);
@@ -185,7 +192,8 @@ export function g3(v) {
 }
 
 export function caseLine(file, r) {
-  const head = `${r.ok ? 'ok  ' : 'FAIL'} ${file.padEnd(20)} ${r.name.padEnd(10)}`;
+  const name = JSON.stringify(String(r.name)).slice(1, -1);  // control characters escaped, not written to a terminal
+  const head = `${r.ok ? 'ok  ' : 'FAIL'} ${String(file).padEnd(20)} ${name.padEnd(10)}`;
   if (r.error) return `${head} ${r.error}`;
   const ms = r.median_ms === null ? '' : ` median_ms=${r.median_ms.toFixed(3)}`;
   const bound = r.ok || r.tolerance.rel_l2 === null || r.tolerance.rel_l2 === undefined ? ''
