@@ -154,7 +154,11 @@ def _edit_cases_json(folder: Path, change: Callable[[dict], object]) -> None:
     (lambda d: d["cases"][0].update(input_bin="../../etc/passwd"),
      'FAIL mha.onnx             b1_t1      golden file: expected a file name inside the artifact folder, got '
      '"../../etc/passwd" and "b1_t1.context.bin"'),
-], ids=["name-control-characters", "file-a-number", "tolerance-missing", "input-bin-outside"])
+    # was "Cannot read properties of undefined (reading '2')"
+    (lambda d: d["cases"][0].pop("output_shape"),
+     "FAIL mha.onnx             b1_t1      expected input_shape and output_shape [batch, tokens, width] of integers, "
+     "got [1,1,3] and undefined"),
+], ids=["name-control-characters", "file-a-number", "tolerance-missing", "input-bin-outside", "output-shape-missing"])
 def test_wasm_check_refuses_a_hostile_case_as_node_does(change: Callable[[dict], object], line: str,
                                                         seed_copy: Path) -> None:
     """cases.json edited and resealed: that case (or that artifact) FAILs with the Node runner's line."""
@@ -164,6 +168,19 @@ def test_wasm_check_refuses_a_hostile_case_as_node_does(change: Callable[[dict],
     assert line in result.stdout.splitlines(), result.stdout
     assert "\x1b" not in result.stdout and re.fullmatch(r"\d+ passed, [1-9]\d* failed",
                                                           result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("change", [lambda d: d.update(cases={}), lambda d: d.pop("cases"),
+                                    lambda d: d.update(artifacts={})],
+                         ids=["cases-object", "no-cases", "artifacts-object"])
+def test_wasm_check_of_a_cases_json_without_its_lists_is_one_line(change: Callable[[dict], object],
+                                                                   seed_copy: Path) -> None:
+    """Was "cases.cases is not iterable" or "object is not iterable (cannot read property Symbol(Symbol.iterator))"."""
+    _edit_cases_json(seed_copy, change)
+    result = _check(seed_copy, "--repeats", "1")
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert result.stderr.splitlines() == [f"error: {seed_copy}/golden/cases.json: expected an object with 'cases' and "
+                                          "'artifacts' arrays"], result.stderr
 
 
 def test_wasm_check_lists_an_unloadable_artifact_and_counts_it_neither_way(seed_copy: Path, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@
 // each case's schedule of chunks (validated first, with the words of mha.js and the C runner).
 import {
   ArtifactError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, DecodeSession, InPlaceDecodeSession, ONNX_RUNTIME, PlainSession,
-  checkDigest, checkName, checkSchedule, checkShape as checkDims, checkSize, checkTolerance, compare, f32, plainName,
+  checkDigest, checkName, checkSchedule, checkShape as checkDims, checkSize, checkTolerance, compare, f32, isObject, plainName,
 } from '../common/attention.mjs';
 
 export { ArtifactError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, ONNX_RUNTIME, checkSchedule, compare, f32 };
@@ -99,11 +99,16 @@ const finite = (v) => (Number.isFinite(v) ? v : null);  // JSON has no Infinity
 export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, now = () => performance.now() } = {}) {
   const manifest = await readManifest(io);
   const cases = await io.json('golden/cases.json', 'golden fixtures (made by `mha export`)');
+  // the Node runner's words for what is not one ("cases.cases is not iterable" was the line)
+  if (!isObject(cases) || !Array.isArray(cases.cases) || !Array.isArray(cases.artifacts)) {
+    throw new ArtifactError(`${io.where}/golden/cases.json: expected an object with 'cases' and 'artifacts' arrays`);
+  }
   const config = manifest.config;
   const inputs = {}, wants = {};
   const artifacts = [];
   let passed = 0, failed = 0;
-  for (const entry of cases.artifacts || []) {
+  for (const entry of cases.artifacts) {
+    if (!isObject(entry)) continue;  // as Node: a runtime it does not run
     if (entry.runtime !== ONNX_RUNTIME && !DECODE_RUNTIMES.includes(entry.runtime)) continue;
     const inplace = entry.runtime === DECODE_INPLACE_RUNTIME;
     const record = { file: entry.file, runtime: entry.runtime, sha256: manifest.files[entry.file]?.sha256 ?? null,
@@ -131,11 +136,16 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
     }
     const times = [];
     for (const c of cases.cases) {
-      const result = { name: c.name, shape: c.input_shape, tolerance: entry.tolerance, ok: false,
+      const result = { name: isObject(c) ? c.name : '?', shape: c?.input_shape ?? null, tolerance: entry.tolerance, ok: false,
         max_abs: null, rel_l2: null, median_ms: null, error: null };
       try {
         if (record.error) throw new ArtifactError(record.error);
+        if (!isObject(c)) throw new ArtifactError(`expected a case object, got ${JSON.stringify(c)}`);
         checkName(c.name);
+        const shape = (v) => Array.isArray(v) && v.length === 3 && v.every((n) => Number.isSafeInteger(n));
+        if (!shape(c.input_shape) || !shape(c.output_shape)) {  // as Node (an absent output_shape was a TypeError)
+          throw new ArtifactError(`expected input_shape and output_shape [batch, tokens, width] of integers, got ${JSON.stringify(c.input_shape)} and ${JSON.stringify(c.output_shape)}`);
+        }
         if (!plainName(c.input_bin) || !plainName(c.output_bin)) {  // never read from outside the folder
           throw new ArtifactError(`golden file: expected a file name inside the artifact folder, got ${JSON.stringify(c.input_bin)} and ${JSON.stringify(c.output_bin)}`);
         }
