@@ -78,6 +78,7 @@ def _add_unloadable(folder: Path) -> str:
     cases["artifacts"].append({"file": "mha.bogus.onnx", "kind": "bogus", "runtime": "onnxruntime",
                                "tolerance": {"atol": 1e-5, "rtol": 1e-5, "rel_l2": None}})
     (folder / "golden" / "cases.json").write_text(json.dumps(cases))
+    reseal(folder, "golden/cases.json")  # the check reads only sealed golden files
     return "mha.bogus.onnx"
 
 
@@ -125,6 +126,7 @@ def test_wasm_check_never_reads_a_fifo_or_a_device(seed_copy: Path) -> None:
 
 def test_wasm_check_refuses_a_contract_breaking_case(seed_copy: Path) -> None:
     add_zero_case(seed_copy, "too_long", (1, 7, 3), 4)
+    reseal(seed_copy, "golden/cases.json", "golden/too_long.x.bin", "golden/too_long.context.bin")
     result = _check(seed_copy, "--repeats", "1")
     assert result.returncode == 1
     assert "expected 1 <= tokens <= context_length=6, got 7" in result.stdout
@@ -183,6 +185,25 @@ def test_wasm_check_of_a_cases_json_without_its_lists_is_one_line(change: Callab
                                           "'artifacts' arrays"], result.stderr
 
 
+def test_wasm_check_reads_only_sealed_golden_files(seed_copy: Path) -> None:
+    """An edited golden output FAILs its cases on the sha256, an edited cases.json stops the check, as in the Node,
+    C and Python checks (cases.json cut to one case passed, unsealed, and the outputs were only compared)."""
+    out = seed_copy / "golden" / "b1_t1.context.bin"
+    values = np.fromfile(out, "<f4")
+    values[0] += 1
+    values.tofile(out)
+    result = _check(seed_copy, "--repeats", "1")
+    lines = [line for line in result.stdout.splitlines() if line.split()[2:3] == ["b1_t1"]]
+    assert result.returncode == 1 and lines, result.stdout
+    assert all(line.startswith("FAIL") and "b1_t1.context.bin: sha256 " in line for line in lines), result.stdout
+    doc = json.loads((seed_copy / "golden" / "cases.json").read_text())
+    (seed_copy / "golden" / "cases.json").write_text(json.dumps(doc | {"cases": doc["cases"][:1]}))
+    result = _check(seed_copy, "--repeats", "1")
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert result.stderr.startswith(f"error: {seed_copy}/golden/cases.json: expected ") and \
+        "file truncated or replaced" in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+
+
 def test_wasm_check_lists_an_unloadable_artifact_and_counts_it_neither_way(seed_copy: Path, tmp_path: Path) -> None:
     expected = _expected_cases(seed_copy)
     bogus = _add_unloadable(seed_copy)
@@ -221,6 +242,7 @@ def test_wasm_check_refuses_an_inplace_chunk_after_a_past_at_batch_2(mid_copy: P
         if "schedules" in entry:
             entry["schedules"]["b2_t24"] = [12, 2] + [1] * 10
     (mid_copy / "golden" / "cases.json").write_text(json.dumps(doc))
+    reseal(mid_copy, "golden/cases.json")
     result = _check(mid_copy, "--repeats", "1")
     assert result.returncode == 1, result.stdout + result.stderr
     fails = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
@@ -236,6 +258,7 @@ def test_wasm_check_fails_a_near_miss_on_an_inplace_output(mid_copy: Path) -> No
     y = np.fromfile(path, "<f4")
     y[-1] += np.float32(1.5e-5 * (1 + abs(y[-1])))  # the last single-token step of batch row 2: 1.5x its bound
     path.write_bytes(y.astype("<f4").tobytes())
+    reseal(mid_copy, "golden/b2_t24.context.bin")
     result = _check(mid_copy, "--repeats", "1")
     assert result.returncode == 1
     line = _case_line(result.stdout, INPLACE, "b2_t24")
@@ -253,6 +276,7 @@ def test_wasm_check_reports_the_whole_comparison_not_a_prefix(seed_copy: Path) -
     y[0] += np.float32(1.5e-5 * (1 + abs(y[0])))
     y[20] += np.float32(0.5)
     path.write_bytes(y.astype("<f4").tobytes())
+    reseal(seed_copy, "golden/b1_t6.context.bin")
     result = _check(seed_copy, "--repeats", "1")
     line = _case_line(result.stdout, "mha.onnx", "b1_t6")
     max_abs, rel_l2 = (float(re.search(rf"{k}=(\S+)", line)[1]) for k in ("max_abs", "rel_l2"))

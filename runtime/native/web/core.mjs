@@ -5,8 +5,8 @@
 //   io.where: the artifact folder, for messages. `rel` is a path inside the artifact folder.
 // The runner is runtime/native/common/attention.mjs, the one runtime/native/node/mha.js runs too (the input contract
 // and the sessions of the three forms); this file is its wasm host and check: the contract comes from manifest.json,
-// every model file is checked against the manifest's sha256 and size before it is loaded, and decode artifacts run
-// each case's schedule of chunks (validated first, with the words of mha.js and the C runner).
+// every model and golden file is checked against the manifest's sha256 and size before it is used, and decode
+// artifacts run each case's schedule of chunks (validated first, with the words of mha.js and the C runner).
 import {
   ArtifactError, DECODE_INPLACE_RUNTIME, DECODE_RUNTIME, DecodeSession, InPlaceDecodeSession, ONNX_RUNTIME, PlainSession,
   checkDigest, checkName, checkSchedule, checkShape as checkDims, checkSize, checkTolerance, compare, f32, isObject, plainName,
@@ -99,6 +99,9 @@ const finite = (v) => (Number.isFinite(v) ? v : null);  // JSON has no Infinity
 export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, now = () => performance.now() } = {}) {
   const manifest = await readManifest(io);
   const cases = await io.json('golden/cases.json', 'golden fixtures (made by `mha export`)');
+  // sealed as the models are (the Node, C and Python checks refuse an edited cases.json or golden file; this check
+  // passed a cases.json cut to one case, and compared against an edited output file)
+  await verifiedBytes(io, manifest, 'golden/cases.json');
   // the Node runner's words for what is not one ("cases.cases is not iterable" was the line)
   if (!isObject(cases) || !Array.isArray(cases.cases) || !Array.isArray(cases.artifacts)) {
     throw new ArtifactError(`${io.where}/golden/cases.json: expected an object with 'cases' and 'artifacts' arrays`);
@@ -152,8 +155,8 @@ export async function checkArtifacts(ort, io, { repeats = 3, onLine = () => {}, 
         checkShape(c.input_shape, config);
         const width = config.num_heads * config.d_out;
         if (c.output_shape[2] !== width) throw new ArtifactError(`expected output width ${width}, got ${c.output_shape[2]}`);
-        inputs[c.name] ??= f32(await io.bytes(`golden/${c.input_bin}`), `${io.where}/golden/${c.input_bin}`);
-        wants[c.name] ??= f32(await io.bytes(`golden/${c.output_bin}`), `${io.where}/golden/${c.output_bin}`);
+        inputs[c.name] ??= f32(await verifiedBytes(io, manifest, `golden/${c.input_bin}`), `${io.where}/golden/${c.input_bin}`);
+        wants[c.name] ??= f32(await verifiedBytes(io, manifest, `golden/${c.output_bin}`), `${io.where}/golden/${c.output_bin}`);
         const x = inputs[c.name], want = wants[c.name];
         const n = (s) => s.reduce((p, q) => p * q, 1);
         if (x.length !== n(c.input_shape) || want.length !== n(c.output_shape)) {
