@@ -108,6 +108,8 @@ def test_a_prompt_that_is_not_text_exits_2(book_gpt: tuple[object, Path]) -> Non
     refused(mha("generate", folder, "--prompt-ids", "1e3"), 2, "--prompt-ids: expected comma-separated integers")
     # int() reads any script's digits: '\u0663' (Arabic-Indic three) was taken as token 3
     refused(mha("generate", folder, "--prompt-ids", "1,\u0663"), 2, "--prompt-ids: expected comma-separated integers")
+    # nor underscores: '1_0' was taken as token 10 (the Node and C runners refuse it)
+    refused(mha("generate", folder, "--prompt-ids", "1_0"), 2, "--prompt-ids: expected comma-separated integers")
     refused(mha("generate", folder, "--prompt-ids", "1", "--form", ""), 1, "no decoder  listed")  # not the default
 
 

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 import click
 
-from mha_runtime.artifact.errors import ContractError
+from mha_runtime.artifact.errors import ContractError, cut
 from mha_runtime.cli.options import THREADS
+
+# A token id as the Node and C runners read it: ASCII digits with an optional sign. int() alone also reads any
+# script's digits ('\u0663' is 3) and underscores ('1_0' is 10).
+_ID = re.compile(r"[-+]?[0-9]+")
 
 
 def parse_ids(text: str) -> list[int]:
@@ -19,11 +24,11 @@ def parse_ids(text: str) -> list[int]:
     ids = []
     for piece in pieces:
         try:
-            if not piece.isascii():  # int() reads any script's digits ('٣' is 3); the other runners read ASCII
+            if not _ID.fullmatch(piece):
                 raise ValueError(piece)
             ids.append(int(piece, 10))
-        except ValueError:
-            raise ContractError(f"--prompt-ids: expected comma-separated integers, got {piece!r}") from None
+        except ValueError:  # also an integer past sys.get_int_max_str_digits() digits; quoted cut, as Node does
+            raise ContractError(f"--prompt-ids: expected comma-separated integers, got {cut(piece, 30)!r}") from None
     return ids
 
 
