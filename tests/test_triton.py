@@ -78,3 +78,13 @@ def test_refusals_are_one_line_and_write_nothing(seed_dir: Path, tmp_path: Path)
     result = CliRunner().invoke(cli, ["triton", str(tmp_path / "none"), "--out", str(out)])
     assert result.exit_code == 1 and "found none" in result.stderr
     assert not out.exists()
+
+
+def test_a_model_folder_that_cannot_be_written_leaves_the_other_unwritten(seed_dir: Path, tmp_path: Path) -> None:
+    """seed_torchscript is a file: refused before seed_onnx is written (it used to be written, then the refusal)."""
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "seed_torchscript").write_text("a file")
+    result = CliRunner().invoke(cli, ["triton", str(seed_dir), "--out", str(tmp_path / "repo")])
+    assert result.exit_code == 1 and result.stdout == "" and result.stderr.count("\n") == 1, result.output
+    assert "seed_torchscript: expected a folder, found a file" in result.stderr
+    assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == ["seed_torchscript"]

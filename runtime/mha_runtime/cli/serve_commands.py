@@ -140,10 +140,12 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
               help="max_batch_size of both configs.")
 def triton_cmd(artifact_dir: Path, repo: Path, name: str | None, model: str, max_batch: int) -> None:
     """Write a Triton Inference Server model repository: <name>_onnx and <name>_torchscript."""
-    from mha_runtime.artifact.atomic import staged_folder
+    from mha_runtime.artifact.atomic import check_folder_target, staged_folder
     from mha_runtime.triton import triton_models
 
     models = triton_models(artifact_dir, name=name, model=model, max_batch=max_batch)
+    for triton_model in models:  # every model's place first: a refusal of the second left the first written
+        check_folder_target(repo / triton_model.name)
     for triton_model in models:  # each model folder swapped in whole, only once written
         with staged_folder(repo / triton_model.name) as stage:
             triton_model.write(stage)
