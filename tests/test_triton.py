@@ -72,7 +72,9 @@ def test_rewriting_keeps_other_models_in_the_repository(repo: Path, seed_dir: Pa
 def test_refusals_are_one_line_and_write_nothing(seed_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "repo"
     for args, says, code in ((["--model", "mha.decode.onnx"], "not just 'x'", 1),
-                             (["--name", "a/b"], "--name 'a/b'", 2), (["--model", "mha.nope.onnx"], "not listed", 1)):
+                             (["--name", "a/b"], "--name 'a/b'", 2), (["--model", "mha.nope.onnx"], "not listed", 1),
+                             # ORT format: written as 1/model.onnx, it was a repository ONNX Runtime cannot load
+                             (["--model", "mha.ort"], "--model 'mha.ort': expected an .onnx file", 2)):
         result = CliRunner().invoke(cli, ["triton", str(seed_dir), "--out", str(out), *args])
         assert result.exit_code == code and says in result.stderr and result.stderr.count("\n") == 1, result.output
     result = CliRunner().invoke(cli, ["triton", str(tmp_path / "none"), "--out", str(out)])

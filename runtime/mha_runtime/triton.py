@@ -86,6 +86,9 @@ def triton_models(artifact: Path, *, name: str | None = None, model: str = ONNX.
                             "folder name)" + (f", got {len(base)} characters" if len(base) > MAX_NAME else ""))
     if max_batch < 1:
         raise BadValueError(f"--max-batch: expected a positive integer, got {max_batch}")
+    if not model.endswith(".onnx"):  # an .ort file is ORT format, which Triton's 1/model.onnx would not load
+        raise BadValueError(f"--model {cut(model)!r}: expected an .onnx file of the folder (Triton's onnxruntime "
+                            "backend reads 1/model.onnx as ONNX)")
     runner = OnnxRunner(artifact, model=model, provider="cpu")  # checks the file; tells its inputs
     if runner.input_names != [INPUT_NAME]:
         raise ArtifactError(f"{model} takes inputs {runner.input_names}, not just {INPUT_NAME!r}: "
