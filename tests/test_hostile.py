@@ -316,6 +316,15 @@ def test_inspect_of_a_size_past_63_bits_is_one_line(seed_copy: Path) -> None:
     assert "more than 63 bits" in result.stderr and "internal error" not in result.stderr
 
 
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_a_number_field_holding_an_integer_past_floats_range_is_one_line(seed_copy: Path, command: str) -> None:
+    """float(10**400) raised OverflowError: every command on the folder was an "internal error"."""
+    _rewrite_manifest(seed_copy, lambda d: d["artifacts"]["mha.onnx"].update(max_abs_error=10**400))
+    result = CliRunner().invoke(cli, [command, str(seed_copy)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1 and result.stdout == "", result.output
+    assert "artifacts.mha.onnx: field 'max_abs_error' expected a number, got an integer of 401 digits" in result.stderr
+
+
 @pytest.mark.parametrize("url", ["http://[::1", "http://[::1:8000/"])
 def test_a_url_that_does_not_parse_is_one_line(seed_dir: Path, url: str) -> None:
     """urlsplit's own ValueError (an unclosed IPv6 bracket) was an "internal error"."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 from collections.abc import Callable
 from typing import Any, ClassVar, Self, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -10,6 +11,7 @@ from mha_runtime.artifact.errors import ArtifactError, cut
 
 T = TypeVar("T")
 R = TypeVar("R")
+_FLOAT_MAX = int(sys.float_info.max)
 _NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a JSON object",
           list: "a JSON array"}
 
@@ -46,6 +48,9 @@ def get(data: dict[str, Any], key: str, kind: type[T], where: str, *, optional: 
     value = data[key]
     ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > _FLOAT_MAX:  # float() raises OverflowError past it
+            raise ArtifactError(f"{where}: field {key!r} expected a number, got an integer of {len(str(abs(value)))} "
+                                "digits (past a float's range)")
         value, ok = float(value), True
     if not ok:
         raise ArtifactError(f"{where}: field {key!r} expected {_NAMES.get(kind, kind.__name__)}, got {_kind(value)}")
