@@ -316,6 +316,16 @@ def test_inspect_of_a_size_past_63_bits_is_one_line(seed_copy: Path) -> None:
     assert "more than 63 bits" in result.stderr and "internal error" not in result.stderr
 
 
+@pytest.mark.parametrize("name", ["mha\x00.onnx", "mha\n.onnx"])
+def test_a_listed_name_with_a_control_character_is_one_line(seed_copy: Path, name: str) -> None:
+    """manifest.json is not listed in itself: a NUL in a listed name was an internal ValueError of `mha check`, a
+    newline split its error into two lines."""
+    _rewrite_manifest(seed_copy, lambda d: d["files"].update({name: d["files"]["mha.onnx"]}))
+    result = CliRunner().invoke(cli, ["check", str(seed_copy)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1 and result.stdout == "", result.output
+    assert f"files: expected a file name inside the artifact folder, got {name!r}" in result.stderr
+
+
 @pytest.mark.parametrize("command", ["inspect", "check"])
 def test_a_number_field_holding_an_integer_past_floats_range_is_one_line(seed_copy: Path, command: str) -> None:
     """float(10**400) raised OverflowError: every command on the folder was an "internal error"."""

@@ -111,9 +111,11 @@ def _annotation(hint: Any) -> tuple[type, bool]:
 
 
 def plain_name(value: str, where: str) -> str:
-    """A file name inside the artifact folder: no absolute path, no '..', no backslash."""
+    """A file name inside the artifact folder: no absolute path, no '..', no backslash, nothing unprintable (a NUL
+    is no path the OS takes; a newline would split the line that names the file)."""
     parts = value.split("/")
-    if not value or value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts):
+    if (not value or value.startswith("/") or "\\" in value or not value.isprintable()
+            or any(p in ("", ".", "..") for p in parts)):
         raise ArtifactError(f"{where}: expected a file name inside the artifact folder, got {value!r}")
     return value
 
