@@ -18,7 +18,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-from helpers import REPO, reseal_json
+from helpers import REPO, reseal, reseal_json
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.cli.main import cli
@@ -213,6 +213,25 @@ def test_resealed_golden_cases_with_format_true_are_refused(seed_copy: Path) -> 
     result = CliRunner().invoke(cli, ["check", str(seed_copy)])
     assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
     assert "cases.json: expected format 1, got True" in result.stderr, result.stderr
+
+
+def test_resealed_golden_case_whose_shape_wraps_int64_round_is_one_line(seed_copy: Path) -> None:
+    """2**32 * 2**32 * 1 float32 values: numpy's product wrapped to 0, so an empty input file matched the shape and
+    the reshape after was an internal error."""
+    golden = seed_copy / "golden"
+    doc = json.loads((golden / "cases.json").read_text())
+    case = doc["cases"][0]
+    case.update(input_shape=[2**32, 2**32, 1], output_shape=[2**32, 2**32, 4])
+    for entry in doc["artifacts"]:
+        if "schedules" in entry:
+            entry["schedules"][case["name"]] = [2**32]
+    (golden / "cases.json").write_text(json.dumps(doc))
+    (golden / case["input_bin"]).write_bytes(b"")
+    reseal(seed_copy, "golden/cases.json", f"golden/{case['input_bin']}")
+    result = CliRunner().invoke(cli, ["check", str(seed_copy)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+    assert "expected 18446744073709551616 float32 values for shape [4294967296, 4294967296, 1], found 0" in \
+        result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("args,code", [(["run", "{t}", "--input", "{t}/x.npy", "--output", "{t}/y.npy"], 1),

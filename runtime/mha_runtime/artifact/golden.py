@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,7 +147,7 @@ def load_cases(artifact_dir: Path) -> GoldenCases:
 
 def read_bin(path: Path, shape: tuple[int, ...]) -> np.ndarray:
     """A raw little-endian float32 file of exactly `shape`."""
-    expected = int(np.prod(shape))
+    expected = math.prod(shape)  # Python's integers: np.prod wraps [2**32, 2**32, 1] round to 0 in int64
     try:
         size = path.stat().st_size
         if size != 4 * expected:
