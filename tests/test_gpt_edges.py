@@ -260,6 +260,8 @@ def test_a_config_smaller_than_the_golden_cases_exports_and_checks(tmp_path: Pat
 @pytest.mark.parametrize(("edit", "says"), [
     ({"prompt_ids": [99999]}, "cases[0]: token id 99999 is outside the vocabulary (0..50256)"),
     ({"prompt_ids": []}, "cases[0]: expected at least one prompt id, got none"),
+    # ONNX Runtime's own error log (two raw lines on stderr) came from the prefill of a prompt past the context
+    ({"prompt_ids": [1] * 49}, "cases[0]: expected at most context_length 48 prompt ids, got 49"),
     ({"name": "a\n\x1b[31mred"}, "cases[0]: name: expected printable text, got 'a\\n\\x1b[31mred'"),
 ])
 def test_a_resealed_golden_case_with_bad_prompt_ids_is_one_line(book_gpt: tuple[object, Path], tmp_path: Path,
