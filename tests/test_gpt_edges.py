@@ -279,6 +279,26 @@ def test_a_resealed_golden_case_with_bad_prompt_ids_is_one_line(book_gpt: tuple[
     assert result.exit_code == 1 and result.stderr.count("\n") == 1 and says in result.stderr, result.output
 
 
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("quality", {"mean_kl": "x", "p99_kl": 1.0}, "quality: field 'mean_kl' expected a number, got str 'x'"),
+    ("quality", {"same_top": None}, "quality: field 'same_top' expected a number, got null"),
+    ("quantization", {"kept": 5}, "quantization: field 'kept' expected a JSON object, got int 5"),
+    ("quantization", {"finer": [1]}, "quantization: field 'finer' expected a JSON object, got list [1]"),
+])
+def test_an_edited_quality_figure_is_one_line_before_any_output(book_gpt: tuple[object, Path], tmp_path: Path,
+                                                                 field: str, value: object, says: str) -> None:
+    """manifest.json is not listed in itself: `mha inspect` formatted these as it found them, an internal error
+    after half its output."""
+    folder = tmp_path / "book"
+    shutil.copytree(book_gpt[1], folder)
+    doc = json.loads((folder / "manifest.json").read_text())
+    doc["artifacts"]["gpt.onnx"][field] = value
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    result = CliRunner().invoke(cli, ["inspect", str(folder)])
+    assert result.exit_code == 1 and result.stdout == "" and result.stderr.count("\n") == 1, result.output
+    assert f"artifacts.gpt.onnx: {says}" in result.stderr, result.stderr
+
+
 def test_a_resealed_golden_file_with_format_true_is_refused(book_gpt: tuple[object, Path], tmp_path: Path) -> None:
     """JSON true equals 1 in Python: generations.json with "format": true was read as format 1."""
     folder = tmp_path / "book"

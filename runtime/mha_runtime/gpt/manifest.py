@@ -15,6 +15,9 @@ from mha_runtime.artifact.manifest import GPT_KIND, FileRecord, read_manifest_js
 from mha_runtime.gpt.config import GPTConfig
 
 GPT_MANIFEST_FORMAT = 1
+# A lossy form's quality figures and quantization plan as `mha inspect` shows them: numbers, and objects of names.
+_QUALITY_NUMBERS = ("mean_kl", "p99_kl", "same_top")
+_PLAN_OBJECTS = ("kept", "finer")
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,14 @@ class GPTArtifact(Record):
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GPTArtifact:
-        return record(cls, data, where, generations=lambda g: plain_name(g, f"{where}: generations"))
+        read = record(cls, data, where, generations=lambda g: plain_name(g, f"{where}: generations"))
+        # The figures `mha inspect` formats, typed here (manifest.json is not listed in itself: an edited string in
+        # them was an internal error after half the output).
+        for key in (k for k in _QUALITY_NUMBERS if k in (read.quality or {})):
+            get(read.quality or {}, key, float, f"{where}: quality")  # null too: it is formatted as a number
+        for key in _PLAN_OBJECTS:
+            get(read.quantization or {}, key, dict, f"{where}: quantization", optional=True)
+        return read
 
 
 @dataclass(frozen=True)
