@@ -234,6 +234,17 @@ def test_resealed_golden_case_whose_shape_wraps_int64_round_is_one_line(seed_cop
         result.stderr, result.stderr
 
 
+def test_a_resealed_tolerance_past_float64_prints_no_numpy_warning(seed_copy: Path) -> None:
+    """rtol 1e308 times an output's magnitude overflows: numpy's RuntimeWarning (two raw lines) was on stderr."""
+    doc = json.loads((seed_copy / "golden" / "cases.json").read_text())
+    doc["artifacts"][0]["tolerance"].update(atol=1e308, rtol=1e308)
+    (seed_copy / "golden" / "cases.json").write_text(json.dumps(doc))
+    reseal(seed_copy, "golden/cases.json")
+    result = subprocess.run([sys.executable, "-m", "mha_runtime", "check", str(seed_copy)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
 @pytest.mark.parametrize("args,code", [(["run", "{t}", "--input", "{t}/x.npy", "--output", "{t}/y.npy"], 1),
                                        (["export", "--variants", "bogus"], 2), (["nope"], 2)])
 def test_the_installed_command_gives_one_line(tmp_path: Path, args: list[str], code: int) -> None:
