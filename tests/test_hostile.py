@@ -134,6 +134,19 @@ def test_a_lone_model_without_manifest_runs_and_says_it_is_unverified(seed_dir: 
     assert np.load(tmp_path / "y.npy").shape == (1, 2, 4)
 
 
+def test_a_lone_model_that_is_not_a_regular_file_is_refused_before_a_read(tmp_path: Path) -> None:
+    """No manifest beside it, so no listed size: a FIFO blocked the read for ever (and a link to /dev/zero filled
+    the memory until the kernel killed the process: the same check, not run here)."""
+    os.mkfifo(tmp_path / "lone.onnx")
+    np.save(tmp_path / "x.npy", _ones((1, 2, 3)))
+    result = subprocess.run([sys.executable, "-m", "mha_runtime", "run", str(tmp_path / "lone.onnx"), "--input",
+                             str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1 and result.stdout == "", result.stderr
+    assert "lone.onnx: expected a model file, got a FIFO (named pipe)" in result.stderr
+    assert not (tmp_path / "y.npy").exists()
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda d: OnnxRunner(None), "expected a folder or an .onnx/.ort path"),  # type: ignore[arg-type]
     (lambda d: OnnxRunner(d, threads="2"), "threads: expected a positive integer"),  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """The torch-free runner: one ONNX Runtime session per artifact, the contract checked before every run."""
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.config_fields import check_own_config
+from mha_runtime.artifact.config_fields import check_own_config, file_kind
 from mha_runtime.artifact.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input, check_output
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, ProviderError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, Manifest, load_manifest, read_verified
@@ -123,6 +124,9 @@ def read_located(folder: Path, name: str, manifest: Manifest | None) -> tuple[by
     if manifest is not None:
         return read_verified(folder, name, manifest), True
     try:
+        mode = (folder / name).stat().st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would block the read for ever, /dev/zero fill the memory
+            raise ArtifactError(f"{folder / name}: expected a model file, got {file_kind(mode)}")
         return (folder / name).read_bytes(), False
     except OSError as exc:
         raise ArtifactError(f"{folder / name}: cannot read it ({exc.strerror or first_line(exc)})") from None
