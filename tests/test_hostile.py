@@ -147,6 +147,23 @@ def test_a_lone_model_that_is_not_a_regular_file_is_refused_before_a_read(tmp_pa
     assert not (tmp_path / "y.npy").exists()
 
 
+def test_an_onnx_runtime_failure_is_one_line_without_its_own_log(seed_dir: Path, tmp_path: Path) -> None:
+    """A lone model whose metadata says context_length 1000 over a graph whose mask holds 6: the run fails inside
+    ONNX Runtime, whose own coloured error log came on stderr before the one line."""
+    model = onnx.load(str(seed_dir / "mha.onnx"))
+    for prop in model.metadata_props:
+        if prop.key == "mha.config":
+            prop.value = prop.value.replace('"context_length": 6', '"context_length": 1000')
+    onnx.save(model, str(tmp_path / "lone.onnx"))
+    np.save(tmp_path / "x.npy", _ones((1, 100, 3)))
+    result = subprocess.run([sys.executable, "-m", "mha_runtime", "run", str(tmp_path / "lone.onnx"), "--input",
+                             str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")], capture_output=True,
+                            text=True, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 2 and "its sha256 is unverified" in lines[0], result.stderr
+    assert lines[1].startswith("Error: ") and "ONNX Runtime failed on x [1, 100, 3]" in lines[1]
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda d: OnnxRunner(None), "expected a folder or an .onnx/.ort path"),  # type: ignore[arg-type]
     (lambda d: OnnxRunner(d, threads="2"), "threads: expected a positive integer"),  # type: ignore[arg-type]

@@ -85,7 +85,9 @@ def say_once(note: str) -> None:
 def session_options(threads: int | None, *, preoptimized: bool) -> ort.SessionOptions:
     """The runner's session options; a preoptimized copy is loaded with graph optimizations disabled."""
     options = ort.SessionOptions()
-    options.log_severity_level = 3  # errors only; ORT's warnings are not the user's business
+    # Fatal only: ORT's warnings are not the user's business, and its error log of a failed run is a second, raw
+    # (coloured, multi-line) copy of the exception the caller turns into one line.
+    options.log_severity_level = 4
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
