@@ -245,6 +245,18 @@ def test_resealed_golden_cases_with_format_true_are_refused(seed_copy: Path) -> 
     assert "cases.json: expected format 1, got True" in result.stderr, result.stderr
 
 
+def test_resealed_golden_artifact_with_an_unknown_runtime_is_refused(seed_copy: Path) -> None:
+    """`mha check` runs each file of cases.json by its runtime: mha.onnx under "tensorflow" was left out of the
+    check without a word, which passed on the other files."""
+    doc = json.loads((seed_copy / "golden" / "cases.json").read_text())
+    doc["artifacts"][0]["runtime"] = "tensorflow"
+    (seed_copy / "golden" / "cases.json").write_text(json.dumps(doc))
+    reseal(seed_copy, "golden/cases.json")
+    result = CliRunner().invoke(cli, ["check", str(seed_copy)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1 and result.stdout == "", result.output
+    assert "cases.json: artifacts[0].runtime: expected one of onnxruntime, " in result.stderr, result.stderr
+
+
 def test_resealed_golden_case_whose_shape_wraps_int64_round_is_one_line(seed_copy: Path) -> None:
     """2**32 * 2**32 * 1 float32 values: numpy's product wrapped to 0, so an empty input file matched the shape and
     the reshape after was an internal error."""

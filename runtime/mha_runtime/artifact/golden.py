@@ -12,14 +12,23 @@ import numpy as np
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.config_fields import read_regular
-from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
+from mha_runtime.artifact.errors import ArtifactError, ConfigError, cut, first_line
 from mha_runtime.artifact.fields import get, obj, plain_name, shape3
 from mha_runtime.artifact.manifest import MAX_MANIFEST_BYTES
+from mha_runtime.artifact.registry import (
+    DECODE_INPLACE_RUNTIME,
+    DECODE_RUNTIME,
+    EXECUTORCH_RUNTIME,
+    ONNX_RUNTIME,
+    TORCHSCRIPT_RUNTIME,
+)
 from mha_runtime.artifact.tolerance import Tolerance
 
 GOLDEN_DIR = "golden"
 CASES_NAME = "cases.json"
 CASES_FORMAT = 1
+# Who loads each file (the `runtime` of an artifact's line): every one `mha check` knows.
+RUNTIMES = (ONNX_RUNTIME, DECODE_RUNTIME, DECODE_INPLACE_RUNTIME, TORCHSCRIPT_RUNTIME, EXECUTORCH_RUNTIME)
 
 
 @dataclass(frozen=True)
@@ -85,8 +94,11 @@ class CaseArtifact:
                         or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in chunks)):
                     raise ArtifactError(
                         f"{where}.schedules.{name}: expected a list of positive chunk sizes, got {chunks!r}")
+        runtime = get(data, "runtime", str, where)
+        if runtime not in RUNTIMES:  # `mha check` runs each file by it: an unknown one was left out without a word
+            raise ArtifactError(f"{where}.runtime: expected one of {', '.join(RUNTIMES)}, got {cut(runtime)!r}")
         return cls(file=plain_name(get(data, "file", str, where), f"{where}.file"), kind=get(data, "kind", str, where),
-                   runtime=get(data, "runtime", str, where),
+                   runtime=runtime,
                    tolerance=Tolerance.from_dict(get(data, "tolerance", dict, where), f"{where}.tolerance"),
                    schedule=get(data, "schedule", str, where, optional=True), schedules=schedules,
                    batch_max=get(data, "batch_max", int, where, optional=True))
