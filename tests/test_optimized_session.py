@@ -152,6 +152,18 @@ def test_a_folder_exported_before_the_copies_loads_the_plain_file(seed_copy: Pat
     assert not OnnxRunner(seed_copy, model="mha.qblocks.onnx", provider="cpu").preoptimized
 
 
+@pytest.mark.parametrize("other", ["mha.fp16.onnx", "optimized/cpu/mha.blocks.onnx"])
+def test_a_record_naming_another_listed_file_is_refused(seed_copy: Path, other: str) -> None:
+    """manifest.json is not listed in itself: a copy record for mha.qblocks.onnx edited to name another listed file
+    ran that graph under mha.qblocks.onnx's name (sha256 and config checks pass: it is listed, its config the
+    same)."""
+    _edit_manifest(seed_copy, lambda d: d["optimized"]["cpu"]["files"]["mha.qblocks.onnx"].update(file=other))
+    with pytest.raises(ArtifactError) as info:
+        OnnxRunner(seed_copy, model="mha.qblocks.onnx", provider="cpu")
+    assert f"optimized.cpu.files.mha.qblocks.onnx.file: expected 'optimized/cpu/mha.qblocks.onnx', got {other!r}" \
+        in str(info.value)
+
+
 @pytest.mark.parametrize("damage,message", [
     (lambda p: p.write_bytes(p.read_bytes()[:-64] + bytes(64)), "differs from the manifest"),
     (lambda p: p.write_bytes(p.read_bytes()[:-100]), "truncated"),

@@ -90,4 +90,10 @@ def optimized_from_dict(data: Any, where: str) -> dict[str, OptimizedSet]:
     """The manifest's `optimized` object (absent in folders exported before it: no copies)."""
     if data is None:
         return {}
-    return {provider: OptimizedSet.from_dict(s, f"{where}.{provider}") for provider, s in obj(data, where).items()}
+    sets = {provider: OptimizedSet.from_dict(s, f"{where}.{provider}") for provider, s in obj(data, where).items()}
+    for provider, entry in sets.items():
+        for plain, copy in entry.files.items():  # an edited record would run another listed graph under its name
+            if copy.file != optimized_name(plain, provider):
+                raise ArtifactError(f"{where}.{provider}.files.{plain}.file: expected "
+                                    f"{optimized_name(plain, provider)!r}, got {copy.file!r}")
+    return sets
