@@ -1,6 +1,8 @@
 """`mha triton`: the model repository, each config parsed with the ModelConfig protobuf tritonclient ships."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import onnxruntime as ort
@@ -80,6 +82,19 @@ def test_refusals_are_one_line_and_write_nothing(seed_dir: Path, tmp_path: Path)
     result = CliRunner().invoke(cli, ["triton", str(tmp_path / "none"), "--out", str(out)])
     assert result.exit_code == 1 and "found none" in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["", "n" * 101])
+def test_a_manifest_name_that_makes_no_model_name_is_the_folders_fault(seed_dir: Path, tmp_path: Path,
+                                                                       name: str) -> None:
+    """No --name given: the line blamed --name (exit 2) for the manifest's own name, edited after export."""
+    folder = shutil.copytree(seed_dir, tmp_path / "seed")
+    doc = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps(doc | {"name": name}))
+    result = CliRunner().invoke(cli, ["triton", str(folder), "--out", str(tmp_path / "repo")])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "the manifest's name" in result.stderr and "give one with --name" in result.stderr
+    assert not (tmp_path / "repo").exists()
 
 
 def test_a_model_folder_that_cannot_be_written_leaves_the_other_unwritten(seed_dir: Path, tmp_path: Path) -> None:

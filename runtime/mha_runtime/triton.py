@@ -81,6 +81,9 @@ def triton_models(artifact: Path, *, name: str | None = None, model: str = ONNX.
     """The ONNX and TorchScript models of an artifact folder, files checked against the manifest's sha256."""
     manifest = load_manifest(artifact)
     base = name if name is not None else re.sub(r"[^A-Za-z0-9_-]", "_", manifest.name)
+    if name is None and not 1 <= len(base) <= MAX_NAME:  # an edited manifest (not listed in itself): no flag to blame
+        raise ArtifactError(f"{artifact}: the manifest's name {cut(manifest.name)!r} gives no model name of 1 to "
+                            f"{MAX_NAME} characters; give one with --name")
     if not _NAME.fullmatch(base) or len(base) > MAX_NAME:  # past it, the folder's name is past the OS's 255 bytes
         raise BadValueError(f"--name {cut(base)!r}: expected 1 to {MAX_NAME} letters, digits, '_', '-' or '.' (a "
                             "folder name)" + (f", got {len(base)} characters" if len(base) > MAX_NAME else ""))
