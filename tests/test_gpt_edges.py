@@ -299,6 +299,22 @@ def test_an_edited_quality_figure_is_one_line_before_any_output(book_gpt: tuple[
     assert f"artifacts.gpt.onnx: {says}" in result.stderr, result.stderr
 
 
+def test_inspect_shows_edited_text_with_its_newlines_escaped(book_gpt: tuple[object, Path], tmp_path: Path) -> None:
+    """A form's dtype and quantization plan are printed as manifest.json has them, and it is not listed in itself:
+    a newline edited into them forged lines of the output."""
+    folder = tmp_path / "book"
+    shutil.copytree(book_gpt[1], folder)
+    doc = json.loads((folder / "manifest.json").read_text())
+    lossy = next(f for f, a in doc["artifacts"].items() if a.get("quantization"))
+    doc["artifacts"]["gpt.onnx"]["dtype"] = "fp32\nforged"
+    doc["artifacts"][lossy]["quantization"]["bits"] = "8\nforged"
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    result = CliRunner().invoke(cli, ["inspect", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert not any(line.startswith("forged") for line in result.stdout.splitlines()), result.stdout
+    assert "'fp32\\nforged'" in result.stdout and "8\\nforged bits" in result.stdout
+
+
 def test_a_resealed_golden_file_with_format_true_is_refused(book_gpt: tuple[object, Path], tmp_path: Path) -> None:
     """JSON true equals 1 in Python: generations.json with "format": true was read as format 1."""
     folder = tmp_path / "book"

@@ -20,7 +20,7 @@ def _row(file: str, a: GPTArtifact, manifest: GPTManifest) -> list[str]:
     kl = f"{q['mean_kl']:.2e} ({q['p99_kl']:.2e})" if "mean_kl" in q and "p99_kl" in q else "-"
     same = f"{100 * q['same_top']:.1f}%" if "same_top" in q else "-"
     kept = plan.get("kept")
-    return [file, a.dtype, size, str(a.cases), f"{a.max_abs_error:.2e}", f"{a.greedy_agreement:.2f}", kl, same,
+    return [file, shown(a.dtype), size, str(a.cases), f"{a.max_abs_error:.2e}", f"{a.greedy_agreement:.2f}", kl, same,
             "-" if kept is None else str(len(kept))]
 
 
@@ -47,9 +47,10 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
             sym = "" if symmetric is None else ", symmetric" if symmetric else ", asymmetric"
             finer = ", ".join(f"{k} ({v})" for k, v in (plan.get("finer") or {}).items()) or "none"
             kept = ", ".join(f"{k} ({v})" for k, v in (plan.get("kept") or {}).items()) or "none"
-            click.echo(f"{file}: mean KL divergence from fp32 {a.quality.get('mean_kl', float('nan')):.3g} "
-                       f"(bar {bar}) over {a.quality.get('positions')} positions; {plan.get('bits')} bits, blocks "
-                       f"of {plan.get('block_size')}{sym}{level}; in smaller blocks: {finer}; kept at a higher "
-                       f"precision: {kept}")
+            # shown(): the manifest's own values, escaped where an edit put a newline in them (it would forge a line)
+            click.echo(shown(f"{file}: mean KL divergence from fp32 {a.quality.get('mean_kl', float('nan')):.3g} "
+                             f"(bar {bar}) over {a.quality.get('positions')} positions; {plan.get('bits')} bits, "
+                             f"blocks of {plan.get('block_size')}{sym}{level}; in smaller blocks: {finer}; kept at a "
+                             f"higher precision: {kept}"))
     click.echo("\n" + table(["file", "size", "sha256"],
                             [[f, human_size(r.size), r.sha256[:16]] for f, r in manifest.files.items()]))
