@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -258,6 +259,27 @@ def test_a_resealed_golden_case_python_refuses_is_one_line(runner: str, field: s
     reseal(folder, "golden/generations.json")
     result = _run(RUNNERS[runner], "check", folder) if runner == "node" else _run(WASM, folder)
     _one_line_error(result, f"golden/generations.json: cases[{at}]: {says}")
+
+
+@pytest.mark.parametrize("runner", ["python", *RUNNERS])
+def test_golden_generations_without_a_case_are_one_line(runner: str, book_gpt: tuple[torch.nn.Module, Path],
+                                                       tmp_path: Path) -> None:
+    """golden/generations.json resealed with "cases": []: one line, as the C runner says it ("0 passed, 0 failed"
+    was the whole answer of `mha check`, Node and wasm)."""
+    folder = _alter(book_gpt[1], "golden/generations.json", tmp_path)
+    doc = json.loads(book_gpt[1].joinpath("golden", "generations.json").read_text())
+    (folder / "golden" / "generations.json").write_text(json.dumps({**doc, "cases": []}))
+    (folder / "manifest.json").unlink()
+    (folder / "manifest.json").write_text(book_gpt[1].joinpath("manifest.json").read_text())
+    reseal(folder, "golden/generations.json")
+    if runner == "python":
+        result = _run([sys.executable, "-m", "mha_runtime", "check"], folder)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+        assert lines[0].endswith("golden/generations.json: expected at least one case"), lines[0]
+        return
+    result = _run(RUNNERS[runner], "check", folder) if runner == "node" else _run(WASM, folder)
+    _one_line_error(result, "golden/generations.json: expected at least one case")
 
 
 def test_a_lossy_forms_generations_outside_the_folder_is_named(book_gpt: tuple[torch.nn.Module, Path],

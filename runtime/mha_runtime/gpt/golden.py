@@ -90,6 +90,8 @@ def load_generations(folder: Path, manifest: GPTManifest, file: str = GENERATION
                                   what="golden generations")
     cases = [GoldenGeneration.from_dict(c, f"{where}: cases[{i}]")
              for i, c in enumerate(get(doc, "cases", list, where))]
+    if not cases:  # a check of no case passes nothing: `0 passed, 0 failed` said nothing of the file
+        raise ArtifactError(f"{where}: expected at least one case")
     for i, case in enumerate(cases):  # before any runner sees them (ONNX Runtime's own errors are many lines)
         if not case.name or not case.name.isprintable():  # printed in every result line, as the C runner has it
             problem: str | None = f"name: expected printable text, got {case.name!r}"

@@ -17,6 +17,8 @@ export async function loadGenerations(io, manifest, file = GENERATIONS_FILE) {
   if (!isObject(doc) || doc.kind !== 'gpt-generations' || doc.format !== 1 || !Array.isArray(doc.cases)) {
     throw new ArtifactError(`${where}: expected kind 'gpt-generations' format 1 with a 'cases' list`);
   }
+  // as `mha check` and the C runner: a check of no case passed nothing ("0 passed, 0 failed")
+  if (doc.cases.length === 0) throw new ArtifactError(`${where}: expected at least one case`);
   const tol = doc.tolerance;
   const num = (v) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
   if (!isObject(tol) || !num(tol.atol) || !num(tol.rtol) || !(tol.rel_l2 === null || tol.rel_l2 === undefined || num(tol.rel_l2))) {
