@@ -14,16 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from tokenizers import Tokenizer
 
 from benchmarks.process import ServerProcess
 from gpt_serving import call, served_answer, solo
 from mha_runtime.artifact.errors import RequestError
+from mha_runtime.cli.main import cli
 from mha_runtime.gpt.config import gpt_preset
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.serve.gpt.engine import BatchEngine
 from mha_runtime.serve.gpt.job import Event, Job
 from mha_runtime.serve.gpt.wire import GenerateRequest, generate_body_limit, parse_generate
+from test_serve import listening_port
 
 # ---- the wire format ------------------------------------------------------------------------------------------
 
@@ -415,3 +418,12 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(server: ServerProcess, g
     assert health["cancelled"] == cancelled + 1, health
     answer = served_answer(*others[0])
     assert answer["ids"] == solo(gen, GenerateRequest([3, 4], 30), gen.manifest.eos_id)[0]
+
+
+def test_serve_refuses_an_empty_model_before_starting_ray(gpt_mini: Path) -> None:
+    """`--model ''` served the default form; it is refused as `mha generate --form ''` is (the port in use is only
+    what would have answered without the refusal)."""
+    with listening_port() as port:
+        result = CliRunner().invoke(cli, ["serve", str(gpt_mini), "--model", "", "--port", str(port)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "no decoder  listed in the manifest" in result.stderr, result.stderr

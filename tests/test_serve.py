@@ -344,6 +344,9 @@ def test_serve_refuses_before_starting_ray(seed_dir: Path, tmp_path: Path) -> No
     with listening_port() as port:
         result = CliRunner().invoke(cli, ["serve", str(seed_dir), "--port", str(port)])
     assert result.exit_code == 1 and f"--port {port}: cannot listen" in result.stderr
+    with listening_port() as port:  # an empty --model served the default model (here: the port's line came)
+        result = CliRunner().invoke(cli, ["serve", str(seed_dir), "--model", "", "--port", str(port)])
+    assert result.exit_code == 1 and "model: expected a file name such as 'mha.onnx', got ''" in result.stderr
     closed = free_port()  # nothing listens there: ray.init would retry it for minutes
     for address in (f"127.0.0.1:{closed}", f"ray://127.0.0.1:{closed}"):
         result = CliRunner().invoke(cli, ["serve", str(seed_dir), "--address", address])

@@ -16,7 +16,7 @@ from mha_runtime.serve.options import ServeOptions
 def prepare_attention(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Load and run the model once here (a bad artifact, or the decode form, fails before Ray starts);
     return the files the replicas load (manifest and model, sha256-checked) and what /v1/contract answers."""
-    model = options.model or DEFAULT_MODEL
+    model = DEFAULT_MODEL if options.model is None else options.model  # --model '' is refused, not the default
     manifest = load_manifest(options.artifact)
     runner = OnnxRunner(options.artifact, model=model, provider=options.provider, threads=options.threads)
     try:

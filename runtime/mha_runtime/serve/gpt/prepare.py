@@ -22,7 +22,8 @@ def cache_bytes(gen: Generator, slots: int) -> int:
 
 def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Load the folder (every file it uses verified), refuse what cannot be served, generate one token here."""
-    folder, form, max_batch = options.artifact, options.model or FASTEST, options.max_batch
+    folder, max_batch = options.artifact, options.max_batch
+    form = FASTEST if options.model is None else options.model  # '' is refused, as `mha generate --form ''`
     if form in FORMS and FORMS[form].kind != "inplace":
         raise ServeError(f"--model {form}: serving batches generations over the in-place cache; choose "
                          f"{' or '.join(f for f, spec in FORMS.items() if spec.kind == 'inplace')}")
