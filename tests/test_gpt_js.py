@@ -32,7 +32,8 @@ RUNNERS = {"node": NODE, "wasm": WASM}
 FORMS = ("gpt.onnx", "gpt.inplace.onnx")
 HARD_TEXTS = ["Every effort moves you", "héllo wörld — 日本語 😀🎉 naïve café",
               "  two  spaces\tand\ttabs\n\nnew\r\nlines   ", "<|endoftext|>", "a<|endoftext|>b <|endoftext|> c",
-              "don't they'll we've I'M 1234567 3.14159", "\u00a0nbsp\u2028sep\u200bzw ﬁ Ω", "🤖" * 5, "\n", " "]
+              "don't they'll we've I'M 1234567 3.14159", "\u00a0nbsp\u2028sep\u200bzw ﬁ Ω", "🤖" * 5, "\n", " ",
+              "a . b , c 's d n't e ! f ? g ' h 've 're 'm"]  # spaces transformers' clean-up would take out
 SEEDED = [(1.0, None, 7), (0.8, 40, 123), (1.5, 5, 2**63 - 1), (0.3, None, 0)]
 PROMPT = [6109, 3626, 6100, 345]
 
@@ -177,10 +178,12 @@ def test_generate_json_and_eos(book_gpt: tuple[torch.nn.Module, Path]) -> None:
 
 
 TOKENIZE_SCRIPT = """
-const { openGpt } = require('./runtime/native/node/gpt.js');
+const { openGpt, gpt } = require('./runtime/native/node/gpt.js');
 openGpt(process.argv[1]).then(({ tokenizer }) => {
   const texts = JSON.parse(process.argv[2]);
-  const out = texts.map((t) => ({ ids: tokenizer.encode(t), text: tokenizer.decode(tokenizer.encode(t)) }));
+  const streamed = (ids) => { const s = new gpt.TextStream(tokenizer); return ids.map((i) => s.push(i)).join(''); };
+  const out = texts.map((t) => ({ ids: tokenizer.encode(t), text: tokenizer.decode(tokenizer.encode(t)),
+    streamed: streamed(tokenizer.encode(t)) }));
   console.log(JSON.stringify(out));
 });
 """
@@ -194,6 +197,7 @@ def test_tokenizer_ids_equal_python(book_gpt: tuple[torch.nn.Module, Path]) -> N
     for text, got in zip(HARD_TEXTS, json.loads(result.stdout), strict=True):
         assert got["ids"] == gen.encode(text), text
         assert got["text"] == gen.tokenizer.decode(gen.encode(text)) == text
+        assert got["streamed"] == text  # --text's pieces, token by token
     golden = json.loads((folder / "golden" / "generations.json").read_text())
     case = next(c for c in golden["cases"] if "prompt_text" in c)
     for command in (NODE, WASM):  # --prompt TEXT goes through the tokenizer: the golden text case's ids

@@ -20,9 +20,12 @@ export async function loadTokenizer(io, manifest, Tokenizer) {
   } catch (e) {
     throw new ArtifactError(`${io.where}/${file}: not a tokenizers JSON file (${firstLine(e)})`);
   }
+  // Decoded as Python's `tokenizers` decodes: without transformers' clean-up of spaces, which the JS library applies
+  // unless told not to (it made ' .' '.' and "n't" of " n't", and TextStream, slicing the shrunk text, lost pieces).
+  const decoding = { skip_special_tokens: false, clean_up_tokenization_spaces: false };
   return {
     encode: (text) => (text === '' ? [] : Array.from(tok.encode(text, { add_special_tokens: false }).ids)),
-    decode: (ids) => (ids.length ? tok.decode(Array.from(ids), { skip_special_tokens: false }) : ''),
+    decode: (ids) => (ids.length ? tok.decode(Array.from(ids), decoding) : ''),
   };
 }
 
