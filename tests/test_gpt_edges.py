@@ -140,25 +140,30 @@ STREAM_SCRIPT = """
 const { openGpt, gpt } = require('./runtime/native/node/gpt.js');
 openGpt(process.argv[1]).then(({ tokenizer }) => {
   const stream = new gpt.TextStream(tokenizer);
-  console.log(JSON.stringify(JSON.parse(process.argv[2]).map((id) => stream.push(id))));
+  console.log(JSON.stringify([...JSON.parse(process.argv[2]).map((id) => stream.push(id)), stream.end()]));
 });
 """
 
 
 def test_streamed_text_never_shows_half_a_character(book_gpt: tuple[object, Path]) -> None:
     """Ids that split multi-byte characters: no piece holds U+FFFD, and the pieces join to decode(ids), in Python
-    and in the JS runners' TextStream."""
+    and in the JS runners' TextStream. Ids that end inside a character (max_new_tokens cut it) end with the
+    decode's U+FFFD, which the stream's end() gives (it was left out of the streamed text)."""
     folder = book_gpt[1]
     gen = Generator(folder)
     ids = gen.encode("日本語 😀🎉 naïve")
     assert len(ids) > len("日本語 😀🎉 naïve".split()) * 2  # the characters span several ids
-    stream = TextStream(gen.tokenizer)
-    pieces = [stream.push(i) for i in ids]
-    assert "" in pieces and not any("\ufffd" in p for p in pieces)
-    assert "".join(pieces) == gen.tokenizer.decode(ids) == "日本語 😀🎉 naïve"
-    run = subprocess.run(["node", "-e", STREAM_SCRIPT, str(folder), json.dumps(ids)], capture_output=True,
-                         text=True, timeout=120, cwd=REPO, check=True)
-    assert json.loads(run.stdout) == pieces
+    cut = ids[:len(gen.encode("日本語 😀")) - 1]
+    assert gen.tokenizer.decode(cut).endswith("\ufffd")
+    for row, text in ((ids, "日本語 😀🎉 naïve"), (cut, "日本語 \ufffd")):
+        stream = TextStream(gen.tokenizer)
+        pieces = [stream.push(i) for i in row]
+        pieces.append(stream.end())
+        assert "" in pieces and not any("\ufffd" in p for p in pieces[:-1])
+        assert "".join(pieces) == gen.tokenizer.decode(row) == text
+        run = subprocess.run(["node", "-e", STREAM_SCRIPT, str(folder), json.dumps(row)], capture_output=True,
+                             text=True, timeout=120, cwd=REPO, check=True)
+        assert json.loads(run.stdout) == pieces
 
 
 def test_a_hugging_face_head_not_tied_to_wte_is_refused(tmp_path: Path) -> None:

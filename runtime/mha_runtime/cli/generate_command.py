@@ -90,7 +90,7 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
             shown = gen.tokenizer.decode(row) if gen.tokenizer is not None and prompts else ",".join(map(str, row))
             click.echo(f"[{i}] {shown}")
     else:
-        click.echo()
+        click.echo("" if stream is None else stream.end())
     sys.stdout.flush()  # the text ends before the summary line on a terminal that shows both streams
     stops = ", ".join(sorted(set(result.stops)))
     click.echo(f"{result.tokens} tokens, time to first token {result.time_to_first_token_s * 1e3:.1f} ms, "

@@ -45,3 +45,10 @@ class TextStream:
             return ""
         piece, self.sent = text[self.sent:], len(text)
         return piece
+
+    def end(self) -> str:
+        """What push held back when the ids end inside a UTF-8 character: the decode's U+FFFD, so the streamed text
+        is the whole decode of the ids (it was left out)."""
+        text = self.tokenizer.decode(self.ids)
+        piece, self.sent = text[self.sent:], len(text)
+        return piece

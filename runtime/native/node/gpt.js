@@ -88,7 +88,7 @@ async function generateCommand(o, out = process.stdout, err = process.stderr) {
       form, runtime: 'node', onnxruntime: require('onnxruntime-node/package.json').version })}\n`);
     return 0;
   }
-  out.write(stream ? '\n' : `${r.ids.join(',')}\n`);
+  out.write(stream ? `${stream.end()}\n` : `${r.ids.join(',')}\n`);
   err.write(`${r.ids.length} tokens, time to first token ${(r.time_to_first_token_s * 1e3).toFixed(1)} ms, `
     + `${r.tokens_per_s.toFixed(1)} tokens/s (stopped: ${r.stop}; seed ${r.seed}; ${form})\n`);
   return 0;

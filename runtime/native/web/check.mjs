@@ -152,7 +152,7 @@ async function generateGpt(o) {
       form, runtime: 'wasm', onnxruntime_web: ort.env.versions?.web ?? null, threads: ort.env.wasm.numThreads }));
     return 0;
   }
-  process.stdout.write(stream ? '\n' : `${r.ids.join(',')}\n`);
+  process.stdout.write(stream ? `${stream.end()}\n` : `${r.ids.join(',')}\n`);
   console.error(`${r.ids.length} tokens, time to first token ${(r.time_to_first_token_s * 1e3).toFixed(1)} ms, `
     + `${r.tokens_per_s.toFixed(1)} tokens/s (stopped: ${r.stop}; seed ${r.seed}; ${form}, wasm 1 thread)`);
   return 0;

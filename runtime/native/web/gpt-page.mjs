@@ -136,6 +136,7 @@ async function generatePage({ ort, Tokenizer }) {
           await paint();
         },
       });
+      generated.textContent += stream.end();  // a last token that ends inside a character shows as U+FFFD
       $('stats').textContent = `${r.ids.length} tokens, time to first token ${(r.time_to_first_token_s * 1e3).toFixed(1)} ms, `
         + `${r.tokens_per_s.toFixed(1)} tokens/s (stopped: ${r.stop.replaceAll('_', ' ')}; `
         + `${temperature() === 0 ? 'greedy' : `seed ${r.seed}`})`;

@@ -41,4 +41,13 @@ export class TextStream {
     this.sent = text.length;
     return piece;
   }
+
+  // What push held back when the ids end inside a UTF-8 character: the decode's U+FFFD, so the streamed text is the
+  // whole decode of the ids (it was left out).
+  end() {
+    const text = this.tokenizer.decode(this.ids);
+    const piece = text.slice(this.sent);
+    this.sent = text.length;
+    return piece;
+  }
 }
