@@ -321,6 +321,12 @@ def _listed_size(folder: Path, name: str) -> int:
      "--threads: expected an integer from 1 to 1024, got 100000"),
     # the streamed text and then the JSON object on one stdout, which was then neither
     (["generate", "{dir}", "--prompt", "hi", "--json", "--text"], 1, "--json and --text: expected one of the two"),
+    # bytes that are not UTF-8 (passed as Python's surrogateescape gives them): Node made them U+FFFD and generated
+    # from that text, where `mha generate` refuses them; a real U+FFFD before them is text
+    (["generate", "{dir}", "--prompt", "ab\udcffcd"], 1,
+     "prompt: expected text (valid Unicode), got the byte 0xff, not UTF-8, at byte 2"),
+    (["generate", "{dir}", "--prompt", "ok\ufffdx\udcef\udcbf", "--json"], 1,
+     "got the byte 0xef, not UTF-8, at byte 6"),
 ])
 @pytest.mark.parametrize("runner", list(RUNNERS))
 def test_refusals_are_one_line(runner: str, args: list[str], code: int, message: str,

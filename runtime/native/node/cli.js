@@ -17,7 +17,7 @@
 // so concurrent runs on one output path never see each other's half-written files.
 const path = require('path');
 const { MhaRunner, check, floats, ContractError } = require('./mha');
-const { MAX_MANIFEST_BYTES, readRegular, writeAtomically, writeJson } = require('./files');
+const { MAX_MANIFEST_BYTES, checkUtf8Arg, readRegular, writeAtomically, writeJson } = require('./files');
 
 // Whether DIR/manifest.json says kind "gpt" (its check is gpt.js's); anything unreadable is left to the loaders.
 function isGptFolder(dir) {
@@ -71,7 +71,10 @@ async function main(argv) {
   if (argv[0] === 'generate') {
     const gpt = require('./gpt');
     const opts = gpt.parseGenerateArgs(argv.slice(1));
-    if (opts) return gpt.generateCommand(opts);
+    if (opts) {
+      checkUtf8Arg(argv, '--prompt', (m) => new ContractError(m));
+      return gpt.generateCommand(opts);
+    }
   }
   if (argv.length === 6 && argv[0] === 'run') {
     const [, artifact, input, batchArg, tokensArg, output] = argv;

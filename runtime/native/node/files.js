@@ -1,7 +1,7 @@
 'use strict';
 // Reading a file the runner was pointed at: a regular file only, checked by stat before a byte is read, so that
 // /dev/zero, a FIFO or a folder in its place is one line (reading one took all memory, or blocked for a writer);
-// and writing a result file (the Node runner's and web/check.mjs's).
+// and writing a result file (the Node runner's and web/check.mjs's); and the bytes of a text argument.
 const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
@@ -62,4 +62,37 @@ function writeJson(file, doc) {
   writeAtomically(file, `${JSON.stringify(doc, null, 1)}\n`);
 }
 
-module.exports = { MAX_MANIFEST_BYTES, readRegular, regularSize, writeAtomically, writeJson };
+// The value after `flag` in argv (process.argv.slice(2)) when the shell passed bytes there that are not UTF-8:
+// Node decodes argv with every invalid byte made U+FFFD, so 'ab\xffcd' silently became the text 'ab\ufffdcd' where
+// `mha generate` refuses it (Python's surrogateescape). The bytes come from Linux's /proc/self/cmdline; where it
+// cannot be read, or its tail is not argv, nothing is checked.
+function checkUtf8Arg(argv, flag, error) {
+  let raw;
+  try {
+    raw = fs.readFileSync('/proc/self/cmdline');
+  } catch {
+    return;
+  }
+  const args = [];
+  for (let start = 0; start < raw.length;) {
+    const end = raw.indexOf(0, start);
+    args.push(raw.subarray(start, end < 0 ? raw.length : end));
+    start = end < 0 ? raw.length : end + 1;
+  }
+  const tail = args.slice(args.length - argv.length);
+  if (tail.length !== argv.length || tail.some((b, i) => b.toString('utf8') !== argv[i])) return;
+  argv.forEach((a, i) => {
+    if (a !== flag || i + 1 >= argv.length || !argv[i + 1].includes('\ufffd')) return;
+    // the bytes before the first invalid one decode to themselves: the first U+FFFD whose bytes are not EF BF BD
+    // (U+FFFD itself) is where they are
+    const text = argv[i + 1], bytes = tail[i + 1];
+    for (let c = text.indexOf('\ufffd'); c >= 0; c = text.indexOf('\ufffd', c + 1)) {
+      const at = Buffer.byteLength(text.slice(0, c));
+      if (bytes[at] === 0xef && bytes[at + 1] === 0xbf && bytes[at + 2] === 0xbd) continue;
+      throw error(`${flag.slice(2)}: expected text (valid Unicode), got the byte 0x${bytes[at].toString(16)}, `
+        + `not UTF-8, at byte ${at}`);
+    }
+  });
+}
+
+module.exports = { MAX_MANIFEST_BYTES, checkUtf8Arg, readRegular, regularSize, writeAtomically, writeJson };

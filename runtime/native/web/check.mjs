@@ -166,6 +166,7 @@ async function main(argv) {
         + '[--temperature T] [--top-k K] [--seed S] [--no-eos] [--form FILE] [--warmup N] [--json | --text]');
       return 2;
     }
+    nodeFiles.checkUtf8Arg(argv, '--prompt', (m) => new gpt.ContractError(m));
     return generateGpt(o);
   }
   const opts = parseArgs(argv);
