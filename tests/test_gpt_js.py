@@ -337,6 +337,32 @@ def test_refusals_are_one_line(runner: str, args: list[str], code: int, message:
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
+@pytest.mark.parametrize("text", [True, False])
+@pytest.mark.parametrize("runner", list(RUNNERS))
+def test_a_closed_or_full_stdout_exits_1(runner: str, text: bool, book_gpt: tuple[torch.nn.Module, Path]) -> None:
+    """A pipe whose reader has gone: exit 1 quietly, as `mha generate` (click's rule); Node's EPIPE was a stack
+    trace, the wasm runner's went unseen (exit 0). /dev/full: one error line, exit 1 (the ids exited 0)."""
+    import os
+
+    _built()
+    args = [*RUNNERS[runner], "generate", str(book_gpt[1]), "--prompt", "Every effort", "--max-new-tokens", "8",
+            *(["--text"] if text else [])]
+    read, write = os.pipe()
+    os.close(read)  # closed before the runner starts: its first write fails, whatever the timing
+    try:
+        closed = subprocess.run(args, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, cwd=REPO)
+    finally:
+        os.close(write)
+    # quiet: at most the summary line, which the ids (written whole at the end) come before
+    assert closed.returncode == 1 and len(closed.stderr.splitlines()) <= 1, closed.stderr
+    assert "error" not in closed.stderr.lower() and (not text or closed.stderr == ""), closed.stderr
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[-1] == "error: stdout: cannot write (ENOSPC)", result.stderr
+    assert "at " not in result.stderr  # no stack trace
+
+
 # --- the browser page -----------------------------------------------------------------------------------------
 
 

@@ -17,7 +17,9 @@
 // so concurrent runs on one output path never see each other's half-written files.
 const path = require('path');
 const { MhaRunner, check, floats, ContractError } = require('./mha');
-const { MAX_MANIFEST_BYTES, checkUtf8Arg, readRegular, writeAtomically, writeJson } = require('./files');
+const {
+  MAX_MANIFEST_BYTES, checkUtf8Arg, exitAfterStdout, exitOnClosedStdout, readRegular, writeAtomically, writeJson,
+} = require('./files');
 
 // Whether DIR/manifest.json says kind "gpt" (its check is gpt.js's); anything unreadable is left to the loaders.
 function isGptFolder(dir) {
@@ -106,7 +108,8 @@ async function main(argv) {
   return 2;
 }
 
-main(process.argv.slice(2)).then((code) => process.exit(code), (e) => {
+exitOnClosedStdout();
+main(process.argv.slice(2)).then((code) => exitAfterStdout(code), (e) => {
   console.error(`error: ${e.message.split('\n')[0]}`);
   process.exit(1);
 });

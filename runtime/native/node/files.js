@@ -95,4 +95,25 @@ function checkUtf8Arg(argv, flag, error) {
   });
 }
 
-module.exports = { MAX_MANIFEST_BYTES, checkUtf8Arg, readRegular, regularSize, writeAtomically, writeJson };
+// stdout closed by its reader (`mha-node generate ... --text | head -c 1`): exit 1 at once and quietly, as `mha
+// generate` does (click's rule); the write's EPIPE was an unhandled 'error' event, a stack trace on stderr, or (the
+// wasm runner) went unseen while the whole generation ran on and exited 0. Another stdout error (ENOSPC of
+// /dev/full) is one line, exit 1.
+function exitOnClosedStdout() {
+  process.stdout.on('error', (e) => {
+    if (e.code !== 'EPIPE') process.stderr.write(`error: stdout: cannot write (${e.code || e.message})\n`);
+    process.exit(1);
+  });
+}
+
+// process.exit(code) once stdout has taken what was written: exiting at once dropped a last write's error (the ids
+// of `generate` written to /dev/full exited 0; the stream reports it ticks later), which exitOnClosedStdout's
+// handler now reports first.
+function exitAfterStdout(code) {
+  setImmediate(() => process.stdout.write('', () => process.exit(code)));
+}
+
+module.exports = {
+  MAX_MANIFEST_BYTES, checkUtf8Arg, exitAfterStdout, exitOnClosedStdout, readRegular, regularSize, writeAtomically,
+  writeJson,
+};

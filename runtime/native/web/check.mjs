@@ -145,7 +145,10 @@ async function generateGpt(o) {
   const decoder = gpt.makeDecoder(ort, await loadSession(ort, bytes, path.join(o.dir, form)), manifest, form, { alias: false });
   if (o.text && !tokenizer) throw new ArtifactError(`${o.dir}: this folder has no tokenizer (exported without --tokenizer): --text needs one`);
   const stream = o.text ? new gpt.TextStream(tokenizer) : null;
-  const r = await gpt.runGenerate(decoder, manifest, tokenizer, o, { onToken: stream ? (t) => { process.stdout.write(stream.push(t)); } : null });
+  // after each piece a turn of the event loop: onnxruntime-web's steps are promises only, so a write to a closed pipe
+  // was never seen (its EPIPE waits for libuv) and the whole generation ran on to exit 0
+  const show = async (t) => { process.stdout.write(stream.push(t)); await new Promise((done) => setImmediate(done)); };
+  const r = await gpt.runGenerate(decoder, manifest, tokenizer, o, { onToken: stream ? show : null });
   if (o.json) {
     console.log(JSON.stringify({ prompt_ids: r.prompt_ids, ids: r.ids, stop: r.stop, seed: r.seed,
       time_to_first_token_s: Number(r.time_to_first_token_s.toFixed(6)), tokens_per_s: Number(r.tokens_per_s.toFixed(3)),
@@ -190,7 +193,8 @@ async function main(argv) {
   return result.failed > 0 || result.passed === 0 ? 1 : 0;
 }
 
-main(process.argv.slice(2)).then((code) => process.exit(code), (e) => {
+nodeFiles.exitOnClosedStdout();
+main(process.argv.slice(2)).then((code) => nodeFiles.exitAfterStdout(code), (e) => {
   console.error(`error: ${String(e && e.message || e).split('\n')[0]}`);
   process.exit(1);
 });
