@@ -265,6 +265,39 @@ def test_a_resealed_golden_case_python_refuses_is_one_line(runner: str, field: s
     _one_line_error(result, f"golden/generations.json: cases[{at}]: {says}")
 
 
+@pytest.mark.parametrize(("setting", "says"), [
+    ({"truncation": {"direction": "Right", "max_length": 2, "strategy": "LongestFirst", "stride": 0}},
+     "it truncates what it encodes (max_length 2); expected no truncation"),
+    ({"padding": {"strategy": {"Fixed": 8}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                  "pad_type_id": 0, "pad_token": "!"}}, "it pads what it encodes (padding to length 8); expected no"),
+    ({"model": {"dropout": 0.5}}, "its BPE drops merges at random (dropout 0.5); expected no dropout"),
+])
+@pytest.mark.parametrize("runner", ["python", *RUNNERS])
+def test_a_resealed_tokenizer_that_pads_cuts_or_drops_is_one_line(runner: str, setting: dict[str, dict[str, object]],
+                                                                  says: str, book_gpt: tuple[torch.nn.Module, Path],
+                                                                  tmp_path: Path) -> None:
+    """tokenizer.json edited after the export (which refuses padding and truncation) and resealed: Python padded
+    the prompt with pad ids, cut it to 2 ids or encoded it at random, while Node and wasm, whose tokenizer ignores
+    all three, encoded the text. Every runner refuses it in the same words."""
+    folder = _alter(book_gpt[1], "tokenizer.json", tmp_path)
+    doc = json.loads(book_gpt[1].joinpath("tokenizer.json").read_text())
+    for key, value in setting.items():
+        doc[key] = {**doc[key], **value} if key == "model" else value
+    (folder / "tokenizer.json").write_text(json.dumps(doc))
+    (folder / "manifest.json").unlink()  # a copy of its own, resealed
+    (folder / "manifest.json").write_text(book_gpt[1].joinpath("manifest.json").read_text())
+    reseal(folder, "tokenizer.json")
+    args = ["generate", folder, "--prompt", "Every effort moves you", "--max-new-tokens", 2]
+    if runner == "python":
+        result = subprocess.run([sys.executable, "-m", "mha_runtime", *map(str, args)], capture_output=True, text=True,
+                                timeout=120, cwd=REPO)
+        assert result.returncode == 1 and result.stdout == "", result.stderr
+        assert result.stderr == f"Error: {folder / 'tokenizer.json'}: {says}" + result.stderr.split(says)[1]
+        assert len(result.stderr.splitlines()) == 1
+    else:
+        _one_line_error(_run(RUNNERS[runner], *args), f"{folder}/tokenizer.json: {says}")
+
+
 @pytest.mark.parametrize("runner", ["python", *RUNNERS])
 def test_golden_generations_without_a_case_are_one_line(runner: str, book_gpt: tuple[torch.nn.Module, Path],
                                                        tmp_path: Path) -> None:

@@ -4,6 +4,26 @@ from __future__ import annotations
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
 
 
+def setting_problem(tok: object) -> str | None:
+    """What in a loaded tokenizer.json makes its encode not the text's ids alone, or None. `mha export --gpt
+    --tokenizer` refuses padding and truncation; a file edited and resealed after it can hold them, or BPE dropout:
+    the prompt was padded with pad ids, cut, or encoded at random, silently, where the JS runners (which ignore all
+    three) encoded the text. runtime/native/common/gpt/tokenizer.mjs refuses the same in the same words."""
+    padding, truncation = tok.padding, tok.truncation  # type: ignore[attr-defined]
+    if padding is not None:
+        length = padding.get("length")
+        to = "the longest of a batch" if length is None else f"length {length}"
+        return f"it pads what it encodes (padding to {to}); expected no padding, which would add pad ids to prompts"
+    if truncation is not None:
+        return (f"it truncates what it encodes (max_length {truncation.get('max_length')}); expected no truncation, "
+                "which would cut long prompts silently")
+    dropout = getattr(tok.model, "dropout", None)  # type: ignore[attr-defined]
+    if dropout:
+        return (f"its BPE drops merges at random (dropout {dropout:g}); expected no dropout, which would encode a "
+                "prompt differently on each run")
+    return None
+
+
 class GPTTokenizer:
     """Text <-> ids. The vocabulary must be the model's: a tokenizer of another size is refused on load."""
 
@@ -17,6 +37,9 @@ class GPTTokenizer:
         size = self._tok.get_vocab_size(with_added_tokens=True)
         if size != vocab_size:
             raise ConfigError(f"{where}: a vocabulary of {size} tokens, expected the model's vocab_size {vocab_size}")
+        problem = setting_problem(self._tok)
+        if problem is not None:
+            raise ArtifactError(f"{where}: {problem}")
 
     def encode(self, text: str) -> list[int]:
         """Ids of `text`; text that is not Unicode (a lone surrogate, as a shell passes undecodable bytes) is one

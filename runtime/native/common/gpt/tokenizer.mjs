@@ -2,6 +2,26 @@
 import { ArtifactError, TOKENIZER_CONFIG, TOKENIZER_FILE, firstLine } from './base.mjs';
 import { verifiedJson } from './folder.mjs';
 
+// What in tokenizer.json makes Python's encode not the text's ids alone, or null: padding, truncation and BPE dropout,
+// which this library ignores and Python's `tokenizers` applies (a resealed edit made the two encode differently). As
+// setting_problem in runtime/mha_runtime/gpt/tokenizer.py, in its words.
+function settingProblem(json) {
+  const padding = json?.padding, truncation = json?.truncation, dropout = json?.model?.dropout;
+  if (padding != null) {
+    const to = padding?.strategy?.Fixed != null ? `length ${padding.strategy.Fixed}` : 'the longest of a batch';
+    return `it pads what it encodes (padding to ${to}); expected no padding, which would add pad ids to prompts`;
+  }
+  if (truncation != null) {
+    return `it truncates what it encodes (max_length ${truncation?.max_length}); expected no truncation, which would `
+      + 'cut long prompts silently';
+  }
+  if (dropout) {
+    return `its BPE drops merges at random (dropout ${dropout}); expected no dropout, which would encode a prompt `
+      + 'differently on each run';
+  }
+  return null;
+}
+
 // tokenizer.json (and tokenizer_config.json when listed), sha256-checked, through the caller's Tokenizer class
 // (@huggingface/tokenizers); a vocabulary of another size than the model's is refused.
 export async function loadTokenizer(io, manifest, Tokenizer) {
@@ -14,6 +34,8 @@ export async function loadTokenizer(io, manifest, Tokenizer) {
   if (ids.size !== manifest.config.vocab_size) {
     throw new ArtifactError(`${io.where}/${file}: a vocabulary of ${ids.size} tokens, expected the model's vocab_size ${manifest.config.vocab_size}`);
   }
+  const problem = settingProblem(json);
+  if (problem) throw new ArtifactError(`${io.where}/${file}: ${problem}`);
   let tok;
   try {
     tok = new Tokenizer(json, config);
