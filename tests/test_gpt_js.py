@@ -298,6 +298,24 @@ def test_a_resealed_tokenizer_that_pads_cuts_or_drops_is_one_line(runner: str, s
         _one_line_error(_run(RUNNERS[runner], *args), f"{folder}/tokenizer.json: {says}")
 
 
+def test_a_resealed_tokenizer_that_makes_tokenizers_panic_is_no_traceback(book_gpt: tuple[torch.nn.Module, Path],
+                                                                          tmp_path: Path) -> None:
+    """A continuing_subword_prefix longer than a merge's part makes `tokenizers` panic in Rust while loading: a
+    PanicException (a BaseException) that was a Python traceback. Now the Error line ends it, exit 1 (Rust's own
+    panic lines still come before it)."""
+    folder = _alter(book_gpt[1], "tokenizer.json", tmp_path)
+    doc = json.loads(book_gpt[1].joinpath("tokenizer.json").read_text())
+    doc["model"]["continuing_subword_prefix"] = "##"
+    (folder / "tokenizer.json").write_text(json.dumps(doc))
+    (folder / "manifest.json").unlink()
+    (folder / "manifest.json").write_text(book_gpt[1].joinpath("manifest.json").read_text())
+    reseal(folder, "tokenizer.json")
+    result = subprocess.run([sys.executable, "-m", "mha_runtime", "generate", str(folder), "--prompt", "hi"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[-1].startswith(f"Error: {folder / 'tokenizer.json'}: not a tokenizers JSON")
+
+
 @pytest.mark.parametrize("runner", ["python", *RUNNERS])
 def test_golden_generations_without_a_case_are_one_line(runner: str, book_gpt: tuple[torch.nn.Module, Path],
                                                        tmp_path: Path) -> None:
