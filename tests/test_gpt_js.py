@@ -372,6 +372,9 @@ def _listed_size(folder: Path, name: str) -> int:
      "--threads: expected an integer from 1 to 1024, got 100000"),
     # the streamed text and then the JSON object on one stdout, which was then neither
     (["generate", "{dir}", "--prompt", "hi", "--json", "--text"], 1, "--json and --text: expected one of the two"),
+    # `mha generate` makes a batch of a repeated prompt; the last one ran alone, the others dropped without a word
+    (["generate", "{dir}", "--prompt", "a", "--prompt", "b"], 1, "--prompt: given twice (this runner runs one prompt)"),
+    (["generate", "{dir}", "--prompt-ids", "1", "--prompt-ids", "2"], 1, "--prompt-ids: given twice (this runner"),
     # bytes that are not UTF-8 (passed as Python's surrogateescape gives them): Node made them U+FFFD and generated
     # from that text, where `mha generate` refuses them; a real U+FFFD before them is text
     (["generate", "{dir}", "--prompt", "ab\udcffcd"], 1,

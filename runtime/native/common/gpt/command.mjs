@@ -30,6 +30,11 @@ export function parseGenerateArgs(argv) {
       i++;
       return next;
     };
+    // one prompt: `mha generate` makes a batch of a repeated one, so the last silently stood for all (the C runner's
+    // words)
+    if ((a === '--prompt-ids' && o.promptIds !== null) || (a === '--prompt' && o.prompt !== null)) {
+      throw new ContractError(`${a}: given twice (this runner runs one prompt)`);
+    }
     if (a === '--prompt-ids') o.promptIds = parseIds(value());
     else if (a === '--prompt') o.prompt = value();
     else if (a === '--max-new-tokens') o.maxNewTokens = integer(a, value());
