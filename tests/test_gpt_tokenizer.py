@@ -135,8 +135,9 @@ def test_bpe_files_that_give_two_tokens_one_id_are_refused(tmp_path: Path, capfd
     ({"padding": {"length": 12}}, "it pads what it encodes (padding to length 12)"),
     ({"padding": {}}, "it pads what it encodes (padding to the longest of a batch)"),
     ({"truncation": {"max_length": 3}}, "it truncates what it encodes (max_length 3)"),
+    ({"dropout": {"dropout": 0.5}}, "its BPE drops merges at random (dropout 0.5)"),
 ])
-def test_a_tokenizer_json_that_pads_or_truncates_is_refused(tmp_path: Path, setting: dict[str, dict[str, int]],
+def test_a_tokenizer_json_that_pads_or_truncates_is_refused(tmp_path: Path, setting: dict[str, dict[str, float]],
                                                             message: str) -> None:
     """Padding and truncation saved in a tokenizer.json apply to every encode: exported as they were, `mha generate`
     padded each prompt with pad ids, or cut it, and generated from that, silently."""
@@ -146,8 +147,10 @@ def test_a_tokenizer_json_that_pads_or_truncates_is_refused(tmp_path: Path, sett
     (key, options), = setting.items()
     if key == "padding":
         tok.enable_padding(pad_id=0, pad_token="a", **options)
-    else:
+    elif key == "truncation":
         tok.enable_truncation(**options)
+    else:
+        tok.model.dropout = options["dropout"]
     tok.save(str(tmp_path / "tokenizer.json"))
     with pytest.raises(ConfigError, match=re.escape(message)):
         read_tokenizer(tmp_path / "tokenizer.json", vocab_size=30, context_length=16)

@@ -14,6 +14,7 @@ from mha_runtime.artifact.config_fields import file_kind
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.gpt.config import GPT2_EOS_ID
+from mha_runtime.gpt.tokenizer import setting_problem
 
 # The golden text prompt (mha_export.gpt.golden): every tokenizer given must encode it.
 TEXT_PROMPT = "Every effort moves you"
@@ -125,17 +126,13 @@ def read_tokenizer(path: Path, *, vocab_size: int, context_length: int) -> Token
     if top >= vocab_size:
         raise ConfigError(f"--tokenizer {path}: token id {top} is outside the model's vocabulary (ids 0.."
                           f"{vocab_size - 1})")
-    # Set in a tokenizer.json (a training setup saved with it), they apply to every encode of the runners: prompts
-    # padded with pad ids or cut, silently (and a fixed padding length of 2**40 aborts the process in Rust).
-    if tok.padding is not None:
-        length = tok.padding.get("length")
-        raise ConfigError(f"--tokenizer {path}: it pads what it encodes (padding to "
-                          f"{'the longest of a batch' if length is None else f'length {length}'}); expected no "
-                          "padding, which would add pad ids to prompts (save it after Tokenizer.no_padding())")
-    if tok.truncation is not None:
-        raise ConfigError(f"--tokenizer {path}: it truncates what it encodes (max_length "
-                          f"{tok.truncation.get('max_length')}); expected no truncation, which would cut long prompts "
-                          "silently (save it after Tokenizer.no_truncation())")
+    # Set in a tokenizer.json (a training setup saved with it), padding, truncation and BPE dropout apply to every
+    # encode of the runners: prompts padded with pad ids, cut or encoded at random, silently (and a fixed padding
+    # length of 2**40 aborts the process in Rust). The runtime refuses them in the same words.
+    problem = setting_problem(tok)
+    if problem is not None:
+        raise ConfigError(f"--tokenizer {path}: {problem} (save it without: Tokenizer.no_padding(), no_truncation(), "
+                          "or a BPE model with dropout None)")
     try:
         tok.encode(TEXT_PROMPT)  # the golden text prompt: a WordLevel vocabulary without an unknown token fails here
     except Exception as exc:  # tokenizers' own Exception
