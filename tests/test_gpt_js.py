@@ -301,8 +301,8 @@ def test_a_resealed_tokenizer_that_pads_cuts_or_drops_is_one_line(runner: str, s
 def test_a_resealed_tokenizer_that_makes_tokenizers_panic_is_no_traceback(book_gpt: tuple[torch.nn.Module, Path],
                                                                           tmp_path: Path) -> None:
     """A continuing_subword_prefix longer than a merge's part makes `tokenizers` panic in Rust while loading: a
-    PanicException (a BaseException) that was a Python traceback. Now the Error line ends it, exit 1 (Rust's own
-    panic lines still come before it)."""
+    PanicException (a BaseException) that was a Python traceback after Rust's own panic lines. The merges are
+    checked before `tokenizers` reads them, as `mha export --gpt --tokenizer` checks them: one line, exit 1."""
     folder = _alter(book_gpt[1], "tokenizer.json", tmp_path)
     doc = json.loads(book_gpt[1].joinpath("tokenizer.json").read_text())
     doc["model"]["continuing_subword_prefix"] = "##"
@@ -312,8 +312,9 @@ def test_a_resealed_tokenizer_that_makes_tokenizers_panic_is_no_traceback(book_g
     reseal(folder, "tokenizer.json")
     result = subprocess.run([sys.executable, "-m", "mha_runtime", "generate", str(folder), "--prompt", "hi"],
                             capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.splitlines()[-1].startswith(f"Error: {folder / 'tokenizer.json'}: not a tokenizers JSON")
+    assert result.returncode == 1 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"Error: {folder / 'tokenizer.json'}: merge 1 "), result.stderr
+    assert "which is not in the vocabulary; expected every merged token in it" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("runner", ["python", *RUNNERS])

@@ -14,7 +14,7 @@ from mha_runtime.artifact.config_fields import file_kind
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.gpt.config import GPT2_EOS_ID
-from mha_runtime.gpt.tokenizer import setting_problem
+from mha_runtime.gpt.tokenizer import bpe_json_problem, merge_problem, setting_problem
 
 # The golden text prompt (mha_export.gpt.golden): every tokenizer given must encode it.
 TEXT_PROMPT = "Every effort moves you"
@@ -47,7 +47,9 @@ def _from_bpe(vocab_path: Path, merges_path: Path) -> bytes:
             raise ConfigError(f"--tokenizer {vocab_path.parent}: {vocab_path.name} gives {seen[token_id]!r} and "
                               f"{token!r} the same id {token_id!r}; expected one id per token")
         seen[token_id] = token
-    _check_merges(f"--tokenizer {vocab_path.parent}: {merges_path.name}", vocab, merges)
+    problem = merge_problem(vocab, merges)
+    if problem is not None:
+        raise ConfigError(f"--tokenizer {vocab_path.parent}: {merges_path.name}: {problem}")
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -55,42 +57,6 @@ def _from_bpe(vocab_path: Path, merges_path: Path) -> bytes:
     if vocab.get(EOS_TEXT) == GPT2_EOS_ID:
         tok.add_special_tokens([AddedToken(EOS_TEXT, special=True, normalized=False)])
     return tok.to_str().encode("utf-8")
-
-
-def _check_merges(where: str, vocab: dict[str, object], merges: list[tuple[str, ...]], prefix: str = "") -> None:
-    """Refuse a merge 'a b' whose joined token is not in the vocabulary: `tokenizers` (0.23) panics in Rust on it
-    ("range end index ... out of range"), which prints its own lines on stderr and raises a PanicException that no
-    `except Exception` catches. Merges are checked in the order it reads them, up to the first with a part that is
-    not in the vocabulary, which it refuses itself in one line. `prefix` is a BPE model's
-    continuing_subword_prefix, cut from `b` (by its bytes, as tokenizers does) before joining."""
-    for number, merge in enumerate(merges, 1):
-        if len(merge) != 2 or not all(isinstance(part, str) and part in vocab for part in merge):
-            return
-        a, b = merge
-        cut = len(prefix.encode())
-        try:
-            joined = a + b.encode()[cut:].decode() if cut <= len(b.encode()) else None
-        except UnicodeDecodeError:  # the cut falls inside a character
-            joined = None
-        if joined not in vocab:
-            raise ConfigError(f"{where}: merge {number} {a + ' ' + b!r} makes {joined!r}, which is not in the "
-                              "vocabulary; expected every merged token in it")
-
-
-def _check_bpe_json(where: str, data: bytes) -> None:
-    """A tokenizer.json's BPE merges, by `_check_merges`; anything else in it is left to `tokenizers` to judge."""
-    try:
-        model = json.loads(data).get("model")
-    except (ValueError, AttributeError, RecursionError):  # not JSON, not an object: tokenizers says so in one line
-        return
-    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
-        return
-    merges = model.get("merges")
-    if not isinstance(merges, list):
-        return
-    pairs = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) if isinstance(m, list) else () for m in merges]
-    prefix = model.get("continuing_subword_prefix")
-    _check_merges(where, model["vocab"], pairs, prefix if isinstance(prefix, str) else "")
 
 
 def read_tokenizer(path: Path, *, vocab_size: int, context_length: int) -> TokenizerFiles:
@@ -109,7 +75,9 @@ def read_tokenizer(path: Path, *, vocab_size: int, context_length: int) -> Token
         elif path.is_file():
             data = path.read_bytes()
             source = {path.name: sha256_file(path)}
-            _check_bpe_json(f"--tokenizer {path}", data)
+            problem = bpe_json_problem(data)
+            if problem is not None:
+                raise ConfigError(f"--tokenizer {path}: {problem}")
         else:  # nothing there, or /dev/null, a FIFO, a socket
             got = f"got {file_kind(path.stat().st_mode)}" if path.exists() else "found nothing there"
             raise ConfigError(f"--tokenizer {path}: expected a folder of GPT-2 BPE files or a tokenizer.json, {got}")

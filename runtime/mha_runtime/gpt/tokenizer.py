@@ -1,6 +1,8 @@
 """GPT-2's byte-level BPE from the folder's tokenizer.json, through Hugging Face `tokenizers` (no hand-written BPE)."""
 from __future__ import annotations
 
+import json
+
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
 
 
@@ -24,12 +26,52 @@ def setting_problem(tok: object) -> str | None:
     return None
 
 
+def merge_problem(vocab: dict[str, object], merges: list[tuple[str, ...]], prefix: str = "") -> str | None:
+    """A merge 'a b' whose joined token is not in the vocabulary, or None: `tokenizers` (0.23) panics in Rust on it
+    ("range end index ... out of range"), which prints its own lines on stderr and raises a PanicException that no
+    `except Exception` catches. Merges are checked in the order it reads them, up to the first with a part that is
+    not in the vocabulary, which it refuses itself in one line. `prefix` is a BPE model's
+    continuing_subword_prefix, cut from `b` (by its bytes, as tokenizers does) before joining."""
+    for number, merge in enumerate(merges, 1):
+        if len(merge) != 2 or not all(isinstance(part, str) and part in vocab for part in merge):
+            return None
+        a, b = merge
+        cut = len(prefix.encode())
+        try:
+            joined = a + b.encode()[cut:].decode() if cut <= len(b.encode()) else None
+        except UnicodeDecodeError:  # the cut falls inside a character
+            joined = None
+        if joined not in vocab:
+            return f"merge {number} {a + ' ' + b!r} makes {joined!r}, which is not in the vocabulary; expected every " \
+                   "merged token in it"
+    return None
+
+
+def bpe_json_problem(data: bytes) -> str | None:
+    """A tokenizer.json's BPE merges, by `merge_problem`; anything else in it is left to `tokenizers` to judge."""
+    try:
+        model = json.loads(data).get("model")
+    except (ValueError, AttributeError, RecursionError):  # not JSON, not an object: tokenizers says so in one line
+        return None
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        return None
+    merges = model.get("merges")
+    if not isinstance(merges, list):
+        return None
+    pairs = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) if isinstance(m, list) else () for m in merges]
+    prefix = model.get("continuing_subword_prefix")
+    return merge_problem(model["vocab"], pairs, prefix if isinstance(prefix, str) else "")
+
+
 class GPTTokenizer:
     """Text <-> ids. The vocabulary must be the model's: a tokenizer of another size is refused on load."""
 
     def __init__(self, data: bytes, *, vocab_size: int, where: str) -> None:
         from tokenizers import Tokenizer
 
+        problem = bpe_json_problem(data)  # before tokenizers, which panics on it
+        if problem is not None:
+            raise ArtifactError(f"{where}: {problem}")
         try:
             self._tok = Tokenizer.from_str(data.decode("utf-8"))
         except BaseException as exc:  # tokenizers raises its own Exception type, and on some edited files panics
