@@ -68,3 +68,22 @@ def test_gpt2_small_pte_size_and_the_full_context(gpt2_dir: Path) -> None:
         with torch.no_grad():
             expected = model(x).numpy()
         assert compare(runner.run(x.numpy()), expected, tolerance_for(PTE.kind)).ok, tokens
+
+
+def test_one_head_lowers_whole(tmp_path: Path) -> None:
+    """num_heads 1: the one head's context is the output; a cat of one tensor was left outside XNNPACK and the
+    export failed after its work ('XNNPACK did not take 1 op(s)')."""
+    from mha_export.executorch.attention import build_pte
+    from mha_export.model.wrapper import build_wrapper
+    from mha_runtime.artifact.config import MHAConfig
+
+    config = MHAConfig(d_in=4, d_out=8, num_heads=1, context_length=5, out_proj=True)
+    torch.manual_seed(0)
+    wrapper = build_wrapper(config).eval()
+    build_pte(wrapper, config, tmp_path, opset=18)
+    runner = PteRunner(tmp_path / PTE.file)
+    for tokens in (1, 3, 5):
+        x = torch.randn(2, tokens, config.d_in, generator=torch.Generator().manual_seed(tokens))
+        with torch.no_grad():
+            expected = wrapper(x).numpy()
+        assert compare(runner.run(x.numpy()), expected, tolerance_for(PTE.kind)).ok, tokens
