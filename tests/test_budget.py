@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import mha_runtime.artifact.registry as registry
-from mha_export.pipeline.budget import MAX_CONTEXT, MAX_HEADS, check_budget, estimate
+from mha_export.pipeline.budget import MAX_CONTEXT, MAX_HEADS, MIN_CONTEXT, check_budget, estimate
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ConfigError
 
@@ -39,11 +39,13 @@ def _config(tmp_path: Path, **fields: int) -> Path:
 
 @pytest.mark.parametrize("fields,message,code", [
     ({"context_length": 200_000}, f"context_length 200000: the graph builders support at most {MAX_CONTEXT}", 2),
+    # was refused after "exporting ..." by the tracer's example input, exit 1
+    ({"context_length": 2}, f"context_length 2: the graph builders need at least {MIN_CONTEXT}", 2),
     ({"num_heads": 100_000, "d_out": 64}, f"num_heads 100000: the faithful trace supports at most {MAX_HEADS}", 2),
     ({"d_in": 10**7, "d_out": 64, "num_heads": 4}, "over the 2.0 GiB a self-contained ONNX file", 2),
     # a value this tool takes, on a machine short of memory: not a usage error
     ({"d_in": 4096, "d_out": 512, "num_heads": 64, "context_length": 4096}, "this machine has", 1),
-], ids=["context", "heads", "file-size", "memory"])
+], ids=["context", "short-context", "heads", "file-size", "memory"])
 def test_oversize_shapes_are_refused_before_any_work(tmp_path: Path, fields: dict[str, int], message: str,
                                                      code: int) -> None:
     """Before any work: no output folder, no staging folder, and no "exporting" line (printed once the weights

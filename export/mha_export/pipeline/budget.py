@@ -26,6 +26,8 @@ PROTOBUF_LIMIT = 2**31
 # The traced graph folds each head's mask into one shared constant only up to this many elements
 # (FOLD_LIMIT in graphs/onnx_trace.py): a longer context would store one mask per head.
 MAX_CONTEXT = 4096
+# The graphs are traced at 2 <= tokens < context_length (model/example.py: a size-1 or full token axis is frozen).
+MIN_CONTEXT = 3
 # The faithful trace holds a subgraph per head (about 20 nodes each): past a few hundred heads tracing, the
 # graph passes and validation take minutes to hours, so a config with more is refused by name.
 MAX_HEADS = 256
@@ -82,6 +84,9 @@ def gib(n: int) -> str:
 
 def check_budget(config: MHAConfig, *, available: int | None = None) -> Estimate:
     """Refuse, in one line, a config the graph builders do not support or whose export cannot fit in memory."""
+    if config.context_length < MIN_CONTEXT:
+        raise BadValueError(f"context_length {config.context_length}: the graph builders need at least {MIN_CONTEXT} "
+                            "(the token axis is traced at 2 <= tokens < context_length to stay dynamic)")
     if config.context_length > MAX_CONTEXT:
         raise BadValueError(f"context_length {config.context_length}: the graph builders support at most "
                           f"{MAX_CONTEXT} (the causal mask is folded into one constant of at most {MAX_CONTEXT}^2 "
