@@ -137,6 +137,10 @@ BAD = {
     "NaN": (_nan("h.1.attn.c_attn.weight"), CONFIG, r"'h\.1\.attn\.c_attn\.weight' holds NaN or inf"),
     # +inf and no NaN: a check written as `isnan` would let it through.
     "inf": (_nan("h.1.attn.c_proj.bias", float("inf")), CONFIG, r"'h\.1\.attn\.c_proj\.bias' holds NaN or inf"),
+    # float64 past float32's range passed the finiteness check, then became inf in the cast: the export failed
+    # after its work with a line blaming the input
+    "float64 past float32": (_set("h.1.attn.c_proj.weight", torch.full((6, 6), 1e300, dtype=torch.float64)), CONFIG,
+                             r"'h\.1\.attn\.c_proj\.weight' holds values beyond float32's range"),
     "integer weights": (_set("h.1.attn.c_proj.weight", torch.zeros(6, 6, dtype=torch.int64)), CONFIG,
                         r"'h\.1\.attn\.c_proj\.weight' has dtype torch\.int64"),
     # float8 is floating point, but torch.isfinite is not defined for it: it was an "internal error".

@@ -146,6 +146,9 @@ def read_layer(path: Path, config: MHAConfig, *, layer: int | None = None) -> tu
             raise ConfigError(f"weights: {key!r} has dtype {tensor.dtype}, expected floating point")
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise ConfigError(f"weights: {key!r} holds NaN or inf values")
+        if tensor.dtype == torch.float64 and not torch.isfinite(tensor.to(torch.float32)).all():
+            raise ConfigError(f"weights: {key!r} holds values beyond float32's range (3.4e38); the export computes "
+                              "in float32")
         tensors[key] = tensor
     return to_wrapper_state(located, tensors, config), located
 
