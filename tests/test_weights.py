@@ -141,6 +141,9 @@ BAD = {
     # after its work with a line blaming the input
     "float64 past float32": (_set("h.1.attn.c_proj.weight", torch.full((6, 6), 1e300, dtype=torch.float64)), CONFIG,
                              r"'h\.1\.attn\.c_proj\.weight' holds values beyond float32's range"),
+    # finite float32 weights whose attention scores overflow: likewise, refused now before "exporting ..."
+    "scores that overflow": (_set("h.1.attn.c_attn.weight", torch.full((8, 18), 1e30)), CONFIG,
+                             r"eager PyTorch's output is NaN or inf with these weights"),
     "integer weights": (_set("h.1.attn.c_proj.weight", torch.zeros(6, 6, dtype=torch.int64)), CONFIG,
                         r"'h\.1\.attn\.c_proj\.weight' has dtype torch\.int64"),
     # float8 is floating point, but torch.isfinite is not defined for it: it was an "internal error".

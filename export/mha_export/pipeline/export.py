@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
@@ -15,10 +16,11 @@ from mha_export.pipeline.preflight import DEFAULT_OPSET, check_opset
 from mha_export.pipeline.progress import steps
 from mha_export.pipeline.run import ExportResult, run_export
 from mha_export.pipeline.seal import artifact_facts, attention_manifest
-from mha_export.pipeline.validate import SWEEP_SEEDS, sweep_shapes, validate
+from mha_export.pipeline.validate import SWEEP_SEEDS, sweep_cases, sweep_shapes, validate
 from mha_export.pipeline.write_optimized import optimized_records, write_optimized
 from mha_export.weights.load import load_model
 from mha_runtime.artifact.config import MHAConfig, preset
+from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.artifact.manifest import Manifest
 from mha_runtime.artifact.optimized_records import is_copy
 from mha_runtime.artifact.registry import (
@@ -66,6 +68,12 @@ class AttentionExport:
 
     def load(self) -> None:
         self.model, self.weights_info = load_model(self.config, self.weights, layer=self.layer)
+        # Computed before the work: finite weights can still overflow float32 attention scores, and every artifact
+        # would then fail the sweep with a line blaming the input (it was found only after all of the builds).
+        self.sweep = sweep_cases(self.model, self.config)
+        if not all(np.isfinite(expected).all() for _, expected, _ in self.sweep):
+            raise ConfigError("weights: eager PyTorch's output is NaN or inf with these weights (their values overflow "
+                              "float32 attention scores); no exported artifact could be checked against it")
 
     def build(self, stage: Path, *, progress: bool, label: str) -> None:
         save_file({k: v.contiguous() for k, v in self.model.state_dict().items()}, str(stage / WEIGHTS_FILE))
@@ -76,7 +84,8 @@ class AttentionExport:
 
     def validate(self, stage: Path, *, progress: bool, label: str) -> None:
         every = (*self.artifacts, *(spec for by_source in self.copies.values() for spec in by_source.values()))
-        self.reports = validate(stage, self.model, self.config, every, progress=progress, label=label)
+        self.reports = validate(stage, self.model, self.config, every, progress=progress, label=label,
+                                sweep=self.sweep)
 
     def seal(self, stage: Path) -> Manifest:
         return attention_manifest(

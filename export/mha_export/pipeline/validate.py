@@ -109,19 +109,30 @@ def _schedule(name: str, batch: int, inplace: bool) -> str:
     return name if not inplace or batch == 1 or name in ("prefill", "token-by-token", "golden") else "golden"
 
 
-def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts: Sequence[ArtifactSpec], *,
-             progress: bool = False, label: str = "validating") -> dict[str, ArtifactReport]:
-    """Run every artifact at every sweep shape and seed; raise ValidationError listing all failures.
+# One sweep case: the input, the eager output and the seed that drew the input.
+SweepCase = tuple[np.ndarray, np.ndarray, int]
 
-    The eager outputs are computed once; then one artifact at a time is loaded, run over the whole sweep (in the
-    sweep's order, which the decode forms' rotating schedules follow) and released, so the peak holds one
-    runtime's session and its buffers, not every artifact's at once."""
+
+def sweep_cases(model: torch.nn.Module, config: MHAConfig) -> list[SweepCase]:
+    """The sweep's inputs and the eager wrapper's outputs, in the sweep's order."""
     sweep = []
     for (batch, tokens), seed in itertools.product(sweep_shapes(config), SWEEP_SEEDS):
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(batch, tokens, config.d_in, generator=gen)  # (B, T, d_in)
         with torch.no_grad():
             sweep.append((x.numpy(), model(x).numpy(), seed))  # expected: (B, T, num_heads * d_out)
+    return sweep
+
+
+def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts: Sequence[ArtifactSpec], *,
+             progress: bool = False, label: str = "validating",
+             sweep: list[SweepCase] | None = None) -> dict[str, ArtifactReport]:
+    """Run every artifact at every sweep shape and seed; raise ValidationError listing all failures.
+
+    The eager outputs are computed once (`sweep`: already computed by the caller); then one artifact at a time is
+    loaded, run over the whole sweep (in the sweep's order, which the decode forms' rotating schedules follow) and
+    released, so the peak holds one runtime's session and its buffers, not every artifact's at once."""
+    sweep = sweep_cases(model, config) if sweep is None else sweep
     reports = {spec.file: ArtifactReport(spec) for spec in artifacts}
     for spec in steps(artifacts, label=label, unit="artifact", enabled=progress, name=lambda s: s.file):
         run = artifact_runner(folder, spec)
