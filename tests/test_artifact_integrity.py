@@ -201,3 +201,15 @@ def test_golden_cases_with_an_integer_past_4300_digits_is_one_line(seed_copy: Pa
     result = CliRunner().invoke(cli, ["check", str(seed_copy)])
     assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
     assert "cases.json: expected JSON, got a parse error" in result.stderr and "internal error" not in result.stderr
+
+
+def test_validate_refuses_a_manifest_that_lists_no_artifact(seed_copy: Path) -> None:
+    """An export lists its core pair at least; a manifest edited to list none was '0 passed, 0 failed', exit 0."""
+    manifest = json.loads((seed_copy / "manifest.json").read_text())
+    manifest["artifacts"] = {}
+    (seed_copy / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(cli, ["validate", str(seed_copy)])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("manifest.json: 'artifacts': expected at least one artifact"), lines
+    assert result.stdout == ""
