@@ -249,6 +249,11 @@ def test_bench_command(seed_dir: Path, tmp_path: Path) -> None:
         (("--batches", "2x7"), 2, "--batches: expected tokens in 1..context_length=6, got 2x7"),
         (("--threads", "0"), 2, "Invalid value for --threads: expected comma-separated thread counts >= 1"),
         (("--threads", "1,x"), 2, "Invalid value for --threads: expected comma-separated integers"),
+        # int() read another script's digit (Arabic-Indic 3) as 3 and '1_6' as 16; '²' passed isdigit() and was
+        # int()'s own "invalid literal" line
+        (("--tokens", "\u0663"), 2, "Invalid value for --tokens: expected comma-separated integers, got '\u0663'"),
+        (("--tokens", "1_6"), 2, "Invalid value for --tokens: expected comma-separated integers, got '1_6'"),
+        (("--batches", "\u00b2x4"), 2, "Invalid value for --batches: expected BATCHxTOKENS pairs"),
     ]:
         bad = _bench(seed_dir, *args, "--out", str(tmp_path / "bad"))
         assert bad.exit_code == code and message in bad.stderr, (args, bad.stderr)
@@ -299,3 +304,4 @@ def test_bench_only_selects_runners(seed_dir: Path) -> None:
     assert "decode" not in run and set(result["artifacts"]) == {"mha.onnx"}
     bad = _bench(seed_dir, "--only", "nope")
     assert bad.exit_code == 2 and "--only: unknown runner 'nope'" in bad.stderr
+

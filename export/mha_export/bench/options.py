@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import BadValueError
@@ -18,11 +19,19 @@ def default_threads() -> list[int]:
     return [1, 2] if (os.cpu_count() or 1) >= 2 else [1]
 
 
+# A count as typed: ASCII digits, a sign allowed (int() also takes '1_6' as 16 and other scripts' digits).
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DIGITS = re.compile(r"[0-9]+")  # str.isdigit() also holds for '²', which int() refuses
+
+
 def parse_counts(text: str) -> list[int]:
     """'16,64' -> [16, 64] (sorted, without repeats)."""
+    pieces = [t.strip() for t in text.split(",") if t.strip()]
     try:
-        return sorted({int(t) for t in text.split(",") if t.strip()})
-    except ValueError:
+        if not all(_INTEGER.fullmatch(t) for t in pieces):
+            raise ValueError
+        return sorted({int(t) for t in pieces})
+    except ValueError:  # also past int()'s digit limit
         raise ValueError(f"expected comma-separated integers, got {text!r}") from None
 
 
@@ -43,7 +52,8 @@ def parse_batches(text: str) -> list[Shape]:
     shapes: list[Shape] = []
     for part in (p.strip() for p in text.split(",")):
         batch, sep, tokens = part.partition("x")
-        if not (sep and batch.isdigit() and tokens.isdigit() and int(batch) >= 1 and int(tokens) >= 1):
+        if not (sep and _DIGITS.fullmatch(batch) and _DIGITS.fullmatch(tokens) and int(batch) >= 1
+                and int(tokens) >= 1):
             raise ValueError(f"expected BATCHxTOKENS pairs such as 8x128,32x16 (or 'none'), got {part!r}")
         if (int(batch), int(tokens)) not in shapes:
             shapes.append((int(batch), int(tokens)))
