@@ -305,3 +305,20 @@ def test_bench_only_selects_runners(seed_dir: Path) -> None:
     bad = _bench(seed_dir, "--only", "nope")
     assert bad.exit_code == 2 and "--only: unknown runner 'nope'" in bad.stderr
 
+
+def test_bench_out_is_checked_before_the_rounds(seed_dir: Path, tmp_path: Path) -> None:
+    """A file at --out (or above it), a folder named bench.json in it, a dangling link: one line, exit 1, before any
+    timing; each failed only after every round, the first as "<path>: File exists"."""
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "taken" / "bench.json").mkdir(parents=True)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for out, message in [(tmp_path / "file", "expected a folder, found a file"),
+                         (tmp_path / "file" / "sub", f"expected a folder, found a file at {tmp_path / 'file'}"),
+                         (tmp_path / "taken", "expected bench.json to be a file, found a folder"),
+                         (tmp_path / "dangling", "which does not exist")]:
+        result = _bench(seed_dir, "--rounds", "1", "--threads", "1", "--tokens", "6", "--batches", "none",
+                        "--settle", "0", "--out", str(out))
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 1 and len(lines) == 1, result.stderr
+        assert lines[0].startswith(f"Error: --out {out}: ") and message in lines[0], lines[0]
+        assert result.stdout == ""

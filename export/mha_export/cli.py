@@ -157,7 +157,7 @@ def bench_cmd(preset: str, root: Path, tokens: str | None, batches: str | None, 
     """Latency and tokens/s of every runner side by side, with ratios to the causal floor and to torch's fused
     kernel, and the decode forms; writes JSON and a plot."""
     from mha_export.bench.options import parse_batches, parse_counts, parse_threads
-    from mha_export.bench.report import format_report, write_outputs
+    from mha_export.bench.report import check_out_dir, format_report, write_outputs
     from mha_export.bench.run import run_bench
 
     parsed: dict[str, Any] = {}
@@ -168,6 +168,7 @@ def bench_cmd(preset: str, root: Path, tokens: str | None, batches: str | None, 
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint=name) from None
     chosen = [name.strip() for name in only.split(",") if name.strip()] or None
+    check_out_dir(out)  # before the rounds, which may take minutes
     result = run_bench(root / preset, tokens=parsed["--tokens"], batches=parsed["--batches"],
                        threads=parsed["--threads"], rounds=rounds, only=chosen, settle=settle)
     written = write_outputs(result, out)

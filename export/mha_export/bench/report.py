@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,6 +11,7 @@ from typing import Any
 from mha_export.bench.plots import save_png
 from mha_export.bench.runners import FUSED
 from mha_runtime.artifact.atomic import write_file_atomic
+from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.artifact.registry import (
     DECODE,
     DECODE_INPLACE,
@@ -99,6 +102,7 @@ def format_report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+JSON_NAME, PNG_NAME = "bench.json", "latency.png"
 NO_MATPLOTLIB = "latency.png not written: matplotlib is not installed (pip install './export[bench]')"
 
 
@@ -111,12 +115,34 @@ class Outputs:
     note: str | None = None
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """--out before any timing: a folder or nothing yet, below a folder that takes new entries (probed with an
+    empty folder, removed at once), and bench.json and latency.png not folders; else one ArtifactError line. The
+    bench's outputs were written only after all of its rounds, and a file at --out failed there."""
+    existing = Path(out_dir)
+    while not existing.exists() and not existing.is_symlink() and existing != existing.parent:
+        existing = existing.parent
+    if existing.is_symlink() and not existing.exists():  # mkdir would fail on it after the rounds
+        raise ArtifactError(f"--out {out_dir}: {existing} is a symbolic link to {os.readlink(existing)}, which does "
+                            "not exist; expected a folder, a link to one, or nothing there")
+    if not existing.is_dir():
+        raise ArtifactError(f"--out {out_dir}: expected a folder, found a file"
+                            + ("" if existing == Path(out_dir) else f" at {existing}"))
+    for name in (JSON_NAME, PNG_NAME):
+        if (Path(out_dir) / name).is_dir():
+            raise ArtifactError(f"--out {out_dir}: expected {name} to be a file, found a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mha-probe-", dir=existing))
+    except OSError as exc:  # read-only, no permission, or a file system that takes no new entries
+        raise ArtifactError(f"--out {out_dir}: cannot write there ({exc.strerror or exc})") from None
+
+
 def write_outputs(result: dict[str, Any], out_dir: Path) -> Outputs:
     """bench.json, then latency.png (log-log latency against tokens at batch 1 for the main thread count, with
     the causal and dense floors at that run's MatMul peak as lines). The JSON is written before matplotlib is
     imported: without it (an optional extra) the figures are kept and only the plot is skipped, with a note."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, png_path = out_dir / "bench.json", out_dir / "latency.png"
+    json_path, png_path = out_dir / JSON_NAME, out_dir / PNG_NAME
     write_file_atomic(json_path, (json.dumps(result, indent=2) + "\n").encode())
     try:
         import matplotlib
