@@ -94,6 +94,40 @@ def test_replace_folder_leaves_a_complete_set_whatever_step_fails(tmp_path: Path
         assert _snapshot(final) == old_files
 
 
+def test_two_swaps_of_one_name_take_turns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two exports of one name finishing together, where neither found a folder: the second swap waits for the
+    first and then replaces it whole. It used to rename onto the folder the other had just placed and fail,
+    "Directory not empty", after all of its work."""
+    import threading
+
+    import mha_runtime.artifact.atomic as atomic
+
+    final, new, _, _ = _two_sets(tmp_path)
+    shutil.rmtree(final)  # nothing there yet: both swaps see no old folder
+    other = tmp_path / "other"
+    (other / "golden").mkdir(parents=True)
+    (other / "manifest.json").write_text("the other export's")
+    other_files = _snapshot(other)
+    real_rename = os.rename
+    racer: list[threading.Thread] = []
+    waited: list[bool] = []
+
+    def rename(src: object, dst: object) -> None:
+        if Path(str(src)) == new and not racer:  # the other export reaches its swap just before this one renames
+            racer.append(threading.Thread(target=atomic.replace_folder, args=(other, final)))
+            racer[0].start()
+            racer[0].join(timeout=1.0)  # it waits for this swap's turn (without turns it placed its folder)
+            waited.append(racer[0].is_alive())
+        real_rename(src, dst)
+
+    monkeypatch.setattr(atomic.os, "rename", rename)
+    atomic.replace_folder(new, final)
+    assert waited == [True]
+    racer[0].join(timeout=10)
+    assert not racer[0].is_alive() and _snapshot(final) == other_files  # the later swap, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed"]
+
+
 def test_an_interrupted_swap_is_repaired_by_the_next_export(tmp_path: Path) -> None:
     """A run killed between the two renames leaves only `.seed.old-<id>` (unlocked): the next export puts it back."""
     from mha_runtime.artifact.atomic import clean_leftovers

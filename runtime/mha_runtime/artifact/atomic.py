@@ -223,7 +223,24 @@ def replace_folder(new: Path, final: Path) -> None:
     """Swap `new` into `final`. After any failure at any step, `final` holds the old or the new complete set:
     the old folder is renamed aside, the new one renamed in, and on failure the old one is renamed back; it is
     deleted only once the new one is in place. Signals are held during the renames; one that came meanwhile is
-    raised after them as `Interrupted`, which says the new folder was written in full."""
+    raised after them as `Interrupted`, which says the new folder was written in full.
+
+    Swaps beside `final` take turns (an flock on its parent): of two exports of one name that finish together,
+    each places its whole folder and the later one stays. Without turns, one could find no folder, then fail its
+    rename on the folder the other had just placed ("Directory not empty", after all of its work)."""
+    try:
+        turn: int | None = lock_folder(final.parent)
+    except OSError:  # a folder this process may write in but not open (mode 0333): the swap goes without turns
+        turn = None
+    try:
+        _swap(new, final)
+    finally:
+        if turn is not None:
+            os.close(turn)
+
+
+def _swap(new: Path, final: Path) -> None:
+    """replace_folder's renames, once it is this export's turn."""
     old = final.with_name(_temp_name(final, "old")) if final.exists() else None
     old_lock = lock_folder(final) if old is not None else None  # the old set stays locked while aside
     swapped = False
