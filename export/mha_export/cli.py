@@ -64,6 +64,8 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
         return
     if tokenizer is not None:
         raise click.UsageError("--tokenizer belongs to a GPT export: add --gpt")
+    if variants is not None and not variants.replace(",", "").strip():  # ',' is not 'none' by accident either
+        raise click.BadParameter("expected comma-separated variants, got none", param_hint="'--variants'")
     bad = [p for p in presets if p not in PRESETS]
     if bad:
         raise click.BadParameter(f"{bad[0]!r} is not one of {', '.join(map(repr, PRESETS))}"
