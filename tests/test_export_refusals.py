@@ -113,6 +113,9 @@ CASES: dict[str, Case] = {
                              ("'context_length': expected at least 2",), ("gpt",)),
     "variants of 5000 characters": Case(lambda t, k: [*_preset(k), "--name", "keep", "--variants", "x" * 5000], 2,
                                         ("got '" + "x" * 40 + "...'",), ("gpt",)),
+    # the attention's line quoted all 5000 characters
+    "variant name of 5000 characters": Case(lambda t, k: [*_preset(k), "--name", "keep", "--variants", "x" * 5000],
+                                            2, ("unknown variant '" + "x" * 40 + "...'",), ("attention",)),
     "lossy form without inplace": Case(lambda t, k: [*_preset(k), "--name", "keep", "--variants", "int8"], 2,
                                        ("add inplace",), ("gpt",)),
     # the attention's ',' exported the core pair alone, as 'none' would, with exit 0

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.errors import BadValueError, ExportError
+from mha_runtime.artifact.errors import BadValueError, ExportError, cut
 from mha_runtime.artifact.tolerance import Tolerance
 
 # Who loads a file: the `runtime` field of cases.json and of the manifest's artifact records.
@@ -179,7 +179,7 @@ def parse_variants(text: str | Iterable[str]) -> Selection:
         if name in UNBUILDABLE:
             raise BadValueError(f"variant {name!r} cannot be built: {UNBUILDABLE[name]}")
         if name not in CHOICES:
-            raise BadValueError(f"unknown variant {name!r}; choose from {', '.join(CHOICES)}, 'all' or 'none'")
+            raise BadValueError(f"unknown variant {cut(name)!r}; choose from {', '.join(CHOICES)}, 'all' or 'none'")
     return tuple(v for v in CHOICES if v in names)
 
 
