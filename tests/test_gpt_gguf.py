@@ -279,6 +279,27 @@ def test_without_llama_cpp_the_variant_is_left_out_in_one_line(tmp_path: Path,
     assert alone.exit_code == 2 and "make llama-cpp" in alone.stderr and not (tmp_path / "out" / "c").exists()
 
 
+@pytest.mark.parametrize(("n_heads", "made"), [(2, True), (4, False)])
+def test_head_size_1_is_refused_before_any_work(tmp_path: Path, n_heads: int, made: bool) -> None:
+    """emb_dim 4: head size 2 exports gpt.gguf (vocab 50 and context 2 at their edges); head size 1 made llama.cpp
+    abort (GGML_ASSERT) in the validation, a two-line failure ending in gdb's noise after the whole export."""
+    gpt_json = tmp_path / "gpt.json"
+    gpt_json.write_text(json.dumps({"vocab_size": 50, "context_length": 2, "emb_dim": 4, "n_heads": n_heads,
+                                    "n_layers": 1}))
+    result = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(gpt_json), "--name", "h", "--variants",
+                                      "decoder,gguf", "--out", str(tmp_path / "out")])
+    if made:
+        if llama_cpp.program() is None:
+            pytest.skip(llama_cpp.BUILD_HINT)
+        assert result.exit_code == 0, result.stderr
+        assert load_gpt_manifest(tmp_path / "out" / "h").artifacts[GGUF_FORM].passed
+        return
+    assert result.exit_code == 2 and result.stdout == "", result.stderr
+    assert result.stderr == (f"Error: --config {gpt_json}: --variants gguf: head size 1 (emb_dim / n_heads), which "
+                             "llama.cpp's gpt2 graph cannot run (it aborts)\n")
+    assert not (tmp_path / "out").exists()
+
+
 @needs_llama
 def test_check_without_llama_cpp_skips_the_gguf_cases_but_checks_the_sha256(
         hf_gguf: tuple[torch.nn.Module, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -51,6 +51,13 @@ def inplace_refusal(cfg: GPTConfig) -> str | None:
     return None
 
 
+def gguf_refusal(cfg: GPTConfig) -> str | None:
+    """Why the GGUF files cannot be built for `cfg`, or None."""
+    if cfg.head_dim == 1:  # llama.cpp's gpt2 graph aborts on it (GGML_ASSERT(ggml_can_mul_mat(a, b))); 2 runs
+        return "head size 1 (emb_dim / n_heads), which llama.cpp's gpt2 graph cannot run (it aborts)"
+    return None
+
+
 def check_gpt_forms(cfg: GPTConfig, variants: tuple[str, ...]) -> None:
     """Refuse, before any work, a form asked for by name that this config cannot have (the default set leaves it
     out with a note instead)."""
@@ -58,6 +65,9 @@ def check_gpt_forms(cfg: GPTConfig, variants: tuple[str, ...]) -> None:
     named = [v for v in variants if v in GPT_VARIANTS and FORMS[GPT_VARIANTS[v]].kind == "inplace"]
     if why is not None and named:
         raise BadValueError(f"--variants {','.join(named)}: {why}; export the decoder variant (gpt.onnx) alone")
+    why = gguf_refusal(cfg)
+    if why is not None and GGUF_VARIANT in variants:  # gguf is never in 'all': always asked for by name
+        raise BadValueError(f"--variants {GGUF_VARIANT}: {why}")
 
 
 @dataclass(frozen=True)
