@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ import torch
 from click.testing import CliRunner
 
 from gpt_sources import BOOK
+from helpers import reseal
 from mha_export.gpt.plan import parse_gpt_variants
 from mha_export.infer.gpt_pte_runner import PteGPT
 from mha_runtime.artifact.errors import ArtifactError, ContractError
@@ -151,6 +154,23 @@ def test_a_tampered_gpt_pte_is_refused_before_it_is_loaded(book_gpt: tuple[torch
         Generator(copy, form=PTE_FORM)
     with pytest.raises(ArtifactError, match=r"gpt\.pte: sha256"):  # mha check: one line, exit 1 (as a tampered .onnx)
         check_generations(copy)
+
+
+def test_a_resealed_gpt_pte_whose_strings_are_not_utf8_is_one_line(book_gpt: tuple[torch.nn.Module, Path],
+                                                                    tmp_path: Path) -> None:
+    """A delegate id edited to a byte that is not UTF-8 (and resealed): ExecuTorch logs it through pybind11, which
+    cannot decode it and ended the process (exit 134, nothing on stderr). A subprocess: the abort would end pytest."""
+    _, folder = book_gpt
+    copy = Path(shutil.copytree(folder, tmp_path / "book"))
+    data = bytearray((copy / PTE_FORM).read_bytes())
+    data[data.index(b"XnnpackBackend")] = 0xA7
+    (copy / PTE_FORM).write_bytes(bytes(data))
+    reseal(copy, PTE_FORM)
+    ran = subprocess.run([sys.executable, "-m", "mha_runtime", "generate", str(copy), "--form", PTE_FORM,
+                          "--prompt-ids", "1", "--max-new-tokens", "1"], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1 and ran.stdout == "", (ran.returncode, ran.stderr)
+    assert ran.stderr == (f"Error: {copy / PTE_FORM}: ExecuTorch cannot load it (its delegate id "
+                          "b'\\xa7nnpackBackend' is not UTF-8 text)\n")
 
 
 def test_a_manifest_whose_bounds_were_edited_is_refused(book_gpt: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha_export.infer.pte_runner import loading
+from mha_export.infer.pte_runner import load_program, loading
 from mha_runtime.artifact.errors import ArtifactError, ContractError, first_line
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import PTE_FORM
@@ -56,7 +56,7 @@ class PteGPT:
         if self._method is not None:
             return self._method
         with loading(self.where, self.threads) as runtime:
-            self._program = runtime.load_program(self.data)  # kept: a Method outliving it crashes
+            self._program = load_program(runtime, self.data)  # kept: a Method outliving it crashes
             (text,) = self._program.load_method(CONFIG_METHOD).execute([])
             bounds = list(self._program.load_method(BOUNDS_METHOD).execute([]))
             method = self._program.load_method("forward")

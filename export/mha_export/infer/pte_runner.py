@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from flatbuffers.table import Table
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import check_input, check_output
@@ -39,6 +40,44 @@ def quiet() -> Iterator[None]:
         os.close(saved)
 
 
+def text_fields(data: bytes) -> Iterator[tuple[str, bytes]]:
+    """(what, bytes) of each string ExecuTorch may print while it loads a method: the methods' names, their
+    operators' names and overloads, their delegates' ids and the named data's keys (program.fbs field order)."""
+    def strings(table: Table, slot: int, what: str, field: int) -> Iterator[tuple[str, bytes]]:
+        for j in range(vector_len(table, slot)):
+            item = Table(data, table.Indirect(table.Vector(table.Offset(slot)) + 4 * j))
+            offset = item.Offset(4 + 2 * field)
+            if offset:
+                yield what, bytes(item.String(offset + item.Pos))
+
+    def vector_len(table: Table, slot: int) -> int:
+        offset = table.Offset(slot)
+        return table.VectorLen(offset) if offset else 0
+
+    program = Table(data, int.from_bytes(data[:4], "little"))
+    yield from strings(program, 18, "named data key", 0)  # Program.named_data[].key
+    for i in range(vector_len(program, 6)):  # Program.execution_plan
+        plan = Table(data, program.Indirect(program.Vector(program.Offset(6)) + 4 * i))
+        if plan.Offset(4):
+            yield "method name", bytes(plan.String(plan.Offset(4) + plan.Pos))
+        yield from strings(plan, 16, "operator name", 0)  # ExecutionPlan.operators[].name
+        yield from strings(plan, 16, "operator overload", 1)
+        yield from strings(plan, 18, "delegate id", 0)  # ExecutionPlan.delegates[].id
+
+
+def load_program(runtime: Any, data: bytes) -> Any:
+    """runtime.load_program(data) (which verifies the flatbuffer's structure), then every string it may print
+    checked as UTF-8: ExecuTorch's log reaches Python's stderr through pybind11, which cannot decode other bytes
+    and ends the process (abort, exit 134, no message) on an edited operator name; refused with ValueError."""
+    program = runtime.load_program(data)
+    for what, text in text_fields(data):
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"its {what} {text[:40]!r} is not UTF-8 text") from None
+    return program
+
+
 @contextlib.contextmanager
 def loading(where: str | Path, threads: int | None) -> Iterator[Any]:
     """ExecuTorch's Runtime, quietly, its own pool set to `threads`; whatever the body raises (a program that does
@@ -63,7 +102,7 @@ class PteRunner:
     def __init__(self, artifact: str | Path, *, model: str = PTE.file, threads: int | None = None) -> None:
         data, self.path, self.verified = read_model(Path(artifact), model, (".pte",))  # verified before parsing
         with loading(self.path, threads) as runtime:
-            self._program = runtime.load_program(data)  # kept: a Method outliving its Program crashes
+            self._program = load_program(runtime, data)  # kept: a Method outliving its Program crashes
             self._method = self._program.load_method("forward")
             (text,) = self._program.load_method(CONFIG_METHOD).execute([])
             (self.batch_max,) = self._program.load_method(BATCH_METHOD).execute([])
