@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import shutil
 from importlib.metadata import version
 from pathlib import Path
@@ -256,6 +257,31 @@ def test_a_tampered_gguf_is_refused_before_llama_cpp_sees_it(hf_gguf: tuple[torc
     # the same folder untampered: the stand-in runs (and fails its cases), so the mark proves what it would show
     results = [r for r in check_generations(folder) if r.artifact == GGUF_FORM]
     assert results and not any(r.ok for r in results) and mark.exists()
+    # the failure names the listed file, not the private copy llama.cpp was handed (gone when the line is read)
+    assert all(f"{folder / GGUF_FORM}: llama.cpp" in (r.error or "") for r in results), results[0].error
+
+
+@pytest.mark.parametrize(("script", "said"), [
+    ("echo garbage", "answered 'garbage', not a JSON object (is it mha-llama-golden"),  # was json's 'Expecting value'
+    ("echo '[1]'", "answered '[1]', not a JSON object"),
+    (r"printf '\377\n'", "answered '\ufffd', not a JSON object"),  # was UnicodeDecodeError
+    # a header and one answer, no logits file: was [Errno 2] naming a temporary logits.bin
+    ("""echo '{"n_vocab": 50}'; echo '{"ids": [1]}'""", "n_vocab 50 and None bytes of logits"),
+    ("""echo '{"n_vocab": "50"}'; echo '{"ids": [1]}'; : > "$2\"""", "n_vocab '50' and 0 bytes of logits"),
+    ("""echo '{"n_vocab": 50}'; echo '{"x": 1}'; : > "$2\"""", """answered {"x": 1}, not a list of token ids"""),
+    ("""echo '{"n_vocab": 50}'; echo '{"ids": [1]}'; : > "$2\"""", "wrote 0 logits rows for 1 generations"),
+])
+def test_a_program_at_mha_llama_cpp_that_is_not_mha_llama_golden_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, said: str) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / llama_cpp.PROGRAM).write_text(f"#!/bin/sh\n{script}\n")
+    (fake / llama_cpp.PROGRAM).chmod(0o755)
+    monkeypatch.setenv(llama_cpp.ENV, str(fake))
+    case = GoldenGeneration(name="g", prompt_ids=[1], prompt_text=None, max_new_tokens=1, temperature=0.0,
+                            top_k=None, seed=None, ids=[1, 2], first_logits_bin="g.bin", first_logits_npy="g.npy")
+    with pytest.raises(ArtifactError, match=re.escape(said)):
+        llama_cpp.run_greedy(tmp_path / "x.gguf", [case], where=tmp_path / "listed.gguf")
 
 
 def test_without_llama_cpp_the_variant_is_left_out_in_one_line(tmp_path: Path,

@@ -112,7 +112,7 @@ def check_gguf(folder: Path, manifest: GPTManifest, file: str, golden: GoldenGen
         return every_case(file, cases, tolerance, llama_cpp.BUILD_HINT, skipped=True)
     with llama_cpp.verified_copy(folder, file, manifest) as copy:  # ArtifactError before llama.cpp sees a byte
         try:
-            got = llama_cpp.run_greedy(copy, cases)
+            got = llama_cpp.run_greedy(copy, cases, where=folder / file)
         except Exception as exc:
             return every_case(file, cases, tolerance, first_line(exc))
     results = []

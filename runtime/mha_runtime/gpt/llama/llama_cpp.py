@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from mha_runtime.artifact.errors import ArtifactError, first_line
+from mha_runtime.artifact.errors import ArtifactError, cut, first_line
 from mha_runtime.artifact.manifest import verify_listed
 from mha_runtime.artifact.tolerance import Comparison, Tolerance, compare
 from mha_runtime.gpt.golden import GoldenGeneration
@@ -59,26 +59,45 @@ def threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def run(gguf: Path, commands: list[str]) -> Answers:
-    """Load `gguf` once in llama.cpp and answer `commands` (generate / score / tokenize lines)."""
+def run(gguf: Path, commands: list[str], *, where: Path | None = None) -> Answers:
+    """Load `gguf` once in llama.cpp and answer `commands` (generate / score / tokenize lines); errors name `where`
+    (the listed file that `gguf` is a private copy of), else `gguf`."""
     exe = program()
     if exe is None:
         raise ArtifactError(BUILD_HINT)
+    name = where or gguf
     with tempfile.TemporaryDirectory(prefix="mha-llama-") as tmp:
         out = Path(tmp) / "logits.bin"
         done = subprocess.run([str(exe), str(gguf), str(out), "--threads", str(threads()), "--kv", "f32"],
                               input="".join(c + "\n" for c in commands), capture_output=True, text=True,
-                              timeout=600.0, check=False)
+                              errors="replace", timeout=600.0, check=False)
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            raise ArtifactError(f"{gguf}: llama.cpp ({PROGRAM}) exited {done.returncode}: {tail}")
-        lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+            raise ArtifactError(f"{name}: llama.cpp ({PROGRAM}) exited {done.returncode}: {tail}")
+        lines = [_answer(line, exe, name) for line in done.stdout.splitlines() if line.strip()]
         head, answers = (lines or [{}])[0], lines[1:]
         if "n_vocab" not in head or len(answers) != len(commands):
-            raise ArtifactError(f"{gguf}: llama.cpp answered {len(answers)} of {len(commands)} commands")
-        vocab = int(head["n_vocab"])  # type: ignore[call-overload]
+            raise ArtifactError(f"{name}: llama.cpp answered {len(answers)} of {len(commands)} commands")
+        vocab = head["n_vocab"]
+        size = out.stat().st_size if out.is_file() else None
+        # A program at $MHA_LLAMA_CPP that is not tools/llama_golden.c's: one line, not numpy's reshape error
+        if type(vocab) is not int or vocab < 1 or size is None or size % (4 * vocab):
+            raise ArtifactError(f"{name}: {exe} answered n_vocab {vocab!r} and {size} bytes of logits, not "
+                                f"float32 rows of n_vocab (is it {PROGRAM} of `make llama-cpp`?)")
         logits = np.fromfile(out, dtype=np.float32).reshape(-1, vocab)
     return Answers(answers, logits)
+
+
+def _answer(line: str, exe: Path, name: Path) -> dict[str, object]:
+    """One answer line: a JSON object (anything else is a program that is not mha-llama-golden)."""
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise ArtifactError(f"{name}: {exe} answered {cut(line)!r}, not a JSON object (is it {PROGRAM} of "
+                            "`make llama-cpp`?)")
+    return answer
 
 
 def generate(prompt: list[int], new_tokens: int) -> str:
@@ -141,15 +160,25 @@ def greedy_answers(cases: list[GoldenGeneration], answers: Answers) -> Greedy:
     """What llama.cpp answered to greedy_commands(cases) (the first answers of a run)."""
     chosen = greedy_cases(cases)
     texts = [c for c in chosen if c.prompt_text is not None]
-    ids = [list(a["ids"]) for a in answers.lines[:len(chosen) + len(texts)]]  # type: ignore[call-overload]
+    ids = [_ids(a) for a in answers.lines[:len(chosen) + len(texts)]]
+    if len(answers.logits) < len(chosen):
+        raise ArtifactError(f"llama.cpp wrote {len(answers.logits)} logits rows for {len(chosen)} generations")
     return Greedy(ids={c.name: ids[i] for i, c in enumerate(chosen)},
                   first={c.name: answers.logits[i] for i, c in enumerate(chosen)},
                   encoded={c.name: ids[len(chosen) + i] for i, c in enumerate(texts)})
 
 
-def run_greedy(gguf: Path, cases: list[GoldenGeneration]) -> Greedy:
-    """llama.cpp on the greedy cases of `cases`."""
-    return greedy_answers(cases, run(gguf, greedy_commands(cases)))
+def _ids(answer: dict[str, object]) -> list[int]:
+    """The token ids of a generate or tokenize answer."""
+    ids = answer.get("ids")
+    if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+        raise ArtifactError(f"llama.cpp answered {cut(json.dumps(answer))}, not a list of token ids under 'ids'")
+    return ids
+
+
+def run_greedy(gguf: Path, cases: list[GoldenGeneration], *, where: Path | None = None) -> Greedy:
+    """llama.cpp on the greedy cases of `cases` (errors name `where`, as run's)."""
+    return greedy_answers(cases, run(gguf, greedy_commands(cases), where=where))
 
 
 def judge_case(got: Greedy, case: GoldenGeneration, expected: np.ndarray, tolerance: Tolerance
