@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from flatbuffers.table import Table
 
 from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.contract import check_input, check_output
@@ -43,6 +42,8 @@ def quiet() -> Iterator[None]:
 def text_fields(data: bytes) -> Iterator[tuple[str, bytes]]:
     """(what, bytes) of each string ExecuTorch may print while it loads a method: the methods' names, their
     operators' names and overloads, their delegates' ids and the named data's keys (program.fbs field order)."""
+    from flatbuffers.table import Table  # ExecuTorch's own dependency: only with the executorch extra
+
     def strings(table: Table, slot: int, what: str, field: int) -> Iterator[tuple[str, bytes]]:
         for j in range(vector_len(table, slot)):
             item = Table(data, table.Indirect(table.Vector(table.Offset(slot)) + 4 * j))
