@@ -12,8 +12,10 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
+import threading
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -390,6 +392,29 @@ def test_check_json_onto_a_folder_is_one_line_and_leaves_nothing_beside_it(runne
     assert result.stderr.splitlines() == [f"error: {tmp_path / 'out' / 'check.json'}: cannot write it ("
                                           f"{'Is a directory' if runner == 'c' else 'EISDIR'})"], result.stderr
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["check.json"]
+
+
+@pytest.mark.parametrize("runner", ["c", "cpp", "node", "wasm"])
+def test_check_json_into_a_fifo_writes_through_it(runner: str, seed_dir: Path, tmp_path: Path) -> None:
+    """--json FILE where FILE is a FIFO (or a device): written through, as `mha check --json` writes it. The rename
+    of a temporary file made a regular file of it (run as root, `--json /dev/full` replaced the device)."""
+    fifo = tmp_path / "check.json"
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    command = ["node", str(NATIVE / "web" / "check.mjs")] if runner == "wasm" else [*COMMAND[runner], "check"]
+    try:
+        result = subprocess.run([*command, str(seed_dir), "--json", str(fifo)], capture_output=True, text=True,
+                                timeout=300)
+    finally:
+        reader.join(30)
+        if reader.is_alive() and stat.S_ISFIFO(os.lstat(fifo).st_mode):  # never opened for writing: end the reader
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    _no_crash(result)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["check.json"]
+    assert json.loads(read[0])["failed"] == 0
 
 
 # --- hostile fixtures: one line, exit 1, no crash, nothing written ----------------------------------------------

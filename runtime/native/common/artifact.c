@@ -171,7 +171,32 @@ int mha_join(char *out, size_t size, const char *a, const char *b, char *err, si
     return MHA_OK;
 }
 
+/* Every byte of data to fd; -1 (errno set) when a write fails. */
+static int write_all(int fd, const void *data, size_t len) {
+    for (size_t done = 0; done < len;) {
+        ssize_t w = write(fd, (const char *)data + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
 int mha_write_atomically(const char *path, const void *data, size_t len, char *err, size_t n) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        /* A FIFO or a device (/dev/stdout, /dev/full): written through, never replaced, as the Python and Node runners
+         * write it (the rename made a regular file of the device, for a user who may write in /dev) */
+        int fd = open(path, O_WRONLY);
+        int bad = fd < 0 || write_all(fd, data, len) != 0;
+        int saved = errno;
+        if (fd >= 0 && close(fd) != 0 && !bad) {
+            bad = 1;
+            saved = errno;
+        }
+        if (bad) snprintf(err, n, "%s: cannot write it (%s)", path, strerror(saved));
+        return bad ? MHA_ERROR : MHA_OK;
+    }
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp) {
         snprintf(err, n, "%.200s...: expected a shorter output path", path);
@@ -184,13 +209,7 @@ int mha_write_atomically(const char *path, const void *data, size_t len, char *e
     }
     mode_t mask = umask(0);  /* mkstemp makes 0600; give the file the mode a plain fopen would */
     umask(mask);
-    int bad = fchmod(fd, 0666 & ~mask) != 0;
-    for (size_t done = 0; !bad && done < len;) {
-        ssize_t w = write(fd, (const char *)data + done, len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) bad = 1;
-        else done += (size_t)w;
-    }
+    int bad = fchmod(fd, 0666 & ~mask) != 0 || write_all(fd, data, len) != 0;
     bad = close(fd) != 0 || bad;
     if (!bad) bad = rename(tmp, path) != 0;
     if (bad) {

@@ -40,7 +40,23 @@ const MAX_MANIFEST_BYTES = 4 << 20;
 
 // Writing a result: under a name unique to this process (pid + random suffix), renamed into place, so that concurrent
 // runs on one output path never see each other's half-written files and a failed write leaves nothing behind.
+// A FIFO or a device (/dev/stdout, /dev/full) is written through, never replaced, as the Python and C runners write
+// it: the rename made a regular file of the device, for a user who may write in /dev.
 function writeAtomically(output, bytes) {
+  let stat = null;
+  try {
+    stat = fs.statSync(output);
+  } catch {
+    // nothing there yet: the usual temporary file and rename
+  }
+  if (stat && !stat.isFile() && !stat.isDirectory()) {
+    try {
+      fs.writeFileSync(output, bytes);
+    } catch (e) {
+      throw new Error(`${output}: cannot write it (${e.code || e.message})`);
+    }
+    return;
+  }
   const tmp = `${output}.${process.pid}.${crypto.randomBytes(6).toString('hex')}.tmp`;
   try {
     fs.writeFileSync(tmp, bytes, { flag: 'wx' });  // 'wx': never reuse a file that is already there
