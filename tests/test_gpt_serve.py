@@ -395,7 +395,7 @@ def _settled(port: int, cancelled: int) -> dict[str, Any]:
         if health["cancelled"] > cancelled or (health["running"] == health["queued"] == 0) \
                 or time.monotonic() > deadline:
             return health
-        time.sleep(0.02)
+        time.sleep(0.02)  # polling a condition with a deadline (health has no push); moved here unchanged
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_slot(server: ServerProcess, gpt_mini: Path) -> None:

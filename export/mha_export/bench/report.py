@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mha_export.bench.plots import save_png
 from mha_export.bench.runners import FUSED
-from mha_runtime.artifact.atomic import write_file_atomic
+from mha_runtime.artifact.atomic import probe_writable, write_file_atomic
 from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.artifact.registry import (
     DECODE,
@@ -131,10 +130,7 @@ def check_out_dir(out_dir: Path) -> None:
     for name in (JSON_NAME, PNG_NAME):
         if (Path(out_dir) / name).is_dir():
             raise ArtifactError(f"--out {out_dir}: expected {name} to be a file, found a folder")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".mha-probe-", dir=existing))
-    except OSError as exc:  # read-only, no permission, or a file system that takes no new entries
-        raise ArtifactError(f"--out {out_dir}: cannot write there ({exc.strerror or exc})") from None
+    probe_writable(existing, out_dir)
 
 
 def write_outputs(result: dict[str, Any], out_dir: Path) -> Outputs:

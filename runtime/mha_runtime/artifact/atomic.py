@@ -162,10 +162,16 @@ def check_folder_target(final: Path) -> None:
     existing = final.parent
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    probe_writable(existing, final.parent)
+
+
+def probe_writable(folder: Path, named: Path) -> None:
+    """`folder` takes a new entry (probed with an empty folder, removed at once); else one ArtifactError line naming
+    `named` (the --out the user gave)."""
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".mha-probe-", dir=existing))
+        os.rmdir(tempfile.mkdtemp(prefix=".mha-probe-", dir=folder))
     except OSError as exc:  # read-only, no permission, or a file system that takes no new entries
-        raise ArtifactError(f"--out {final.parent}: cannot write there ({exc.strerror or exc})") from None
+        raise ArtifactError(f"--out {named}: cannot write there ({exc.strerror or exc})") from None
 
 
 def check_file_target(path: Path, flag: str) -> None:
