@@ -83,6 +83,10 @@ CASES: dict[str, Case] = {
     "config is a folder": Case(lambda t, k: ["--config", str(t), "--name", "keep"], 1, ("a folder",)),
     "weights missing": Case(lambda t, k: [*_preset(k), "--name", "keep", "--weights", str(t / "none.pt")], 1,
                             ("found nothing there",)),
+    # no --preset, no --config: "--weights needs --config gpt.json" (exit 2) said what was not wrong; the same line and
+    # code as with a preset (a path that holds nothing is a bad file, as a --config that holds nothing is)
+    "weights missing, nothing else": Case(lambda t, k: ["--weights", str(t / "none.safetensors"), "--name", "keep"], 1,
+                                          ("--weights", "none.safetensors", "found nothing there"), ("gpt",)),
     # a Hugging Face checkpoint's folder, config.json in it: "--weights needs --config ..., a config.json beside the
     # checkpoint" said what was not wrong
     "weights a folder": Case(lambda t, k: ["--weights", str(t), "--name", "keep"], 1,

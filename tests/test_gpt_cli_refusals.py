@@ -110,7 +110,11 @@ def test_a_prompt_that_is_not_text_exits_2(book_gpt: tuple[object, Path]) -> Non
     refused(mha("generate", folder, "--prompt-ids", "1,\u0663"), 2, "--prompt-ids: expected comma-separated integers")
     # nor underscores: '1_0' was taken as token 10 (the Node and C runners refuse it)
     refused(mha("generate", folder, "--prompt-ids", "1_0"), 2, "--prompt-ids: expected comma-separated integers")
-    refused(mha("generate", folder, "--prompt-ids", "1", "--form", ""), 1, "no decoder  listed")  # not the default
+    # --form is a decoder's file name: '', a relative path out of the folder or an absolute one is a bad value (it
+    # was exit 1, "no decoder ... listed", as a broken folder is)
+    for form in ("", "../x/gpt.onnx", str(folder / "gpt.onnx")):
+        refused(mha("generate", folder, "--prompt-ids", "1", "--form", form), 2, "--form",
+                "expected a decoder file name of the folder", form[:60])
 
 
 def test_cuda_where_there_is_none_is_refused_in_one_line(book_gpt: tuple[object, Path]) -> None:

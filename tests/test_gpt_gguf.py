@@ -284,25 +284,24 @@ def test_a_program_at_mha_llama_cpp_that_is_not_mha_llama_golden_is_one_line(
         llama_cpp.run_greedy(tmp_path / "x.gguf", [case], where=tmp_path / "listed.gguf")
 
 
-def test_without_llama_cpp_the_variant_is_left_out_in_one_line(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("variants", ["decoder,gguf", "gguf"])
+def test_without_llama_cpp_a_named_gguf_fails_the_export_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     variants: str) -> None:
+    """gguf is only ever named, and a named form that is not built fails the export (exit 1: a missing build, not a
+    bad value), naming `make llama-cpp`, before any work and with nothing written. It was left out with a note:
+    `decoder,gguf` exited 0 without the GGUF asked for, and `gguf` alone exited 2 ("nothing to build")."""
     monkeypatch.setenv(llama_cpp.ENV, str(tmp_path / "no-build"))
     assert llama_cpp.program() is None
-    gpt_json = tmp_path / "gpt.json"  # the smallest model: what is measured is the note, not the export
+    gpt_json = tmp_path / "gpt.json"  # the smallest model: what is measured is the refusal, not the export
     gpt_json.write_text(json.dumps({"vocab_size": 97, "context_length": 16, "emb_dim": 32, "n_heads": 4,
                                     "n_layers": 1}))
     made = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(gpt_json), "--name", "b", "--variants",
-                                    "decoder,gguf", "--out", str(tmp_path / "out")])
-    assert made.exit_code == 0, made.stderr
-    notes = [line for line in made.stderr.splitlines() if "gguf" in line]
-    assert notes == [f"note: left out gpt.gguf (variant gguf): {llama_cpp.BUILD_HINT}"]
-    assert "run `make llama-cpp`" in notes[0]
-    folder = tmp_path / "out" / "b"
-    assert not list(folder.glob("*.gguf")) and (folder / "gpt.onnx").is_file()
-    assert GGUF_FORM not in load_gpt_manifest(folder).artifacts
-    alone = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(gpt_json), "--name", "c", "--variants",
-                                     "gguf", "--out", str(tmp_path / "out")])
-    assert alone.exit_code == 2 and "make llama-cpp" in alone.stderr and not (tmp_path / "out" / "c").exists()
+                                    variants, "--out", str(tmp_path / "out")])
+    lines = made.stderr.strip().splitlines()
+    assert made.exit_code == 1 and len(lines) == 1, made.stderr
+    assert lines[0] == f"Error: --variants gguf: {llama_cpp.BUILD_HINT}; nothing was exported"
+    assert "run `make llama-cpp`" in lines[0] and made.stdout == ""
+    assert not (tmp_path / "out" / "b").exists()
 
 
 @pytest.mark.parametrize(("n_heads", "made"), [(2, True), (4, False)])

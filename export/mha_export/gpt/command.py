@@ -88,11 +88,9 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
     from mha_runtime.cli.tables import table
 
     chosen = parse_gpt_variants(variants)
-    if weights is not None and Path(weights).is_dir():  # a checkpoint's folder: not "--weights needs --config"
+    if weights is not None:  # nothing there, a folder, a device: said as such, not "--weights needs --config"
         check_weights_path(weights)
     jobs = resolve_config(presets, config_path, name, weights)
-    if weights is not None:
-        check_weights_path(weights)
     beside = None if config_path is not None or presets else _checkpoint_config(weights)
     for (folder, config), preset in zip(jobs, presets or ("gpt-mini",) * len(jobs), strict=True):
         check_folder_name(folder)  # everything that can be refused, before any work

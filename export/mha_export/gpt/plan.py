@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mha_export.pipeline.budget import PROTOBUF_LIMIT, available_memory, gib
-from mha_runtime.artifact.errors import BadValueError, ConfigError, cut
+from mha_runtime.artifact.errors import BadValueError, ConfigError, ExportError, cut
 from mha_runtime.gpt.config import GPTConfig
-from mha_runtime.gpt.contract import FORMS, GGUF_FORM, GGUF_VARIANT, GPT_VARIANTS, INPLACE_FORM, PTE_VARIANT
+from mha_runtime.gpt.contract import FORMS, GGUF_VARIANT, GPT_VARIANTS, INPLACE_FORM, PTE_VARIANT
 from mha_runtime.gpt.llama.llama_cpp import BUILD_HINT, program
 
 ALL_VARIANTS = "all"
@@ -68,13 +68,18 @@ def check_gpt_forms(cfg: GPTConfig, variants: tuple[str, ...]) -> None:
     why = gguf_refusal(cfg)
     if why is not None and GGUF_VARIANT in variants:  # gguf is never in 'all': always asked for by name
         raise BadValueError(f"--variants {GGUF_VARIANT}: {why}")
+    if GGUF_VARIANT in variants and program() is None:
+        # Named, so it must be built or the export fails (as a lossy form named that misses its bar): left out with
+        # a note, `--variants inplace,gguf` exited 0 without the GGUF asked for. A missing build, not a bad value:
+        # exit 1, before any work.
+        raise ExportError(f"--variants {GGUF_VARIANT}: {BUILD_HINT}; nothing was exported")
 
 
 @dataclass(frozen=True)
 class GPTPlan:
     """The forms to build in registry order (the lossy ones last: they read gpt.inplace.onnx), whether gpt.pte is
     asked for, whether a lossy miss is a note ('all') or a failure (named), what the default set left out, and
-    whether the GGUF files are built (asked for, and llama.cpp is there to validate them)."""
+    whether the GGUF files are built (asked for: llama.cpp, which validates them, is then there)."""
 
     files: tuple[str, ...]
     pte: bool
@@ -98,11 +103,9 @@ def plan_gpt(cfg: GPTConfig, variants: tuple[str, ...] | None) -> GPTPlan:
         notes += [f"{f}: {why}" for f in left]
     files = tuple(f for f in FORMS if f in chosen)
     pte = PTE_VARIANT in variants
-    gguf = GGUF_VARIANT in variants and program() is not None
-    if GGUF_VARIANT in variants and not gguf:  # llama.cpp validates the GGUF files: without it, none (one line)
-        notes.append(f"{GGUF_FORM} (variant gguf): {BUILD_HINT}")
+    gguf = GGUF_VARIANT in variants  # llama.cpp is there (check_gpt_forms): it validates the GGUF files
     if not files and not pte and not gguf:
-        raise BadValueError("--variants: nothing to build" + (f" ({notes[-1]})" if GGUF_VARIANT in variants else ""))
+        raise BadValueError("--variants: nothing to build")
     if any(FORMS[f].lossy for f in files) and INPLACE_FORM not in files:
         raise BadValueError("--variants: int8 and int4 quantize the in-place graph and are measured against it; "
                             "add inplace")

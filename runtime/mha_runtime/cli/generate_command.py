@@ -32,6 +32,17 @@ def parse_ids(text: str) -> list[int]:
     return ids
 
 
+def check_form(form: str | None) -> None:
+    """--form names one of a GPT folder's decoder files: a path (`../x/gpt.onnx`, `/abs/gpt.onnx`) or '' is a bad
+    value, exit 2, before the folder is read. A decoder name the folder does not hold stays the folder's line."""
+    from mha_runtime.gpt.contract import FORMS, PTE_FORM
+
+    names = [*FORMS, PTE_FORM]
+    if form is not None and form not in names:
+        raise click.BadParameter(f"expected a decoder file name of the folder, one of {', '.join(names)}; got "
+                                 f"{cut(form, 60)!r}", param_hint="'--form'")
+
+
 @click.command("generate")
 @click.argument("artifact_dir", type=click.Path(path_type=Path))
 @click.option("--prompt", "prompts", multiple=True,
@@ -58,6 +69,7 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
 
     if bool(prompts) == bool(prompt_ids):
         raise click.UsageError("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)")
+    check_form(form)
     gen = Generator(artifact_dir, form=form, provider=provider, threads=threads)
     eos_id = gen.manifest.eos_id if eos else None
     try:  # a bad prompt or setting is a bad value: exit 2, as click's own checks, before anything is printed
