@@ -38,20 +38,25 @@ def test_streamed_files_equal_onnx_save(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_lossy_file_equals_onnx_save_of_the_quantized_model(tmp_path: Path, bits: int) -> None:
-    """quantize_to streams the quantized model (its serialized copy was the export's peak): the same bytes as
-    onnxruntime's quantizer and onnx.save."""
+def test_lossy_file_is_protobufs_serialization_of_the_quantizers_matmuls(tmp_path: Path, bits: int) -> None:
+    """quantize_to streams the quantized model (its serialized copy was the export's peak): the file is exactly
+    protobuf's serialization of what it holds (onnx.save of it read back), and its MatMulNBits nodes and weights are
+    onnxruntime's quantizer's own (the token embedding is then replaced: test_gpt_embedding.py)."""
     state = {k: v for k, v in seeded_gpt(CFG).state_dict().items() if not k.endswith(".mask")}
-    quantize_to(lossy_source(state, CFG, tied=False), tmp_path / "q.onnx", QuantPlan(bits))
+    quantize_to(lossy_source(state, CFG, tied=False), tmp_path / "q.onnx", QuantPlan(bits), tied=False)
+    written = onnx.load(str(tmp_path / "q.onnx"))
+    onnx.save(written, str(tmp_path / "q.ref.onnx"))
+    assert (tmp_path / "q.onnx").read_bytes() == (tmp_path / "q.ref.onnx").read_bytes()
     reference = lossy_source(state, CFG, tied=False)
     quantizer = MatMulNBitsQuantizer(reference, bits=bits, block_size=BLOCK, is_symmetric=True,
                                      accuracy_level=ACCURACY_LEVEL)
     quantizer.process()
-    onnx.save(quantizer.model.model, str(tmp_path / "q.ref.onnx"))
-    assert (tmp_path / "q.onnx").read_bytes() == (tmp_path / "q.ref.onnx").read_bytes()
-    nodes = [n for n in onnx.load(str(tmp_path / "q.onnx")).graph.node if n.op_type == "MatMulNBits"]
-    assert nodes and all(onnx.helper.get_attribute_value(a) == bits for n in nodes for a in n.attribute
-                         if a.name == "bits")
+    ref = quantizer.model.model
+    ours, theirs = ([n for n in m.graph.node if n.op_type == "MatMulNBits"] for m in (written, ref))
+    assert ours and ours == theirs
+    inits = {t.name: t for t in written.graph.initializer}
+    assert all(inits[t.name] == t for t in ref.graph.initializer if t.name != "tok_emb")
+    assert all(onnx.helper.get_attribute_value(a) == bits for n in ours for a in n.attribute if a.name == "bits")
 
 
 def test_a_plan_keeps_its_matrices_at_the_higher_precision(tmp_path: Path) -> None:
@@ -60,7 +65,8 @@ def test_a_plan_keeps_its_matrices_at_the_higher_precision(tmp_path: Path) -> No
     names = matmul_weights(lossy_source(state, CFG, tied=False))
     assert "head.weight_t" in names and len(names) == 4 * CFG.n_layers + 1
     for bits, kept, want in ((8, "fp32", None), (4, "int8", 8)):
-        quantize_to(lossy_source(state, CFG, tied=False), tmp_path / "q.onnx", QuantPlan(bits, {"head.weight_t": kept}))
+        quantize_to(lossy_source(state, CFG, tied=False), tmp_path / "q.onnx", QuantPlan(bits, {"head.weight_t": kept}),
+                    tied=False)
         graph = onnx.load(str(tmp_path / "q.onnx")).graph
         head = next(n for n in graph.node if n.output and any("head" in i for i in n.input))
         bits_of = {n.name: next(onnx.helper.get_attribute_value(a) for a in n.attribute if a.name == "bits")
@@ -78,16 +84,19 @@ def _attrs(node: onnx.NodeProto) -> dict[str, object]:
 
 @pytest.mark.parametrize("bits", [8, 4])
 def test_the_fast_plan_writes_what_it_records(tmp_path: Path, bits: int) -> None:
-    """FAST: every MatMulNBits has the bits and block size the plan names for its weight (the 8-bit head in blocks
-    of 32; the 4-bit form's head at 8 bits), a zero point exactly where the plan is asymmetric, and each node equals
-    onnxruntime's quantizer's own node for that weight at those settings."""
+    """FAST: every MatMulNBits has the bits and block size the plan names for its weight (the head in blocks of
+    32), a zero point exactly where the plan is asymmetric, and each node equals onnxruntime's quantizer's own node
+    for that weight at those settings."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     cfg = GPTConfig(vocab_size=97, context_length=16, emb_dim=256, n_heads=2, n_layers=1, qkv_bias=True)
     state = {k: v for k, v in seeded_gpt(cfg).state_dict().items() if not k.endswith(".mask")}
     plan = FAST[bits]
-    assert fit(plan, lossy_source(state, cfg, tied=False)) == plan  # 256 input rows: no block padded
-    quantize_to(lossy_source(state, cfg, tied=False), tmp_path / "q.onnx", plan)
+    fitted = fit(plan, lossy_source(state, cfg, tied=False), tied=False)
+    assert fitted.finer == plan.finer  # 256 input rows: no block padded
+    assert fitted.embedding == {"dtype": f"int{bits}", "block_size": plan.block_size, "symmetric": plan.symmetric,
+                                "shared_with_head": False}
+    quantize_to(lossy_source(state, cfg, tied=False), tmp_path / "q.onnx", fitted, tied=False)
     graph = onnx.load(str(tmp_path / "q.onnx")).graph
     nodes = {n.input[1].split("_Q")[0]: n for n in graph.node if n.op_type == "MatMulNBits"}
     assert set(nodes) == set(matmul_weights(lossy_source(state, cfg, tied=False)))
@@ -117,7 +126,7 @@ def test_a_block_longer_than_a_matrix_is_fitted_to_it() -> None:
     source = lossy_source(state, CFG, tied=False)
     rows = {t.name: t.dims[0] for t in source.graph.initializer if t.name in matmul_weights(source)}
     for bits in (8, 4):
-        fitted = fit(FAST[bits], source)
+        fitted = fit(FAST[bits], source, tied=False)
         assert sorted(set(rows.values())) == [16, 64] and fitted.finer == rows  # each block: the matrix's rows
     assert [fitted_block(256, n) for n in (768, 64, 96, 100, 3072)] == [256, 64, 32, 16, 256]
 

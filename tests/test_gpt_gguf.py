@@ -112,6 +112,26 @@ def test_quant_types_meet_the_bars_of_the_forms_of_their_width(book_gguf: tuple[
 
 @needs_llama
 @pytest.mark.parametrize("source", ["book_gguf", "hf_gguf"])
+def test_each_gguf_says_what_its_tensors_are(source: str, request: pytest.FixtureRequest) -> None:
+    """general.file_type names the file's type (llama.cpp's tools and users read it: `llama-cli` prints it, the
+    Hub lists files by it), and every 2-D weight is of that type but those its plan keeps higher (the Q4_0 file's
+    head) and the position embedding, which the converter keeps at F32 as llama.cpp's own converter does."""
+    _, folder = request.getfixturevalue(source)
+    manifest = load_gpt_manifest(folder)
+    for file, file_type, tensor_type in ((GGUF_FORM, gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
+                                         (GGUF_Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0, gguf.GGMLQuantizationType.Q8_0),
+                                         (GGUF_Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0, gguf.GGMLQuantizationType.Q4_0)):
+        reader = gguf.GGUFReader(folder / file)
+        assert reader.fields["general.file_type"].contents() == file_type, file
+        kept = (manifest.artifacts[file].quantization or {}).get("kept", {})
+        matrices = [t for t in reader.tensors if len(t.shape) == 2 and t.name not in kept
+                    and t.name != "position_embd.weight"]
+        assert matrices and {t.tensor_type for t in matrices} == {tensor_type}, (file, {
+            t.name: t.tensor_type.name for t in matrices if t.tensor_type != tensor_type})
+
+
+@needs_llama
+@pytest.mark.parametrize("source", ["book_gguf", "hf_gguf"])
 def test_metadata_read_back_is_gpt2s(source: str, request: pytest.FixtureRequest) -> None:
     model, folder = request.getfixturevalue(source)
     manifest = load_gpt_manifest(folder)

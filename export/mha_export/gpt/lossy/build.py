@@ -119,10 +119,10 @@ def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path
     source = lossy_source(state, cfg, tied=tied)
     ranking = _ranking(source, form.bits)
     tries: list[dict[str, object]] = []
-    for plan in [fit(p, source) for p in plans(form.bits, ranking)]:
+    for plan in [fit(p, source, tied=tied) for p in plans(form.bits, ranking)]:
         if source is None:
             source = lossy_source(state, cfg, tied=tied)
-        quantize_to(source, path, plan)
+        quantize_to(source, path, plan, tied=tied)
         source = None
         gc.collect()
         session = make_session(str(path), where=str(path))

@@ -5,7 +5,8 @@ accuracy_level 4 lets its kernel compute in int8 with activations quantized per 
 ran at 1.7 tokens/s on GPT_CONFIG_124M here: no fallback on this CPU). Chosen over quantize_dynamic (MatMulInteger
 with one activation scale per tensor): on GPT_CONFIG_124M that moved logits 17x further from fp32 for a similar
 speed (docs/gpt.md). The head is a MatMul on its own (E, V) copy in the graph handed to the quantizer
-(graph.add_head); embeddings, LayerNorms and attention stay fp32.
+(graph.add_head); the token embedding is then quantized too (lossy/embedding.py: the head's own weights where they
+are tied); position embeddings, LayerNorms and attention stay fp32.
 
 A plan: the bits, block size and symmetry of most matrices; some kept at a higher precision (fp32 in the 8-bit
 form, 8 bits in the 4-bit form, at the plan's block size) and some in smaller blocks at the plan's bits. Each form
@@ -26,6 +27,7 @@ import torch
 from onnx import numpy_helper
 
 from mha_export.gpt.graphs.inplace import inplace_model
+from mha_export.gpt.lossy.embedding import TOKENS, quantize_embedding
 from mha_export.onnx_file.check import check_model_light
 from mha_export.onnx_file.save import save_streamed
 from mha_runtime.gpt.config import GPTConfig
@@ -48,11 +50,23 @@ class QuantPlan:
     accuracy_level: int = ACCURACY_LEVEL
     symmetric: bool = True
     finer: dict[str, int] = field(default_factory=dict)
+    # The token embedding's storage (set by fit()): dtype, and where quantized its block_size and symmetry, and
+    # whether it is the head's own weights (tied).
+    embedding: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": "MatMulNBits (onnxruntime MatMulNBitsQuantizer)", "bits": self.bits,
                 "block_size": self.block_size, "symmetric": self.symmetric, "accuracy_level": self.accuracy_level,
-                "kept": dict(self.kept), "finer": dict(self.finer)}
+                "kept": dict(self.kept), "finer": dict(self.finer), "embedding": dict(self.embedding)}
+
+    def precision(self, name: str) -> tuple[int, int, bool] | None:
+        """(bits, block size, symmetric) of weight `name` under this plan (blocks as fit() leaves them), or None
+        where it is kept at fp32."""
+        kept = self.kept.get(name)
+        block = self.finer.get(name, self.block_size)
+        if kept == FP32:
+            return None
+        return (8, block, True) if kept == "int8" else (self.bits, block, self.symmetric)
 
     def label(self) -> str:
         """The plan in a few words, for the manifest's list of plans tried."""
@@ -60,15 +74,20 @@ class QuantPlan:
         parts += [f"{n} in blocks of {b}" for n, b in self.finer.items()]
         if self.kept:
             parts.append(f"{len(self.kept)} kept at {'/'.join(sorted(set(self.kept.values())))}")
+        if self.embedding:
+            shared = " (the head's)" if self.embedding.get("shared_with_head") else ""
+            parts.append(f"embedding {self.embedding['dtype']}{shared}")
         return ", ".join(parts)
 
 
 # Each form's fast plan, measured first: larger blocks (fewer scales to apply per weight) decode faster on
-# MatMulNBits' int8-compute kernels; the head, the matrix rounding moves most, in blocks of 32 at 8 bits, and at
-# 8 bits in the 4-bit form (as llama.cpp's Q4_0 keeps its output matrix at Q6_K); asymmetric 4-bit blocks (a zero
-# point each) round closer at the same speed. Then FINE (blocks of 32, symmetric), then FINE with matrices kept.
+# MatMulNBits' int8-compute kernels; the head, the matrix rounding moves most, in blocks of 32 (in the 4-bit form
+# at 4 bits too: at 8 bits, as llama.cpp's Q4_0 keeps its output at Q6_K, the head and the embedding it shares made
+# the int4 file of an embedding-heavy model more than 0.2x the fp32 one; the ladder keeps it at 8 bits where the
+# bar needs it); asymmetric 4-bit blocks (a zero point each) round closer at the same speed. Then FINE (blocks of
+# 32, symmetric), then FINE with matrices kept.
 FAST = {8: QuantPlan(8, block_size=128, finer={HEAD: BLOCK}),
-        4: QuantPlan(4, {HEAD: "int8"}, block_size=256, symmetric=False)}
+        4: QuantPlan(4, block_size=256, symmetric=False, finer={HEAD: BLOCK})}
 FINE = {8: QuantPlan(8), 4: QuantPlan(4)}
 
 
@@ -106,17 +125,32 @@ def fitted_block(block: int, rows: int) -> int:
     return b
 
 
-def fit(plan: QuantPlan, model: onnx.ModelProto) -> QuantPlan:
+def fit(plan: QuantPlan, model: onnx.ModelProto, *, tied: bool) -> QuantPlan:
     """`plan` for this model's weights: a weight whose input rows its block does not divide gets the block
-    fitted_block gives, recorded in `finer` (a block of 256 on a 64-row matrix would be three quarters padding)."""
+    fitted_block gives, recorded in `finer` (a block of 256 on a 64-row matrix would be three quarters padding);
+    the token embedding's storage: the head's where `tied`, else the plan's bits and symmetry."""
     names = matmul_weights(model)
     finer = dict(plan.finer)
+    width = 0
     for t in model.graph.initializer:
         if t.name in names and plan.kept.get(t.name) != FP32:
             block = finer.get(t.name, plan.block_size)
             if fitted_block(block, t.dims[0]) != block:
                 finer[t.name] = fitted_block(block, t.dims[0])
-    return replace(plan, finer=finer)
+        if t.name == HEAD:
+            width = t.dims[0]  # E
+    fitted = replace(plan, finer=finer)
+    precision = embedding_precision(fitted, width, tied=tied)
+    embedding: dict[str, Any] = ({"dtype": FP32} if precision is None else
+                                 {"dtype": f"int{precision[0]}", "block_size": precision[1],
+                                  "symmetric": precision[2]})
+    return replace(fitted, embedding=embedding | {"shared_with_head": tied})
+
+
+def embedding_precision(plan: QuantPlan, width: int, *, tied: bool) -> tuple[int, int, bool] | None:
+    """(bits, block, symmetric) of the token embedding of width `width` (E): the head's where `tied` (None: fp32),
+    else the plan's bits and symmetry at its block fitted to E."""
+    return plan.precision(HEAD) if tied else (plan.bits, fitted_block(plan.block_size, width), plan.symmetric)
 
 
 def _quantizer(model: onnx.ModelProto, bits: int, block: int, symmetric: bool, level: int,
@@ -143,11 +177,12 @@ def _passes(plan: QuantPlan, weights: list[str]) -> list[tuple[int, int, bool, s
     return out
 
 
-def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan) -> None:
+def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan, *, tied: bool) -> None:
     """Quantize `source` in place by `plan` (its fp32 MatMul weights are replaced) and save it to `path`, streamed
     (the bytes equal onnx.save's, whose serialized copy of the whole model was the export's peak:
     docs/measurements/gpt.md). The caller keeps no other copy of the weights, so the peak is about the fp32 model
-    once. One quantizer pass per group of `_passes`; weights kept at fp32 are in none."""
+    once. One quantizer pass per group of `_passes`; weights kept at fp32 are in none; then the token embedding
+    (lossy/embedding.py), stored as the plan says (`tied`: the head's weights)."""
     targets = matmul_weights(source)
     unknown = sorted((set(plan.kept) | set(plan.finer)) - set(targets))
     if unknown:
@@ -163,6 +198,11 @@ def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan) -> None:
                                    [n for w, n in targets.items() if w not in group])
     finally:
         logger.setLevel(level)
+    width = next(t.dims[1] for t in model.graph.initializer if t.name == TOKENS)  # (V, E)
+    bits, block, symmetric = embedding_precision(plan, width, tied=False)  # untied: its own; tied: the head's
+    stored = quantize_embedding(model, head=HEAD, tied=tied, bits=bits, block_size=block, symmetric=symmetric)
+    if plan.embedding and stored != plan.embedding:
+        raise AssertionError(f"the embedding is stored as {stored}, the plan says {plan.embedding}")
     check_model_light(model)  # the graph, not a second copy of the weights (check.py)
     arrays = [(t.name, numpy_helper.to_array(t)) for t in model.graph.initializer]
     model.graph.ClearField("initializer")
