@@ -208,6 +208,7 @@ def test_without_symbolic_links_a_hard_link_and_without_either_a_note(tmp_path: 
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Never a copy: a filesystem with no symbolic links gets a hard link; with neither, the layout is left out
     with one line naming the clients' options."""
+    from mha_export.gpt.checkpoint import default_origin
     from mha_export.gpt.hf_files import write_hf_files
 
     def refuse(*_: object) -> None:
@@ -217,13 +218,13 @@ def test_without_symbolic_links_a_hard_link_and_without_either_a_note(tmp_path: 
     stage = tmp_path / "hard"
     stage.mkdir()
     (stage / CONCAT_FORM).write_bytes(b"onnx")
-    assert write_hf_files(stage, BOOK, eos_id=EOS, tied=False) is None
+    assert write_hf_files(stage, BOOK, origin=default_origin(BOOK), tied=False) is None
     assert not (stage / ONNX_MODEL).is_symlink() and (stage / ONNX_MODEL).samefile(stage / CONCAT_FORM)
     monkeypatch.setattr(os, "link", refuse)
     stage = tmp_path / "neither"
     stage.mkdir()
     (stage / CONCAT_FORM).write_bytes(b"onnx")
-    note = write_hf_files(stage, BOOK, eos_id=EOS, tied=False)
+    note = write_hf_files(stage, BOOK, origin=default_origin(BOOK), tied=False)
     assert note is not None and "file_name=\"gpt.onnx\"" in note and "\n" not in note
     assert not (stage / "onnx").exists() and (stage / HF_CONFIG).is_file()
 

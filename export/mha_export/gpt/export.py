@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from mha_export.gpt.checkpoint import Origin, origin_for
 from mha_export.gpt.eager import SEED, GPTModel, seeded_gpt
 from mha_export.gpt.genai import genai_json
 from mha_export.gpt.golden import form_generations, golden_generations, write_generations
@@ -36,7 +37,7 @@ from mha_export.pipeline.run import ExportResult, run_export
 from mha_export.pipeline.seal import file_table, versions
 from mha_runtime.artifact.errors import ConfigError, ValidationError
 from mha_runtime.artifact.manifest import sha256_file
-from mha_runtime.gpt.config import GPT2_EOS_ID, GPTConfig
+from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import (
     CONCAT_FORM,
     FORMS,
@@ -74,8 +75,9 @@ class GPTExport:
     form that misses its bar is left out (named in `notes`); named variants must all be built and pass."""
 
     def __init__(self, name: str, *, config: GPTConfig, weights: Path | None, tokenizer: Path | None,
-                 variants: tuple[str, ...] | None) -> None:
+                 variants: tuple[str, ...] | None, origin: Origin | None = None) -> None:
         self.name, self.config, self.weights_path, self.tokenizer_path = name, config, weights, tokenizer
+        self.origin = origin_for(config, weights, None) if origin is None else origin  # eos ids, bos, HF fields
         self.variants = variants
         self.notes: tuple[str, ...] = ()
         self.failures: list[str] = []
@@ -94,7 +96,6 @@ class GPTExport:
         config = self.config
         model, self.state, self.record = load_gpt(config, self.weights_path)
         self.tied = bool(self.record["tied"])
-        self.eos = GPT2_EOS_ID if config.vocab_size > GPT2_EOS_ID else None
         self.encode = None if self.tok is None else _encoder(self.tok.tokenizer_json)
         self.refs = references(model, config) if self.plan.files or self.plan.pte else None  # gguf alone: none
         self.golden = golden_generations(model, config, self.encode)
@@ -143,10 +144,11 @@ class GPTExport:
         write_generations(stage, *self.golden, config, FORMS[INPLACE_FORM].tolerance)
         if windows is not None and self.lossy:
             (stage / QUALITY_FILE).write_bytes(windows.to_json())
-        if CONCAT_FORM in self.files and self.eos is not None:
-            (stage / GENAI_CONFIG).write_bytes(genai_json(config, self.eos))
+        origin = self.origin
+        if CONCAT_FORM in self.files and origin.eos_ids:  # GenAI takes 0 for an unset eos: none without one
+            (stage / GENAI_CONFIG).write_bytes(genai_json(config, origin.eos_ids, origin.bos_id))
         if CONCAT_FORM in self.files:  # Optimum's and transformers.js' view of gpt.onnx
-            note = write_hf_files(stage, config, eos_id=self.eos, tied=tied)
+            note = write_hf_files(stage, config, origin=origin, tied=tied)
             self.notes += () if note is None else (note,)
         if self.pte is not None:
             (stage / PTE_FORM).write_bytes(self.pte.data)
@@ -215,15 +217,18 @@ class GPTExport:
             weights=self.record | {"parameters": config.parameters(tied=self.tied)},
             tokenizer=None if tok is None else {"file": TOKENIZER_FILE, "vocab_size": tok.vocab_size,
                                                 "built_from": tok.source},
-            eos_id=self.eos, artifacts=self.artifacts, files=file_table(stage))
+            eos_id=self.origin.eos_id, eos_ids=list(self.origin.eos_ids), artifacts=self.artifacts,
+            files=file_table(stage))
 
 
 def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | None = None,
                tokenizer: Path | None = None, variants: tuple[str, ...] | None = None,
-               progress: bool = False, announce: Callable[[], None] | None = None) -> ExportResult:
+               progress: bool = False, announce: Callable[[], None] | None = None,
+               origin: Origin | None = None) -> ExportResult:
     """Export a GPT folder through the one pipeline (refusals first, staged, placed when valid). `announce` is
-    called once every input is checked (the weights read): the work starts."""
-    kind = GPTExport(name, config=config, weights=weights, tokenizer=tokenizer, variants=variants)
+    called once every input is checked (the weights read): the work starts. `origin`: what a Hugging Face
+    checkpoint says beside its weights (eos ids, generation defaults); None: GPT-2's eos, as always."""
+    kind = GPTExport(name, config=config, weights=weights, tokenizer=tokenizer, variants=variants, origin=origin)
     return run_export(name, out_root, kind, progress=progress, announce=announce)
 
 

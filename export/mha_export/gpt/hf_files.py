@@ -12,7 +12,10 @@ load as it is (docs/gpt.md, "Hugging Face's clients").
   (n_layer, n_head, n_embd) to make the empty cache, and `model_type` to pick GPT-2's code path;
   `transformers.js_config.dtype` fp32 keeps a browser (whose default is q8, `onnx/model_quantized.onnx`) on
   `onnx/model.onnx`.
-- `generation_config.json`: GPT-2's eos (<|endoftext|>, 50256) as bos and eos, when the vocabulary has it.
+  A Hugging Face checkpoint's own dropouts, initializer_range, bos, eos and pad (mha_export.gpt.checkpoint.CARRIED)
+  are written as it said them, and left out where it said nothing (transformers' defaults then apply, as to it).
+- `generation_config.json`: the checkpoint's own, as it said it; without one, GPT-2's eos (<|endoftext|>, 50256)
+  as bos and eos when the vocabulary has it.
 - `onnx/model.onnx`: transformers.js loads `<folder>/onnx/model.onnx` (its `subfolder` option defaults to "onnx"
   and its model file name to "model"; config.json cannot move it), and Optimum, given no file_name, takes the one
   .onnx file named `model.onnx` anywhere under the folder (`_infer_file_path`'s standard name). It is a relative
@@ -27,6 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mha_export.gpt.checkpoint import CARRIED, Origin
 from mha_runtime.gpt.config import LAYER_NORM_EPS, GPTConfig
 from mha_runtime.gpt.contract import CONCAT_FORM, GENERATION_CONFIG, HF_CONFIG, ONNX_MODEL
 
@@ -34,9 +38,11 @@ from mha_runtime.gpt.contract import CONCAT_FORM, GENERATION_CONFIG, HF_CONFIG, 
 LINK_TARGET = Path("..") / CONCAT_FORM
 
 
-def hf_config(cfg: GPTConfig, *, eos_id: int | None, tied: bool) -> dict[str, Any]:
-    """transformers' GPT2Config fields of the model (GPT2Config().to_dict()'s keys that describe it)."""
-    return {
+def hf_config(cfg: GPTConfig, *, origin: Origin, tied: bool) -> dict[str, Any]:
+    """transformers' GPT2Config fields of the model (GPT2Config().to_dict()'s keys that describe it); a checkpoint's
+    own fields (origin.generation set) as it said them."""
+    eos_id = origin.eos_id
+    fields = {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "vocab_size": cfg.vocab_size, "n_positions": cfg.context_length, "n_ctx": cfg.context_length,
         "n_embd": cfg.emb_dim, "n_head": cfg.n_heads, "n_layer": cfg.n_layers, "n_inner": 4 * cfg.emb_dim,
@@ -47,19 +53,24 @@ def hf_config(cfg: GPTConfig, *, eos_id: int | None, tied: bool) -> dict[str, An
         "bos_token_id": eos_id, "eos_token_id": eos_id,
         "transformers.js_config": {"dtype": "fp32"},
     }
+    if origin.generation is None:  # no checkpoint: as every folder before (the presets' bytes are pinned)
+        return fields
+    return {k: v for k, v in fields.items() if k not in CARRIED} | origin.carried
 
 
-def generation_config(eos_id: int | None) -> dict[str, Any]:
-    """GenerationConfig's fields as GPT-2's own generation_config.json has them: bos and eos (generation stops
-    there); none when the vocabulary lacks GPT-2's eos."""
-    return {} if eos_id is None else {"bos_token_id": eos_id, "eos_token_id": eos_id}
+def generation_config(origin: Origin) -> dict[str, Any]:
+    """The checkpoint's GenerationConfig fields as it said them; without a checkpoint, GPT-2's own
+    generation_config.json's: bos and eos (generation stops there), none when the vocabulary lacks GPT-2's eos."""
+    if origin.generation is not None:
+        return origin.generation
+    return {} if origin.eos_id is None else {"bos_token_id": origin.eos_id, "eos_token_id": origin.eos_id}
 
 
-def write_hf_files(stage: Path, cfg: GPTConfig, *, eos_id: int | None, tied: bool) -> str | None:
+def write_hf_files(stage: Path, cfg: GPTConfig, *, origin: Origin, tied: bool) -> str | None:
     """Write config.json, generation_config.json and link onnx/model.onnx to gpt.onnx (already in `stage`).
     Returns a note when the link cannot be made (the folder then needs the clients' file options)."""
-    (stage / HF_CONFIG).write_bytes(_json(hf_config(cfg, eos_id=eos_id, tied=tied)))
-    (stage / GENERATION_CONFIG).write_bytes(_json(generation_config(eos_id)))
+    (stage / HF_CONFIG).write_bytes(_json(hf_config(cfg, origin=origin, tied=tied)))
+    (stage / GENERATION_CONFIG).write_bytes(_json(generation_config(origin)))
     link = stage / ONNX_MODEL
     link.parent.mkdir(exist_ok=True)
     try:

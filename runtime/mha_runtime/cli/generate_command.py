@@ -53,7 +53,7 @@ def check_form(form: str | None) -> None:
 @click.option("--top-k", type=int, default=None, help="Keep the k most likely tokens before sampling.")
 @click.option("--seed", type=int, default=None, help="Seed of the sampling draws (the same seed, the same tokens).")
 @click.option("--eos/--no-eos", default=True, show_default=True,
-              help="Stop a row at the model's end-of-text id (GPT-2's 50256) when it has one.")
+              help="Stop a row at the model's end-of-text ids (the checkpoint's; GPT-2's 50256) when it has them.")
 @click.option("--form", default=None, help="Decoder file to run [default: the fastest, gpt.inplace.onnx]; "
               "gpt.pte runs through ExecuTorch (batch 1; needs the export package with its executorch extra).")
 @click.option("--threads", type=THREADS, default=None,
@@ -71,7 +71,7 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
         raise click.UsageError("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)")
     check_form(form)
     gen = Generator(artifact_dir, form=form, provider=provider, threads=threads)
-    eos_id = gen.manifest.eos_id if eos else None
+    eos_id = gen.manifest.stop_ids if eos else None  # every eos id of the folder
     try:  # a bad prompt or setting is a bad value: exit 2, as click's own checks, before anything is printed
         batch = [gen.encode(p) for p in prompts] if prompts else [parse_ids(t) for t in prompt_ids]
         gen.check(batch, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id,

@@ -1,13 +1,13 @@
 """Generation in the torch-free runtime: prefill, step, sample, stream; a batch of prompts of any lengths.
 
-A row stops at max_new_tokens, at eos_id (the eos id itself is not returned, as in the book's `generate`), or
+A row stops at max_new_tokens, at any of the eos ids (the id itself is not returned, as in the book's `generate`), or
 when its sequence reaches context_length: the model has no position for a further token, and a window that
 slides silently would no longer be the prompt the user gave. Every stop is named in the result.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,13 @@ from mha_runtime.gpt.sampling import Sampler, check_sampling
 from mha_runtime.gpt.tokenizer import GPTTokenizer
 
 MAX_BATCH = 64
+# The ids a generation stops at: one id, several (a folder's manifest.stop_ids), or none.
+EosIds = int | Collection[int] | None
+
+
+def stop_set(eos: EosIds) -> frozenset[int]:
+    """`eos` as the set of ids take_token stops at."""
+    return frozenset() if eos is None else frozenset([eos] if isinstance(eos, int) else eos)
 
 
 @dataclass
@@ -65,10 +72,11 @@ def check_prompts(prompts: list[list[int]], config: GPTConfig) -> None:
             raise ContractError(f"{where}: {len(prompt)} tokens, longer than context_length {config.context_length}")
 
 
-def take_token(ids: list[int], token: int, *, prompt_tokens: int, max_new_tokens: int, eos_id: int | None,
+def take_token(ids: list[int], token: int, *, prompt_tokens: int, max_new_tokens: int, eos_id: EosIds,
                context_length: int) -> str:
-    """Append a row's next token to its new ids, unless it is eos; return why the row stops now ('' if not)."""
-    if eos_id is not None and token == eos_id:
+    """Append a row's next token to its new ids, unless it is an eos id; return why the row stops now ('' if
+    not)."""
+    if token in stop_set(eos_id):
         return "eos"
     ids.append(token)
     if len(ids) >= max_new_tokens:
@@ -122,7 +130,7 @@ class Generator:
         return self.tokenizer.encode(text)
 
     def check(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-              top_k: int | None = None, eos_id: int | None = None, seed: int | None = None) -> None:
+              top_k: int | None = None, eos_id: EosIds = None, seed: int | None = None) -> None:
         """Refuse a request in one line before anything runs."""
         check_prompts(prompts, self.config)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
@@ -132,13 +140,15 @@ class Generator:
         if self.pte is not None:  # gpt.pte's bounds, before ExecuTorch loads the program
             check_request(prompts, max_new_tokens, self.bounds)
         check_sampling(temperature, top_k, self.config.vocab_size)
-        if eos_id is not None and not 0 <= eos_id < self.config.vocab_size:
-            raise ContractError(f"eos_id: expected a token id below {self.config.vocab_size}, got {eos_id}")
+        bad = [i for i in stop_set(eos_id) if isinstance(i, bool) or not isinstance(i, int)
+               or not 0 <= i < self.config.vocab_size]
+        if bad:
+            raise ContractError(f"eos_id: expected token ids below {self.config.vocab_size}, got {bad[0]!r}")
         if self.pte is not None:  # loaded only for a request it can take, and outside the timings
             self.pte.load()
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
-                 top_k: int | None = None, seed: int | None = None, eos_id: int | None = None,
+                 top_k: int | None = None, seed: int | None = None, eos_id: EosIds = None,
                  on_step: Callable[[list[int | None]], None] | None = None) -> Generation:
         """Generate; after each step, on_step gets every row's new id (None for a row that has stopped). Checks
         come first."""

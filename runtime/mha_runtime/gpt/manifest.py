@@ -15,6 +15,8 @@ from mha_runtime.artifact.manifest import GPT_KIND, FileRecord, read_manifest_js
 from mha_runtime.gpt.config import GPTConfig
 
 GPT_MANIFEST_FORMAT = 1
+# Most eos ids a folder holds: the C runner's fixed array (runtime/native/c/gpt.h, GPT_MAX_EOS).
+MAX_EOS_IDS = 64
 # A lossy form's quality figures and quantization plan as `mha inspect` shows them: numbers, and objects of names.
 _QUALITY_NUMBERS = ("mean_kl", "p99_kl", "same_top")
 _PLAN_OBJECTS = ("kept", "finer")
@@ -62,9 +64,19 @@ class GPTManifest(Record):
     versions: dict[str, str]
     weights: dict[str, Any]  # source, sha256, layout, tied
     tokenizer: dict[str, Any] | None  # file, vocab_size, source; None: the folder works on token ids
-    eos_id: int | None
+    eos_id: int | None  # the first of eos_ids: what folders made before eos_ids hold alone
     artifacts: dict[str, GPTArtifact]
     files: dict[str, FileRecord]
+    # Every id generation stops at (Hugging Face allows several); None in a folder made before it (then eos_id).
+    eos_ids: list[int] | None = None
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """The ids a generation stops at, for old and new folders alike: the one definition every runtime uses
+        (runtime/native/common/gpt/folder.mjs and runtime/native/c/gpt_manifest.c read the same two fields)."""
+        if self.eos_ids is not None:
+            return tuple(self.eos_ids)
+        return () if self.eos_id is None else (self.eos_id,)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": GPT_MANIFEST_FORMAT, "kind": GPT_KIND} | super().to_dict()
@@ -82,13 +94,25 @@ class GPTManifest(Record):
         if tokenizer is not None and not isinstance(tokenizer, dict):
             raise ArtifactError(f"{where}: 'tokenizer' must be an object or null")
         eos = data.get("eos_id")
-        if eos is not None and (not isinstance(eos, int) or isinstance(eos, bool) or not 0 <= eos < config.vocab_size):
+        if eos is not None and not _token_id(eos, config.vocab_size):
             raise ArtifactError(f"{where}: 'eos_id' must be a token id below vocab_size or null, got {eos!r}")
+        eos_ids = data.get("eos_ids")
+        if eos_ids is not None and (not isinstance(eos_ids, list) or len(eos_ids) > MAX_EOS_IDS
+                                    or not all(_token_id(i, config.vocab_size) for i in eos_ids)):
+            raise ArtifactError(f"{where}: 'eos_ids' must be a list of at most {MAX_EOS_IDS} token ids below "
+                                f"vocab_size, got {first_line(json.dumps(eos_ids))[:60]}")
+        if eos_ids is not None and eos != (eos_ids[0] if eos_ids else None):
+            raise ArtifactError(f"{where}: 'eos_id' {eos!r} is not the first of 'eos_ids' {eos_ids[:4]!r}")
         return cls(name=get(data, "name", str, where), created=get(data, "created", str, where), config=config,
                    contract=get(data, "contract", dict, where), versions=get(data, "versions", dict, where),
                    weights=get(data, "weights", dict, where), tokenizer=tokenizer, eos_id=eos,
                    artifacts=keyed(get(data, "artifacts", dict, where), f"{where}: artifacts", GPTArtifact.from_dict),
-                   files=keyed(get(data, "files", dict, where), f"{where}: files", FileRecord.from_dict))
+                   files=keyed(get(data, "files", dict, where), f"{where}: files", FileRecord.from_dict),
+                   eos_ids=eos_ids)
+
+
+def _token_id(value: object, vocab_size: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size
 
 
 def load_gpt_manifest(folder: Path) -> GPTManifest:

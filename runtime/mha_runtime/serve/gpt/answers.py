@@ -49,11 +49,11 @@ class GenOutcome:
 
 
 def reference_for(generator: Generator) -> Callable[[GenerateRequest], Generation]:
-    """The local generation of a request, stopping at the folder's eos id as the server does."""
+    """The local generation of a request, stopping at the folder's eos ids as the server does."""
     def reference(request: GenerateRequest) -> Generation:
         return generator.generate([request.prompt_ids], max_new_tokens=request.max_new_tokens,
                                   temperature=request.temperature, top_k=request.top_k, seed=request.seed,
-                                  eos_id=generator.manifest.eos_id)
+                                  eos_id=generator.manifest.stop_ids)
     return reference
 
 

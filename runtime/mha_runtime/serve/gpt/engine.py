@@ -31,7 +31,7 @@ import numpy as np
 
 from mha_runtime.artifact.errors import first_line
 from mha_runtime.gpt.decoder import InPlaceDecoder
-from mha_runtime.gpt.generate import take_token
+from mha_runtime.gpt.generate import EosIds, take_token
 from mha_runtime.gpt.sampling import Sampler
 from mha_runtime.gpt.tokenizer import GPTTokenizer, TextStream
 from mha_runtime.serve.gpt.job import Job
@@ -57,7 +57,7 @@ class BatchEngine:
     """`submit` from any thread; prefills run on the engine's prefill lanes, steps on its step thread, at most
     `max_batch` generations at once."""
 
-    def __init__(self, decoder: InPlaceDecoder, *, max_batch: int, eos_id: int | None,
+    def __init__(self, decoder: InPlaceDecoder, *, max_batch: int, eos_id: EosIds,
                  tokenizer: GPTTokenizer | None) -> None:
         self.decoder, self.config = decoder, decoder.config
         self.max_batch, self.eos_id, self.tokenizer = max_batch, eos_id, tokenizer

@@ -47,7 +47,8 @@ def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]
         files[name] = read_verified(folder, name, m)
     info = {"name": m.name, "kind": "gpt", "model": form, "sha256": m.files[form].sha256,
             "config": gen.config.to_dict(), "contract": m.contract, "tolerance": FORMS[form].tolerance.to_dict(),
-            "eos_id": m.eos_id, "tokenizer": m.tokenizer is not None, "max_batch": max_batch,
+            "eos_id": m.eos_id, "eos_ids": list(m.stop_ids), "tokenizer": m.tokenizer is not None,
+            "max_batch": max_batch,
             "body_limit_bytes": generate_body_limit(gen.config),
             "generate": {"route": GENERATE, "keys": list(REQUEST_KEYS),
                          "default_max_new_tokens": DEFAULT_MAX_NEW_TOKENS}}

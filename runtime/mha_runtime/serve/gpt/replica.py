@@ -20,7 +20,7 @@ class GenerateReplica:
             gen = Generator(folder, form=info["model"], provider=options.provider, threads=options.threads)
         decoder = gen.decoder()
         assert isinstance(decoder, InPlaceDecoder)  # prepare_gpt refused the other form
-        self.engine = BatchEngine(decoder, max_batch=options.max_batch, eos_id=gen.manifest.eos_id,
+        self.engine = BatchEngine(decoder, max_batch=options.max_batch, eos_id=gen.manifest.stop_ids,
                                   tokenizer=gen.tokenizer)
         encode = gen.tokenizer.encode if gen.tokenizer is not None else None
         self.service = GenerateService(config=gen.config, info=info, engine=self.engine, encode=encode)
