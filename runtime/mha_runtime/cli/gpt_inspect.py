@@ -1,5 +1,13 @@
 """`mha inspect` on a GPT folder: config, versions, weights, every decoder form with how it was judged (a lossy
-form: its quality beside fp32 and its quantization plan), and the files."""
+form: its quality beside fp32 and its quantization plan), and the files.
+
+What it shows of a form is what `mha check` compares or what the files themselves say: the dtype and the bar are
+the contract's (mha_runtime.gpt.contract), a lossy ONNX form's plan is read from its graph
+(mha_runtime.gpt.graph_plan), and its quality figures are those `mha check` measures again and compares, shown
+only once they are possible figures (Quality.from_dict). The export's distance from eager PyTorch (max abs error,
+greedy agreement) is labelled as recorded at export: the torch-free check cannot measure it again. A GGUF quant's
+figures are llama.cpp's, labelled likewise (mha check runs its generations, not its quality).
+"""
 from __future__ import annotations
 
 import json
@@ -7,24 +15,87 @@ from pathlib import Path
 
 import click
 
+from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.cli.tables import human_size, shown, table
+from mha_runtime.gpt.contract import FORMS
+from mha_runtime.gpt.graph_plan import GraphPlan, read_graph_plan
 from mha_runtime.gpt.manifest import GPTArtifact, GPTManifest, load_gpt_manifest
+from mha_runtime.gpt.quality import Quality, Windows, load_windows
+from mha_runtime.gpt.record_check import contract_form
 
-HEADERS = ["artifact", "dtype", "size", "cases", "max abs err (eager)", "greedy agreement", "mean KL (p99)",
-           "same top token", "kept higher"]
+HEADERS = ["artifact", "dtype", "size", "cases", "max abs err (eager, at export)", "greedy agreement (at export)",
+           "mean KL (p99)", "same top token", "kept higher"]
 
 
-def _row(file: str, a: GPTArtifact, manifest: GPTManifest) -> list[str]:
+def _quality(file: str, a: GPTArtifact, windows: Windows | str) -> Quality | str | None:
+    """A lossy form's recorded figures, or why they are refused (a line, as `mha check` refuses them before it
+    measures), or None (not a lossy form)."""
+    if a.quality is None:
+        return None
+    try:
+        recorded = Quality.from_dict(a.quality, f"artifacts.{file}.quality")
+    except MHAError as exc:
+        return first_line(exc)
+    mismatch = windows if isinstance(windows, str) else windows.mismatch(recorded)
+    return recorded if mismatch is None else mismatch
+
+
+def _windows(folder: Path, manifest: GPTManifest) -> Windows | str:
+    """The quality windows the figures must be of, or why they cannot be read."""
+    try:
+        return load_windows(folder, manifest)
+    except MHAError as exc:
+        return first_line(exc)
+
+
+def _graph(folder: Path, file: str) -> GraphPlan | str | None:
+    """A lossy ONNX form's plan read from its graph, or why it could not be read, or None (not one)."""
+    form = FORMS.get(file)
+    if form is None or not form.lossy or not (folder / file).is_file():
+        return None
+    try:
+        return read_graph_plan(folder / file)
+    except MHAError as exc:
+        return first_line(exc)
+
+
+def _kept(plan: GraphPlan | str | None, file: str) -> str:
+    """How many weights the graph holds above the form's bits (fp32 MatMuls, wider MatMulNBits)."""
+    if not isinstance(plan, GraphPlan):
+        return "-"
+    bits = FORMS[file].bits or 0
+    return str(len(plan.fp32) + sum(q.bits > bits for q in plan.quantized.values()))
+
+
+def _row(folder: Path, file: str, a: GPTArtifact, manifest: GPTManifest, windows: Windows | str) -> list[str]:
     size = human_size(manifest.files[file].size) if file in manifest.files else "-"
-    q, plan = a.quality or {}, a.quantization or {}
-    kl = f"{q['mean_kl']:.2e} ({q['p99_kl']:.2e})" if "mean_kl" in q and "p99_kl" in q else "-"
-    same = f"{100 * q['same_top']:.1f}%" if "same_top" in q else "-"
-    kept = plan.get("kept")
-    return [file, shown(a.dtype), size, str(a.cases), f"{a.max_abs_error:.2e}", f"{a.greedy_agreement:.2f}", kl, same,
-            "-" if kept is None else str(len(kept))]
+    form = contract_form(file)
+    q = _quality(file, a, windows) if file in FORMS else None  # the figures `mha check` measures again
+    kl = f"{q.mean_kl:.2e} ({q.p99_kl:.2e})" if isinstance(q, Quality) else "-"
+    same = f"{100 * q.same_top:.1f}%" if isinstance(q, Quality) else "-"
+    dtype = shown(a.dtype) if form is None else form.dtype
+    return [file, dtype, size, str(a.cases), f"{a.max_abs_error:.2e}", f"{a.greedy_agreement:.2f}", kl, same,
+            _kept(_graph(folder, file), file)]
+
+
+def _lossy_line(folder: Path, file: str, a: GPTArtifact, windows: Windows | str) -> str:
+    """One lossy form: its quality against the contract's bar, and its plan from the graph."""
+    form = contract_form(file)
+    bar = "?" if form is None or form.max_mean_kl is None else f"{form.max_mean_kl:g}"
+    q = _quality(file, a, windows)
+    if isinstance(q, Quality):
+        figures = f"mean KL divergence from fp32 {q.mean_kl:.3g} (bar {bar}) over {q.positions} positions"
+    else:
+        figures = f"recorded quality refused: {q} (bar {bar})"
+    if file not in FORMS:
+        return f"{file}: {figures}, recorded at export by llama.cpp (mha check runs its generations, not this)"
+    plan = _graph(folder, file)
+    how = plan.line() if isinstance(plan, GraphPlan) else f"the graph could not be read ({plan})"
+    return f"{file}: {figures}; {how}"
 
 
 def inspect_gpt(folder: Path, *, as_json: bool) -> None:
+    folder = Path(folder)
     manifest = load_gpt_manifest(folder)
     if as_json:
         click.echo(json.dumps(manifest.to_dict(), indent=2))
@@ -37,20 +108,12 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
     click.echo(f"weights  {json.dumps(manifest.weights)}")
     tokenizer = "none (token ids only)" if manifest.tokenizer is None else json.dumps(manifest.tokenizer)
     click.echo(f"tokenizer {tokenizer}  eos_id {manifest.eos_id}\n")
-    click.echo(table(HEADERS, [_row(f, a, manifest) for f, a in manifest.artifacts.items()]) + "\n")
+    lossy = any(a.quality is not None for a in manifest.artifacts.values())
+    windows = _windows(folder, manifest) if lossy else "no lossy form"
+    click.echo(table(HEADERS, [_row(folder, f, a, manifest, windows) for f, a in manifest.artifacts.items()]) + "\n")
     for file, a in manifest.artifacts.items():
         if a.quality is not None:
-            bar = a.quality.get("bar_mean_kl")
-            plan = a.quantization or {}
-            level = "" if plan.get("accuracy_level") is None else f", accuracy level {plan.get('accuracy_level')}"
-            symmetric = plan.get("symmetric")
-            sym = "" if symmetric is None else ", symmetric" if symmetric else ", asymmetric"
-            finer = ", ".join(f"{k} ({v})" for k, v in (plan.get("finer") or {}).items()) or "none"
-            kept = ", ".join(f"{k} ({v})" for k, v in (plan.get("kept") or {}).items()) or "none"
-            # shown(): the manifest's own values, escaped where an edit put a newline in them (it would forge a line)
-            click.echo(shown(f"{file}: mean KL divergence from fp32 {a.quality.get('mean_kl', float('nan')):.3g} "
-                             f"(bar {bar}) over {a.quality.get('positions')} positions; {plan.get('bits')} bits, "
-                             f"blocks of {plan.get('block_size')}{sym}{level}; in smaller blocks: {finer}; kept at a "
-                             f"higher precision: {kept}"))
+            # shown(): the manifest's own names, escaped where an edit put a newline in them (it would forge a line)
+            click.echo(shown(_lossy_line(folder, file, a, windows)))
     click.echo("\n" + table(["file", "size", "sha256"],
                             [[f, human_size(r.size), r.sha256[:16]] for f, r in manifest.files.items()]))

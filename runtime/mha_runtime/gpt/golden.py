@@ -36,7 +36,7 @@ from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.artifact.fields import get, plain_name, record
 from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.artifact.tolerance import Tolerance
-from mha_runtime.gpt.contract import id_problem
+from mha_runtime.gpt.contract import FORMS, GGUF_FORMS, INPLACE_FORM, Form, id_problem
 from mha_runtime.gpt.manifest import GPTManifest, read_listed_json
 
 GENERATIONS_FILE = "golden/generations.json"
@@ -52,6 +52,13 @@ SAMPLING_RULE = (
 def generations_file(form: str) -> str:
     """A lossy form's own golden generations: golden/generations.<dtype>.json (gpt.inplace.int8.onnx -> int8)."""
     return f"golden/generations.{form.split('.')[-2]}.json"
+
+
+def golden_form(file: str) -> Form:
+    """The contract row whose tolerance a golden file records: a lossy form's own file, that form's; any other
+    (golden/generations.json), the fp32 in-place form's, which every fp32 form shares."""
+    lossy = [f for f in (*FORMS.values(), *GGUF_FORMS.values()) if f.lossy and generations_file(f.file) == file]
+    return lossy[0] if lossy else FORMS[INPLACE_FORM]
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ class GoldenGeneration:
 
 @dataclass(frozen=True)
 class GoldenGenerations:
-    tolerance: Tolerance
+    tolerance: Tolerance  # as the file records it: compared with golden_form's, never used to compare logits
     cases: list[GoldenGeneration]
     doc: dict[str, Any]
 

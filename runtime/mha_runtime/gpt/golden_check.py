@@ -6,7 +6,10 @@ tolerance; a case with a text prompt also needs the folder's tokenizer to encode
 The fp32 forms reproduce eager PyTorch's generations (golden/generations.json); a lossy form (int8, int4) its own,
 recorded at export (its manifest entry's "generations"), and its quality is measured again over the folder's
 quality windows against gpt.inplace.onnx: the case passes when it reproduces the recorded figures
-(Quality.agrees_with) and is within the form's bar.
+(Quality.disagreements: every recorded figure) and is within the form's bar.
+Tolerances and bars are the contract's (mha_runtime.gpt.contract), never a file's: a golden file or manifest entry
+that records another tolerance, bar, dtype or quantization plan than the contract's and the graph's is a failed
+line of its own (mha_runtime.gpt.record_check), and the cases are compared with the contract's rows.
 gpt.pte (ExecuTorch) is checked when the folder has it, through the export package's registered runner; where
 that is not installed its cases are reported as skipped, with what to install.
 The GGUF files (gpt.gguf, gpt.q8_0.gguf, gpt.q4_0.gguf) are checked by llama.cpp itself
@@ -24,7 +27,7 @@ import numpy as np
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.artifact.manifest import verify_all
 from mha_runtime.artifact.tolerance import Tolerance, compare
-from mha_runtime.gpt.contract import FORMS, GGUF_FORMS, INPLACE_FORM, PTE_FORM
+from mha_runtime.gpt.contract import FORMS, GGUF_FORMS, INPLACE_FORM, PTE, PTE_FORM
 from mha_runtime.gpt.executorch import RunnerMissing
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.golden import (
@@ -32,11 +35,13 @@ from mha_runtime.gpt.golden import (
     GoldenGeneration,
     GoldenGenerations,
     first_logits,
+    golden_form,
     load_generations,
 )
 from mha_runtime.gpt.llama import llama_cpp
 from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.gpt.quality import Quality, load_windows, measure
+from mha_runtime.gpt.record_check import entry_problems, tolerance_words
 from mha_runtime.infer.golden_check import CaseResult
 from mha_runtime.infer.providers import resolve_provider
 
@@ -88,18 +93,38 @@ def check_quality(gen: Generator, reference: Generator, manifest: GPTManifest, f
         shape = (len(windows.ids), len(windows.ids[0]))
         if record.quality is None:
             raise MHAError(f"{gen.form}: the manifest records no quality figures (re-export with this version)")
-        recorded = Quality.from_dict(record.quality, f"manifest: artifacts.{gen.form}.quality")
+        where = f"manifest: artifacts.{gen.form}.quality"
+        recorded = Quality.from_dict(record.quality, where)  # a non-finite or impossible figure: one line
+        mismatch = windows.mismatch(recorded)
+        if mismatch is not None:
+            raise MHAError(f"{where}: {mismatch}")
         got = measure(reference.decoder(), gen.decoder(), windows)
     except Exception as exc:
         return CaseResult(gen.form, "quality", (0, 0), float("nan"), float("nan"), tolerance, False, first_line(exc))
     error = None
+    differs = got.disagreements(recorded) if recorded_here else []
     if not spec.meets_bar(got.mean_kl):
         error = f"mean KL divergence {got.mean_kl:.3g} above the bar {spec.max_mean_kl:g}"
-    elif recorded_here and not got.agrees_with(recorded):
-        error = (f"quality differs from the recorded figures: mean KL {got.mean_kl:.3g} (recorded "
-                 f"{recorded.mean_kl:.3g}), same top token {got.same_top:.3f} (recorded {recorded.same_top:.3f})")
+    elif differs:
+        error = f"quality differs from the recorded figures: {'; '.join(differs)}"
     return CaseResult(gen.form, "quality", shape, got.mean_kl, float("nan"), tolerance, error is None, error,
                       detail=got.line())
+
+
+def record_results(folder: Path, manifest: GPTManifest, golden: dict[str, Tolerance]) -> list[CaseResult]:
+    """One failed line per manifest entry field, or golden file's recorded tolerance (file -> it), that is not the
+    contract's (or, for a plan, the graph's); none when all are."""
+    none = Tolerance(atol=0.0, rtol=0.0)
+    out = [CaseResult(file, "manifest", (0, 0), float("nan"), float("nan"), none, False,
+                      f"manifest: artifacts.{file}: {problem}")
+           for file, entry in manifest.artifacts.items() for problem in entry_problems(folder, file, entry)]
+    for file, recorded in golden.items():
+        form = golden_form(file)
+        if recorded != form.tolerance:
+            out.append(CaseResult(file, "tolerance", (0, 0), float("nan"), float("nan"), form.tolerance, False,
+                                  f"{folder / file}: expected the contract's tolerance for {form.file} "
+                                  f"{tolerance_words(form.tolerance)}, got {tolerance_words(recorded)}"))
+    return out
 
 
 def check_gguf(folder: Path, manifest: GPTManifest, file: str, golden: GoldenGenerations,
@@ -145,24 +170,26 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
     golden_of = functools.cache(lambda file: _load(folder, manifest, file))  # each file read and hashed once
     golden_of(GENERATIONS_FILE)  # first, whichever forms the folder has: a broken file is the first line
     on_cpu = resolve_provider(provider) == "cpu"
-    results = []
+    files = {GENERATIONS_FILE, *(_golden_for(manifest, f) for f in manifest.artifacts)}
+    results = record_results(folder, manifest, {f: golden_of(f)[0].tolerance for f in sorted(files)})
     reference: Generator | None = None
     for form in (f for f in [*FORMS, PTE_FORM] if f in manifest.artifacts):
         golden, expected = golden_of(_golden_for(manifest, form))
+        row = FORMS[form].tolerance if form in FORMS else PTE.tolerance
         try:
             if form == PTE_FORM and provider != "cpu":
                 raise RunnerMissing(f"{PTE_FORM} runs on the CPU (XNNPACK): checked with --provider cpu")
             gen = Generator(folder, form=form, provider=provider, threads=threads)
         except RunnerMissing as exc:
-            results += every_case(form, golden.cases, golden.tolerance, first_line(exc), skipped=True)
+            results += every_case(form, golden.cases, row, first_line(exc), skipped=True)
             continue
         if form == INPLACE_FORM:
             reference = gen
         lossy = form in FORMS and FORMS[form].lossy
         if lossy and not on_cpu:  # its ids and logits are the CPU kernels'; its bar holds everywhere
-            results += every_case(form, golden.cases, golden.tolerance, LOSSY_ON_CUDA, skipped=True)
-        else:
-            results += [check_case(gen, case, expected[case.name], golden.tolerance) for case in golden.cases]
+            results += every_case(form, golden.cases, row, LOSSY_ON_CUDA, skipped=True)
+        else:  # the contract's row: the file's own is a record, checked in record_results
+            results += [check_case(gen, case, expected[case.name], row) for case in golden.cases]
         if lossy:
             if reference is None:
                 reference = Generator(folder, form=INPLACE_FORM, provider=provider, threads=threads)

@@ -30,13 +30,19 @@ from mha_runtime.gpt.manifest import GPTManifest, read_listed_json
 QUALITY_FILE = "golden/quality.json"
 QUALITY_KIND = "gpt-quality-windows"
 QUALITY_FORMAT = 1
-# A re-measured mean KL divergence agrees with the recorded one within this share (plus KL_FLOOR): the same
-# tokens through the same kernels give the same figure on one host; another CPU's int8 kernels (VNNI, AVX-512)
-# sum in another order, which moves logits by float rounding only (docs/measurements/gpt.md, "Quality of the
-# lossy forms").
+# How a re-measurement must agree with each recorded figure. On one host the same tokens through the same kernels
+# give the same figures; another CPU's int8 kernels (VNNI, AVX-512) sum in another order, which moves logits by
+# float rounding only (docs/measurements/gpt.md, "Quality of the lossy forms"). So: the three KL figures within
+# KL_AGREEMENT of the recorded one (plus KL_FLOOR, for a form as good as fp32), relative to it both ways (an edit
+# up fails as an edit down does); the same-top share within TOP_AGREEMENT (a top token flips only at a near-tie);
+# each perplexity within PPL_AGREEMENT (an exponent of a mean over every position: rounding moves it far less
+# than the KL figures); the position count exactly (it is the windows' count: nothing rounds it).
 KL_AGREEMENT = 0.1
 KL_FLOOR = 1e-9
 TOP_AGREEMENT = 0.02  # the same-top-token share, re-measured, within 2 points
+PPL_AGREEMENT = 0.01
+_KL_FIGURES = ("mean_kl", "p99_kl", "max_kl")
+_PERPLEXITIES = ("perplexity", "reference_perplexity")
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,33 @@ class Quality:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Quality:
-        return record(cls, data, where)
+        """The recorded figures, refused in one line naming the field when one is not a possible measurement."""
+        read = record(cls, data, where)
+        problem = read.problem()
+        if problem is not None:
+            raise ArtifactError(f"{where}: {problem}")
+        return read
+
+    def problem(self) -> str | None:
+        """What makes these figures impossible as a measurement (non-finite, negative, out of order), or None."""
+        for name in _KL_FIGURES:
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                return f"{name}: expected a finite KL divergence >= 0, got {value!r}"
+        if self.p99_kl > self.max_kl or self.mean_kl > self.max_kl:
+            return (f"expected mean_kl and p99_kl <= max_kl, got mean {self.mean_kl!r}, p99 {self.p99_kl!r}, "
+                    f"max {self.max_kl!r}")
+        if not 0 <= self.same_top <= 1:  # a NaN is neither
+            return f"same_top: expected a share in [0, 1], got {self.same_top!r}"
+        if self.positions < 1:
+            return f"positions: expected a positive count, got {self.positions}"
+        if (self.perplexity is None) != (self.reference_perplexity is None):
+            return "expected perplexity and reference_perplexity both numbers (text windows) or both null"
+        for name in _PERPLEXITIES:
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                return f"{name}: expected a finite perplexity > 0, got {value!r}"
+        return None
 
     def line(self) -> str:
         ppl = "" if self.perplexity is None else f", perplexity {self.perplexity:.4g} (fp32 " \
@@ -64,10 +96,25 @@ class Quality:
         return (f"mean KL {self.mean_kl:.3g} (p99 {self.p99_kl:.3g}, max {self.max_kl:.3g}), same top token "
                 f"{100 * self.same_top:.1f}% of {self.positions} positions{ppl}")
 
-    def agrees_with(self, recorded: Quality) -> bool:
-        """Whether this re-measurement reproduces the recorded figures (KL_AGREEMENT, TOP_AGREEMENT)."""
-        return (abs(self.mean_kl - recorded.mean_kl) <= KL_AGREEMENT * recorded.mean_kl + KL_FLOOR
-                and abs(self.same_top - recorded.same_top) <= TOP_AGREEMENT)
+    def disagreements(self, recorded: Quality) -> list[str]:
+        """Each recorded figure this re-measurement does not reproduce (the rules above), in words."""
+        out = [f"positions: measured {self.positions}, recorded {recorded.positions}"] \
+            if self.positions != recorded.positions else []
+        for name in _KL_FIGURES:
+            got, was = getattr(self, name), getattr(recorded, name)
+            if not abs(got - was) <= KL_AGREEMENT * was + KL_FLOOR:
+                out.append(f"{name}: measured {got:.3g}, recorded {was:.3g} (agreement {KL_AGREEMENT:g} of it)")
+        if not abs(self.same_top - recorded.same_top) <= TOP_AGREEMENT:
+            out.append(f"same_top: measured {self.same_top:.4f}, recorded {recorded.same_top:.4f} (agreement "
+                       f"{TOP_AGREEMENT:g})")
+        for name in _PERPLEXITIES:
+            got, was = getattr(self, name), getattr(recorded, name)
+            if (got is None) != (was is None):
+                out.append(f"{name}: measured {got}, recorded {was} (the windows are "
+                           f"{'' if got is not None else 'not '}text)")
+            elif got is not None and was is not None and not abs(got - was) <= PPL_AGREEMENT * was:
+                out.append(f"{name}: measured {got:.6g}, recorded {was:.6g} (agreement {PPL_AGREEMENT:g} of it)")
+        return out
 
 
 @dataclass(frozen=True)
@@ -86,6 +133,21 @@ class Windows:
     def half(self) -> int:
         """Where each window's scored second half starts: its tokens half .. width - 1 are predicted."""
         return max(1, len(self.ids[0]) // 2)
+
+    @property
+    def positions(self) -> int:
+        """How many positions a measurement over these windows scores."""
+        return len(self.ids) * (len(self.ids[0]) - self.half)
+
+    def mismatch(self, recorded: Quality) -> str | None:
+        """Where recorded figures cannot be of these windows (their position count, perplexities without text or
+        none with it), in words, or None: found before anything is measured."""
+        if recorded.positions != self.positions:
+            return f"positions: expected {self.positions} (the quality windows' scored count), got {recorded.positions}"
+        if (recorded.perplexity is None) == self.text:
+            return (f"perplexity: expected {'a number' if self.text else 'null'} (the windows are "
+                    f"{'' if self.text else 'not '}text), got {recorded.perplexity!r}")
+        return None
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
