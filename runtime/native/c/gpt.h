@@ -30,6 +30,12 @@
 #define MHA_GPT_FORMAT 1
 #define MHA_GPT_INPLACE "gpt.inplace.onnx"
 #define MHA_GPT_GENERATIONS "golden/generations.json"
+/* The contract's tolerance row of every form this runner checks (gpt.inplace.onnx and its lossy forms: one row,
+ * runtime/mha_runtime/gpt/contract.py FORMS; tests/test_gpt_check_honest.py compares these lines with it). A golden
+ * file's own "tolerance" is a record in a file anyone can re-seal: one that differs is a failed line, and the cases
+ * are compared with this row. */
+#define MHA_GPT_ATOL 1e-3
+#define MHA_GPT_RTOL 1e-4
 /* The forms `check` runs: gpt.inplace.onnx, then the lossy forms the folder lists, each with its own golden
  * generations (the manifest entry's "generations"). */
 #define MHA_GPT_MAX_FORMS 3
@@ -38,13 +44,18 @@
 #define MHA_GPT_MAX_LAYERS 1024
 #define MHA_GPT_MAX_VOCAB (1LL << 22)
 #define MHA_GPT_MAX_EMB (1LL << 16)
+#define MHA_GPT_MAX_EOS 64          /* eos ids a folder holds (runtime/mha_runtime/gpt/manifest.py MAX_EOS_IDS) */
 
 typedef struct { long long vocab_size, context_length, emb_dim, n_heads, n_layers; } MhaGptConfig;
 
 typedef struct {
     MhaManifest files;  /* path and the files' sizes and sha256s (config unused) */
     MhaGptConfig config;
-    long long eos_id;   /* -1: none */
+    long long eos_id;   /* -1: none; the first of eos_ids */
+    /* Every id generation stops at: the manifest's eos_ids, or (a folder made before it) its one eos_id. The same
+     * rule as Python's GPTManifest.stop_ids and Node's stop_ids. */
+    long long eos_ids[MHA_GPT_MAX_EOS];
+    size_t neos;
     size_t nforms;      /* forms[0] is gpt.inplace.onnx with golden/generations.json */
     char forms[MHA_GPT_MAX_FORMS][64], generations[MHA_GPT_MAX_FORMS][256];
 } MhaGptManifest;

@@ -1,7 +1,7 @@
 // The golden generations check (runtime/mha_runtime/gpt/golden.py; runtime/native/common/gpt.mjs re-exports it): every
 // golden generation on every decoder form the folder lists, in the check format every runner writes.
 import { compare } from '../rules.mjs';
-import { ArtifactError, ContractError, FP32_FORMS, GENERATIONS_FILE, GPT_KIND, LOSSY_FORMS, firstLine, isObject,
+import { ArtifactError, CONTRACT_TOLERANCE, ContractError, FP32_FORMS, GENERATIONS_FILE, GPT_KIND, LOSSY_FORMS, firstLine, isObject,
   plainName } from './base.mjs';
 import { formKind, listedForms, readGptManifest, verifiedBytes, verifiedJson } from './folder.mjs';
 import { loadTokenizer } from './tokenizer.mjs';
@@ -141,9 +141,18 @@ export async function checkGenerations(ort, io, { openSession, alias = false, To
       error = firstLine(e);
       if (!record.not_loadable) record.error = error;
     }
+    const row = CONTRACT_TOLERANCE, own = golden.tolerance;
+    if (own.atol !== row.atol || own.rtol !== row.rtol || (own.rel_l2 ?? null) !== row.rel_l2) {
+      const r = { name: 'tolerance', shape: [], ok: false, max_abs: null, rel_l2: null, tolerance: row,
+        error: `${io.where}/${generationsOf(form)}: expected the contract's tolerance ${JSON.stringify(row)}, got ${JSON.stringify(own)}` };
+      record.cases.push(r);
+      record.failed++;
+      failed++;
+      onLine(caseLine(form, r));
+    }
     for (const c of golden.cases) {
       const r = error ? { name: c.name, shape: [1, c.prompt_ids.length], ok: false, error, max_abs: null, rel_l2: null,
-        tolerance: golden.tolerance } : await checkCase(decoder, c, wants[c.name], golden.tolerance, tokenizer);
+        tolerance: row } : await checkCase(decoder, c, wants[c.name], row, tokenizer);
       record.cases.push(r);
       if (r.ok) { record.passed++; passed++; } else { record.failed++; failed++; }
       onLine(caseLine(form, r));
