@@ -136,6 +136,9 @@ def test_generation_stops_at_context_length_and_eos(book_gpt: tuple[torch.nn.Mod
     ([[1, None]], "expected integer token ids, got None"),  # was a TypeError
     ([[]], "empty prompt"),
     ([list(range(49))], "49 tokens, longer than context_length 48"),
+    # 1 <= prompt + new tokens <= context_length (`mha inspect`'s rule): a prompt of context_length ids got one new
+    # token, 49 positions in a context of 48; it is refused, as serve and the C runner refuse it
+    ([list(range(48))], "48 tokens fill context_length 48, leaving no room for a new token; give at most 47"),
     ([], "at least one prompt"),
 ])
 def test_bad_prompts_are_one_line_each(book_gpt: tuple[torch.nn.Module, Path], prompts: list[list[int]],

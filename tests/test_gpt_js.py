@@ -177,6 +177,27 @@ def test_generate_json_and_eos(book_gpt: tuple[torch.nn.Module, Path]) -> None:
         assert doc["stop"] in ("max_new_tokens", "eos")
 
 
+def test_generate_stops_at_any_of_the_folders_eos_ids(book_gpt: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
+    """A checkpoint may give several eos ids (the manifest's eos_ids): Node and wasm stop at any of them, as `mha
+    generate` does (they read eos_id alone)."""
+    folder = book_gpt[1]
+    free = _python(folder, [1, 2, 3], max_new_tokens=12)
+    eos, other = free[3], next(i for i in range(50000, 50256) if i not in free)
+    assert eos not in free[:3]
+    copy = tmp_path / "eos"
+    for path in folder.rglob("*"):
+        if path.is_file() and path.name != "manifest.json":
+            (copy / path.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
+            (copy / path.relative_to(folder)).symlink_to(path)
+    doc = json.loads((folder / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps(doc | {"eos_id": other, "eos_ids": [other, eos]}))
+    for command in (NODE, WASM):
+        result = _run(command, "generate", copy, "--prompt-ids", "1,2,3", "--max-new-tokens", 12, "--json")
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout)
+        assert (out["ids"], out["stop"]) == (free[:3], "eos"), command
+
+
 TOKENIZE_SCRIPT = """
 const { openGpt, gpt } = require('./runtime/native/node/gpt.js');
 openGpt(process.argv[1]).then(({ tokenizer }) => {
@@ -358,6 +379,9 @@ def _listed_size(folder: Path, name: str) -> int:
     (["generate", "{dir}"], 1, "give the prompt as --prompt TEXT or as --prompt-ids 1,2,3"),
     (["generate", "{dir}", "--prompt-ids", "1,x"], 1, "--prompt-ids: expected comma-separated integers, got 'x'"),
     (["generate", "{dir}", "--prompt-ids", "1,99999999"], 1, "token id 99999999 is outside the vocabulary"),
+    # 1 <= prompt + new tokens <= context_length: a prompt of context_length ids got a 49th position in 48
+    (["generate", "{dir}", "--prompt-ids", ",".join(["1"] * 48)], 1,
+     "prompt: 48 tokens fill context_length 48, leaving no room for a new token; give at most 47"),
     (["generate", "{dir}", "--prompt-ids", "1", "--temperature", "-1"], 1, "temperature: expected 0 (greedy) or a"),
     (["generate", "{dir}", "--prompt-ids", "1", "--temperature", "1e-39"], 1, "temperature: expected 0 (greedy) or a"),
     (["generate", "{dir}", "--prompt-ids", "1", "--top-k", "0"], 1, "top_k: expected an integer in 1..50257"),
@@ -365,7 +389,7 @@ def _listed_size(folder: Path, name: str) -> int:
     (["generate", "{dir}", "--prompt-ids", "1", "--max-new-tokens", "0"], 1, "max_new_tokens: expected an integer"),
     (["generate", "{dir}/nowhere", "--prompt-ids", "1"], 1, "expected a folder made by `mha export"),
     (["generate", "{dir}", "--prompt-ids", "1", "--form", "gpt.x.onnx"], 1, "no decoder gpt.x.onnx listed"),
-    # an empty --form ran the default form; `mha generate --form ''` refuses it in these words
+    # an empty --form ran the default form; `mha generate --form ''` refuses it too (exit 2: a bad value)
     (["generate", "{dir}", "--prompt-ids", "1", "--form", ""], 1, "no decoder  listed in the manifest; it holds "),
     (["generate", "{dir}", "--prompt-ids", "1", "--warmup", "-1"], 1, "--warmup: expected an integer from 0 to 100"),
     # onnxruntime-node started 100,000 threads and never returned; `mha generate` and the C runner stop at 1024

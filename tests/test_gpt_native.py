@@ -145,6 +145,8 @@ def test_generate_equals_python(book_gpt: tuple[object, Path], args: tuple[str, 
     (("--prompt-ids", "50257"), "token id 50257 is outside the vocabulary (0..50256)"),
     (("--prompt-ids", "-1"), "token id -1 is outside the vocabulary"),
     (("--prompt-ids", ",".join(["1"] * 49)), "49 tokens, longer than context_length 48"),
+    # 1 <= prompt + new tokens <= context_length: the words of `mha generate`, serve and Node for a prompt with no room
+    (("--prompt-ids", ",".join(["1"] * 48)), "prompt: 48 tokens fill context_length 48, leaving no room for a new"),
     (("--prompt-ids", ",".join(["1"] * 500)), "longer than context_length 48"),
     (("--prompt-ids", ",".join(["1"] * 40), "--max-new-tokens", "9"), "pass context_length 48 (at most 8 new)"),
     (("--prompt-ids", "1", "--max-new-tokens", "0"), "--max-new-tokens: expected an integer >= 1, got '0'"),
@@ -208,6 +210,22 @@ def test_truncated_or_missing_model_is_refused(book_copy: Path) -> None:
     _assert_refused(book_copy, "listed in the manifest but missing")
 
 
+def test_generate_stops_at_any_of_the_folders_eos_ids(book_gpt: tuple[object, Path], book_copy: Path) -> None:
+    """A checkpoint may give several eos ids (the manifest's eos_ids): the C runner stops at any of them, as `mha
+    generate` does (it read eos_id alone); a folder made before eos_ids stops at its one eos_id."""
+    args = ("--prompt-ids", "15496,11,314,716", "--max-new-tokens", "12")
+    free = _python_generate(book_gpt[1], *args, "--no-eos")["ids"][0]
+    eos, other = free[3], next(i for i in range(50000, 50256) if i not in free)
+    assert eos not in free[:3]
+    _edit_manifest(book_copy, lambda m: m.update(eos_id=other, eos_ids=[other, eos]))
+    for runner in ("c", "c-asan"):
+        out = json.loads(_c(runner, "generate", book_copy, *args, "--json").stdout)
+        assert (out["ids"], out["stop"]) == (free[:3], "eos"), runner
+    _edit_manifest(book_copy, lambda m: (m.pop("eos_ids"), m.update(eos_id=eos)))  # an older folder
+    out = json.loads(_c("c", "generate", book_copy, *args, "--json").stdout)
+    assert (out["ids"], out["stop"]) == (free[:3], "eos")
+
+
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda m: m["files"]["gpt.inplace.onnx"].update(sha256="0" * 64), "differs from the manifest's 000000000000"),
     (lambda m: m["files"].pop("gpt.inplace.onnx"), "gpt.inplace.onnx: expected it listed in"),
@@ -215,6 +233,8 @@ def test_truncated_or_missing_model_is_refused(book_copy: Path) -> None:
     (lambda m: m["config"].update(vocab_size=0), "expected 'vocab_size' an integer from 1"),
     (lambda m: m["artifacts"].pop("gpt.inplace.onnx"), "expected gpt.inplace.onnx among the manifest's artifacts"),
     (lambda m: m.update(eos_id=60000), "expected 'eos_id' an integer from 0 to 50256"),
+    (lambda m: m.update(eos_ids=[50256, 60000]), "expected 'eos_ids' a list of at most 64 token ids from 0 to 50256"),
+    (lambda m: m.update(eos_ids=[7]), "'eos_id' is not the first of 'eos_ids'"),  # one definition, not two
 ])
 def test_altered_manifest_is_refused(book_copy: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     _edit_manifest(book_copy, edit)

@@ -56,7 +56,10 @@ class Generation:
 
 
 def check_prompts(prompts: list[list[int]], config: GPTConfig) -> None:
-    """One line for the first bad prompt: empty, not integers, an id outside the vocabulary, too long."""
+    """One line for the first bad prompt: empty, not integers, an id outside the vocabulary, too long. The rule is
+    `mha inspect`'s and every runner's, 1 <= prompt + new tokens <= context_length: a prompt leaves room for one new
+    token (one of context_length tokens got one at position context_length + 1; serve, the C and Node runners
+    refuse it in the same words)."""
     if not isinstance(prompts, list) or not prompts:
         raise ContractError("prompt: expected at least one prompt of token ids, got none")
     if len(prompts) > MAX_BATCH:
@@ -70,6 +73,9 @@ def check_prompts(prompts: list[list[int]], config: GPTConfig) -> None:
             raise ContractError(f"{where}: {problem}")
         if len(prompt) > config.context_length:
             raise ContractError(f"{where}: {len(prompt)} tokens, longer than context_length {config.context_length}")
+        if len(prompt) == config.context_length:
+            raise ContractError(f"{where}: {len(prompt)} tokens fill context_length {config.context_length}, leaving "
+                                f"no room for a new token; give at most {config.context_length - 1}")
 
 
 def take_token(ids: list[int], token: int, *, prompt_tokens: int, max_new_tokens: int, eos_id: EosIds,

@@ -122,13 +122,17 @@ int mha_gpt_generate(int argc, char **argv) {
                          c->vocab_size - 1);
         if (!why[0] && (long long)T > C)
             say(why, sizeof why, "prompt: %zu tokens, longer than context_length %lld", T, C);
+        /* 1 <= prompt + new tokens <= context_length, as `mha inspect` says and every runner refuses it */
+        if (!why[0] && (long long)T == C)
+            say(why, sizeof why, "prompt: %zu tokens fill context_length %lld, leaving no room for a new token; give "
+                     "at most %lld", T, C, C - 1);
         if (!why[0] && (long long)T + max_new > C)
             say(why, sizeof why, "--max-new-tokens %lld: the prompt's %zu tokens + %lld new pass context_length %lld "
                      "(at most %lld new)", max_new, T, max_new, C, C - (long long)T);
     }
     if (!why[0] && top_k > c->vocab_size)
         say(why, sizeof why, "--top-k: expected an integer in 1..%lld, got %lld", c->vocab_size, top_k);
-    Request q = {max_new, top_k, eos ? m.eos_id : -1, temperature, 0};
+    Request q = {max_new, top_k, m.eos_ids, eos ? m.neos : 0, temperature, 0};
     if (seed < 0) {  /* as Python: a fresh seed when none is given (reported in --json) */
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);

@@ -107,6 +107,26 @@ int mha_gpt_manifest_load(const char *dir, MhaGptManifest *m, char *err, size_t 
     if (eos && eos->type != JSON_NULL) {
         if (int_field(root, "eos_id", 0, m->config.vocab_size - 1, path, &m->eos_id, err, n)) goto done;
     }
+    const JsonValue *listed = json_get(root, "eos_ids");
+    if (listed && listed->type != JSON_NULL) {
+        int ok = listed->type == JSON_ARRAY;
+        for (const JsonValue *v = ok ? listed->child : NULL; v && ok; v = v->next) {
+            ok = m->neos < MHA_GPT_MAX_EOS && v->type == JSON_NUMBER && v->is_integer && v->integer >= 0 &&
+                 v->integer < m->config.vocab_size;
+            if (ok) m->eos_ids[m->neos++] = v->integer;
+        }
+        if (!ok) {
+            say(err, n, "%s: expected 'eos_ids' a list of at most %d token ids from 0 to %lld", path, MHA_GPT_MAX_EOS,
+                m->config.vocab_size - 1);
+            goto done;
+        }
+        if (m->eos_id != (m->neos ? m->eos_ids[0] : -1)) {
+            say(err, n, "%s: 'eos_id' is not the first of 'eos_ids'", path);
+            goto done;
+        }
+    } else if (m->eos_id >= 0) {  /* a folder made before eos_ids */
+        m->eos_ids[m->neos++] = m->eos_id;
+    }
     const JsonValue *artifacts = json_get(root, "artifacts");
     if (!artifacts || artifacts->type != JSON_OBJECT || !json_get(artifacts, MHA_GPT_INPLACE)) {
         say(err, n, "%s: expected %s among the manifest's artifacts (export with the 'inplace' variant), found "

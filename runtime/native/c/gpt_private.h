@@ -54,7 +54,9 @@ typedef struct {
 } GptRun;
 
 typedef struct {
-    long long max_new, top_k, eos;  /* top_k 0: none; eos -1: none */
+    long long max_new, top_k;  /* top_k 0: none */
+    const long long *eos;      /* the ids generation stops at (neos of them; 0: none) */
+    size_t neos;
     double temperature;
     uint64_t seed;
 } Request;

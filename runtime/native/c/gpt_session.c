@@ -147,7 +147,9 @@ int generate_ids(GptRun *r, const int64_t *prompt, long long T, const Request *q
     for (;;) {
         int64_t token = mha_gpt_next_id(r->logits, r->cfg.vocab_size, q->temperature, q->top_k, &rng, scratch);
         if (out->count == 0) out->ttft = now_s() - start;
-        if (q->eos >= 0 && token == q->eos) { out->stop = "eos"; break; }
+        int stop = 0;
+        for (size_t e = 0; e < q->neos && !stop; e++) stop = token == q->eos[e];
+        if (stop) { out->stop = "eos"; break; }
         out->ids[out->count++] = token;
         if (out->count >= q->max_new) break;
         if (run_forward(r, &token, 1, T + out->count - 1, why, n)) return 1;

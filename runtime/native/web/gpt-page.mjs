@@ -128,7 +128,7 @@ async function generatePage({ ort, Tokenizer }) {
       const trace = [];
       const t0 = performance.now();
       const r = await gpt.generate(decoder, ids, {
-        maxNewTokens: maxNew(), temperature: temperature(), topK: topK(), seed: seed(), eosId: manifest.eos_id,
+        maxNewTokens: maxNew(), temperature: temperature(), topK: topK(), seed: seed(), eosId: manifest.stop_ids,
         onToken: async (token) => {
           generated.textContent += stream.push(token);
           trace.push({ tokens: stream.ids.length, chars: generated.textContent.length, ms: performance.now() - t0 });

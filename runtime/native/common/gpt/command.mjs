@@ -85,7 +85,7 @@ export async function runGenerate(decoder, manifest, tokenizer, o, { onToken = n
     if (!tokenizer) throw new ContractError(`${manifest.name}: this folder has no tokenizer (exported without --tokenizer); give token ids (--prompt-ids)`);
     prompt = tokenizer.encode(o.prompt);
   }
-  const eosId = o.eos ? manifest.eos_id : null;
+  const eosId = o.eos ? manifest.stop_ids : null;  // every eos id of the folder
   const request = { maxNewTokens: o.maxNewTokens, temperature: o.temperature, topK: o.topK, seed: o.seed, eosId };
   for (let w = 0; w < (o.warmup || 0); w++) await generate(decoder, prompt, request);
   const out = await generate(decoder, prompt, { ...request, onToken });

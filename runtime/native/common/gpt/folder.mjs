@@ -3,6 +3,8 @@
 // input and output names must match (manifest.contract[kind].signature).
 import { ArtifactError, ContractError, CONCAT_FORM, GPT_KIND, GPT_MANIFEST_FORMAT, INPLACE_FORM, LOSSY_FORMS, firstLine,
   isObject, plainName } from './base.mjs';
+// Most eos ids a folder holds (runtime/mha_runtime/gpt/manifest.py MAX_EOS_IDS, the C runner's array).
+const MAX_EOS_IDS = 64;
 
 const FORM_KIND = { [CONCAT_FORM]: 'concat', [INPLACE_FORM]: 'inplace', [LOSSY_FORMS[0]]: 'inplace',
   [LOSSY_FORMS[1]]: 'inplace' };
@@ -56,10 +58,21 @@ export async function readGptManifest(io) {
   if (eos !== null && (!Number.isInteger(eos) || eos < 0 || eos >= config.vocab_size)) {
     throw new ArtifactError(`${where}: 'eos_id' must be a token id below vocab_size or null, got ${JSON.stringify(eos)}`);
   }
+  // eos_ids: every id generation stops at (a checkpoint may give several); absent in a folder made before it, whose
+  // one eos_id is then the list. The same rule as Python's GPTManifest.stop_ids and the C runner's.
+  const listed = doc.eos_ids ?? null;
+  const isId = (i) => Number.isInteger(i) && i >= 0 && i < config.vocab_size;
+  if (listed !== null && (!Array.isArray(listed) || listed.length > MAX_EOS_IDS || !listed.every(isId))) {
+    throw new ArtifactError(`${where}: 'eos_ids' must be a list of at most ${MAX_EOS_IDS} token ids below vocab_size, got ${JSON.stringify(listed).slice(0, 60)}`);
+  }
+  if (listed !== null && eos !== (listed.length ? listed[0] : null)) {
+    throw new ArtifactError(`${where}: 'eos_id' ${JSON.stringify(eos)} is not the first of 'eos_ids' ${JSON.stringify(listed.slice(0, 4))}`);
+  }
   if (doc.tokenizer !== null && doc.tokenizer !== undefined && !isObject(doc.tokenizer)) {
     throw new ArtifactError(`${where}: 'tokenizer' must be an object or null`);
   }
-  return { ...doc, config, eos_id: eos, tokenizer: doc.tokenizer ?? null };
+  const stopIds = listed ?? (eos === null ? [] : [eos]);
+  return { ...doc, config, eos_id: eos, eos_ids: listed, stop_ids: stopIds, tokenizer: doc.tokenizer ?? null };
 }
 
 function checkListedSize(io, name, entry, length) {

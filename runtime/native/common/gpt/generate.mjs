@@ -3,6 +3,13 @@
 import { ContractError } from './base.mjs';
 import { Sampler, checkSampling } from './sampling.mjs';
 
+// The ids a generation stops at: eosId is one id, a list of them (a folder's stop_ids) or null. As Python's stop_set.
+export function stopIds(eosId) {
+  return eosId === null || eosId === undefined ? [] : Array.isArray(eosId) ? eosId : [eosId];
+}
+
+// The rule of `mha inspect` and every runner: 1 <= prompt + new tokens <= context_length, so a prompt leaves room for
+// one new token (a prompt of context_length tokens got one new token at position context_length + 1).
 export function checkPrompt(prompt, config) {
   if (!Array.isArray(prompt) || !prompt.length) throw new ContractError('prompt: expected at least one token id, got an empty prompt');
   const bad = prompt.find((t) => !Number.isInteger(t));
@@ -12,20 +19,22 @@ export function checkPrompt(prompt, config) {
   if (prompt.length > config.context_length) {
     throw new ContractError(`prompt: ${prompt.length} tokens, longer than context_length ${config.context_length}`);
   }
+  if (prompt.length === config.context_length) {
+    throw new ContractError(`prompt: ${prompt.length} tokens fill context_length ${config.context_length}, leaving no room for a new token; give at most ${config.context_length - 1}`);
+  }
 }
 
 export function checkRequest(prompt, config, { maxNewTokens, temperature = 0, topK = null, eosId = null }) {
   checkPrompt(prompt, config);
   if (!Number.isInteger(maxNewTokens) || maxNewTokens < 1) throw new ContractError(`max_new_tokens: expected an integer >= 1, got ${JSON.stringify(maxNewTokens)}`);
   checkSampling(temperature, topK, config.vocab_size);
-  if (eosId !== null && (!Number.isInteger(eosId) || eosId < 0 || eosId >= config.vocab_size)) {
-    throw new ContractError(`eos_id: expected a token id below ${config.vocab_size}, got ${eosId}`);
-  }
+  const bad = stopIds(eosId).find((i) => !Number.isInteger(i) || i < 0 || i >= config.vocab_size);
+  if (bad !== undefined) throw new ContractError(`eos_id: expected token ids below ${config.vocab_size}, got ${bad}`);
 }
 
-// Append the next token unless it is eos; why the generation stops now ('' if it goes on). As Python's take_token.
+// Append the next token unless it is an eos id; why the generation stops now ('' if it goes on). As Python's take_token.
 export function takeToken(ids, token, { promptTokens, maxNewTokens, eosId, contextLength }) {
-  if (eosId !== null && eosId !== undefined && token === eosId) return 'eos';
+  if (stopIds(eosId).includes(token)) return 'eos';
   ids.push(token);
   if (ids.length >= maxNewTokens) return 'max_new_tokens';
   if (promptTokens + ids.length >= contextLength) return 'context_length';
