@@ -112,7 +112,8 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
     windows = _windows(folder, manifest) if lossy else "no lossy form"
     click.echo(table(HEADERS, [_row(folder, f, a, manifest, windows) for f, a in manifest.artifacts.items()]) + "\n")
     for file, a in manifest.artifacts.items():
-        if a.quality is not None:
+        form = contract_form(file)
+        if a.quality is not None and (form is None or form.lossy):
             # shown(): the manifest's own names, escaped where an edit put a newline in them (it would forge a line)
             click.echo(shown(_lossy_line(folder, file, a, windows)))
     click.echo("\n" + table(["file", "size", "sha256"],

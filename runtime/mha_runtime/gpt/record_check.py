@@ -53,6 +53,8 @@ def entry_problems(folder: Path, file: str, entry: GPTArtifact) -> list[str]:
                    f"{tolerance_words(recorded)}")
     if form.lossy:
         out += _lossy_problems(folder, form, entry)
+    elif entry.quality is not None or entry.quantization is not None:
+        out.append(f"expected no quality figures or quantization plan (the contract's {form.dtype} form)")
     return out
 
 
@@ -104,16 +106,38 @@ def plan_problems(plan: dict[str, Any], graph: GraphPlan) -> list[str]:
                 f"{kept!r}, finer {finer!r}"]
     matmuls = {n: q for n, q in graph.quantized.items() if q.op == MATMUL_NBITS} | dict.fromkeys(graph.fp32)
     named = set(kept) | set(finer)
-    gathers = {n: q for n, q in graph.quantized.items() if q.op != MATMUL_NBITS and n in named}
+    gathers = {n: q for n, q in graph.quantized.items() if q.op != MATMUL_NBITS}
     wrong = [f"{n}: recorded {_words(expected_setting(plan, n))}, the graph has {_words(q)}"
              for n, q in matmuls.items() if expected_setting(plan, n) != q]
-    for n, q in gathers.items():  # its symmetry and level are the gather's own: bits and block compared
-        e = expected_setting(plan, n)
+    for n, q in gathers.items():  # compared by name where the plan names it (its symmetry and level: the gather's)
+        e = expected_setting(plan, n) if n in named else q
         if e is None or (e.bits, e.block_size) != (q.bits, q.block_size):
             wrong.append(f"{n}: recorded {_words(e)}, the graph's {q.op} has {q.bits} bits in blocks of {q.block_size}")
-    missing = sorted(named - set(matmuls) - set(gathers))
+    # A name the plan quantizes must be in the graph. One it keeps at fp32 may not be, by that name: a tied head kept
+    # at fp32 reads the embedding itself (a Gemm of tok_emb), so there is no head MatMul to find.
+    missing = sorted(n for n in named - set(matmuls) - set(gathers) if kept.get(n) != FP32)
     if missing:
         wrong.append(f"{missing[0]}: named by the recorded plan, not a quantized or fp32 weight of the graph")
+    wrong += _embedding_problems(plan.get("embedding"), list(gathers.values()))
     if not wrong:
         return []
     return [f"quantization: the recorded plan disagrees with the graph on {len(wrong)} weight(s): {wrong[0]}"]
+
+
+def _embedding_problems(embedding: Any, gathers: list[Quantized]) -> list[str]:
+    """The recorded token embedding storage ({"dtype": "fp32" | "int8" | "int4", "block_size", "symmetric"}, as
+    mha_export.gpt.lossy.quantize records it; absent in folders made before it) against the graph's quantized
+    gathers: none for fp32, else exactly one of those bits, block size and symmetry."""
+    if embedding is None:
+        return []
+    dtype = embedding.get("dtype") if isinstance(embedding, dict) else None
+    if dtype == FP32:
+        return [f"embedding: recorded fp32, the graph has {len(gathers)} GatherBlockQuantized"] if gathers else []
+    if dtype not in ("int8", "int4"):
+        return [f"embedding: expected a dtype 'fp32', 'int8' or 'int4', got {embedding!r}"]
+    want = (int(dtype[3:]), embedding.get("block_size"), embedding.get("symmetric"))
+    got = [(q.bits, q.block_size, q.symmetric) for q in gathers]
+    if got != [want]:
+        return [f"embedding: recorded {want[0]} bits in blocks of {want[1]}, symmetric {want[2]}; the graph's "
+                f"GatherBlockQuantized: {got or 'none'} (bits, block, symmetric)"]
+    return []
