@@ -1,6 +1,7 @@
 """Shared fixtures: each preset is exported once per test session into a temporary folder."""
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -19,6 +20,21 @@ if TYPE_CHECKING:
     import torch
 
     from benchmarks.process import ServerProcess
+
+
+
+class _KernelLibraryNoise(logging.Filter):
+    """torchao (installed with the executorch extra) is imported by transformers' quantizer registry and logs one
+    warning per CUDA-only kernel library it cannot load on a CPU machine ("Failed to load .../_C_mxfp8...so"): two
+    lines on every test that imports transformers, about nothing the test does. Dropped on torchao's own logger, its
+    other records kept. Not TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1: that skips its CPU kernels too and logs a warning
+    of its own. The product never imports transformers (tests and benchmarks do)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.getMessage().startswith("Failed to load ") and ".so" in record.getMessage())
+
+
+logging.getLogger("torchao").addFilter(_KernelLibraryNoise())
 
 # The llama.cpp that `make llama-cpp` builds, for every export and check the tests run, in any folder (the runtime
 # finds it only through this, its cwd or PATH: a shipped module never climbs to the checkout).

@@ -214,3 +214,17 @@ def test_a_tokenizer_json_beside_the_weights_is_taken_and_tokenizer_wins(
     lines = bad.stderr.strip().splitlines()
     assert bad.returncode == 1 and len(lines) == 1, bad.stderr
     assert lines[0].startswith(f"Error: the checkpoint's {ckpt / 'tokenizer.json'}: merge 1 'a b' makes 'ab'")
+
+
+def test_torchaos_kernel_library_warnings_are_filtered_and_its_others_kept() -> None:
+    """transformers imports torchao (the executorch extra), which logged "Failed to load .../_C_mxfp8...so" for each
+    CUDA-only library on a CPU machine in every test that imports transformers: tests/conftest.py drops those records
+    on torchao's logger, and only those."""
+    import logging
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("torchao", logging.WARNING, "__init__.py", 96, message, None, None)
+
+    logger = logging.getLogger("torchao")
+    assert not logger.filter(record("Failed to load /x/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: Could not"))
+    assert logger.filter(record("Skipping import of cpp extensions due to incompatible torch version"))
