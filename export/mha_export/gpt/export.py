@@ -77,7 +77,7 @@ class GPTExport:
     def __init__(self, name: str, *, config: GPTConfig, weights: Path | None, tokenizer: Path | None,
                  variants: tuple[str, ...] | None, origin: Origin | None = None) -> None:
         self.name, self.config, self.weights_path, self.tokenizer_path = name, config, weights, tokenizer
-        self.origin = origin_for(config, weights, None) if origin is None else origin  # eos ids, bos, HF fields
+        self.origin_given = origin  # the eos ids, bos and HF fields; None: read in check() from beside the weights
         self.variants = variants
         self.notes: tuple[str, ...] = ()
         self.failures: list[str] = []
@@ -85,6 +85,7 @@ class GPTExport:
     def check(self) -> None:
         self.plan: GPTPlan = plan_gpt(self.config, self.variants)
         self.notes = self.plan.notes
+        self.origin: Origin = self.origin_given or origin_for(self.config, self.weights_path, None)
         self.tok: TokenizerFiles | None = None
         if self.tokenizer_path is not None:
             self.tok = read_tokenizer(self.tokenizer_path, vocab_size=self.config.vocab_size,
