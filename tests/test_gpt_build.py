@@ -127,7 +127,8 @@ def test_a_block_longer_than_a_matrix_is_fitted_to_it() -> None:
     rows = {t.name: t.dims[0] for t in source.graph.initializer if t.name in matmul_weights(source)}
     for bits in (8, 4):
         fitted = fit(FAST[bits], source, tied=False)
-        assert sorted(set(rows.values())) == [16, 64] and fitted.finer == rows  # each block: the matrix's rows
+        # each block: the matrix's rows; the untied embedding's along its width E
+        assert sorted(set(rows.values())) == [16, 64] and fitted.finer == rows | {"tok_emb": CFG.emb_dim}
     assert [fitted_block(256, n) for n in (768, 64, 96, 100, 3072)] == [256, 64, 32, 16, 256]
 
 

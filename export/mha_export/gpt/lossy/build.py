@@ -24,6 +24,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from mha_export.gpt.lossy.embedding import TOKENS
 from mha_export.gpt.lossy.quantize import (
     FAST,
     FINE,
@@ -85,11 +86,18 @@ class LossyOutcome:
                 f"{self.plan.block_size}, up to {len(self.plan.kept)} of the matrices kept at a higher precision)")
 
 
-def _ranking(source: onnx.ModelProto, bits: int) -> list[str]:
-    """The quantized weights, the one rounding moves most first (one matrix copied out at a time)."""
+def _ranking(source: onnx.ModelProto, bits: int, *, tied: bool) -> list[str]:
+    """The quantized weights, the one rounding moves most first (one matrix copied out at a time). In the 4-bit
+    form an untied token embedding is among them, its blocks along E as it is stored (a tied one is the head): at 4
+    bits it was most of the trained demo model's loss (mean KL 0.026 with it at 8 bits, 0.043 at 4), at 8 bits a
+    small share (gpt-mini 8.2e-6 fp32, 1.1e-5 int8), and keeping it at fp32 there doubled the demo's int8 file
+    for what four small matrices kept gave (docs/measurements/gpt.md, "The embedding quantized")."""
     names = matmul_weights(source)
     errors = {t.name: weight_error(numpy_helper.to_array(t), bits) for t in source.graph.initializer
               if t.name in names}
+    if not tied and bits < 8:
+        table = next(t for t in source.graph.initializer if t.name == TOKENS)
+        errors[TOKENS] = weight_error(numpy_helper.to_array(table).T, bits)  # (E, V)
     return sorted(errors, key=lambda n: -errors[n])
 
 
@@ -117,7 +125,7 @@ def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path
     deletes it)."""
     assert form.bits is not None
     source = lossy_source(state, cfg, tied=tied)
-    ranking = _ranking(source, form.bits)
+    ranking = _ranking(source, form.bits, tied=tied)
     tries: list[dict[str, object]] = []
     for plan in [fit(p, source, tied=tied) for p in plans(form.bits, ranking)]:
         if source is None:

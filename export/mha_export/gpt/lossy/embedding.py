@@ -9,9 +9,10 @@ again, quantized). llama.cpp quantizes it too (Q8_0, Q4_0, or Q6_K where it is a
   / 8) quantized along axis 1: a Reshape of the same initializer, with the same scales and zero points, so the matrix
   is stored once and the looked-up rows are exactly the head's dequantized rows. Where the plan keeps the head at
   fp32, the head reads tok_emb as the fp32 graph does (Gemm, transB) and the lookup stays fp32: stored once too.
-- Untied: tok_emb is quantized on its own at the plan's main bits, block size and symmetry, by the same quantizer
-  routine (onnxruntime's DefaultWeightOnlyQuantizer.qbits_block_quant on its transpose, so each vocabulary row is a
-  column of blocks along E, as the head's).
+- Untied: tok_emb is a weight of the plan like the matrices (its name in `kept` and `finer`, ranked with them by
+  the search for the bar: on the trained demo model it moves the int4 form most), quantized by the same routine
+  (onnxruntime's DefaultWeightOnlyQuantizer.qbits_block_quant on its transpose, so each vocabulary row is a column
+  of blocks along E, as the head's).
 
 Position embeddings stay fp32: context_length x E, a small share (under 1.5% of every preset and test checkpoint).
 """
@@ -53,11 +54,11 @@ def _replace(model: onnx.ModelProto, old: onnx.NodeProto, new: list[onnx.NodePro
     model.graph.node.extend([*nodes[:at], *new, *nodes[at + 1:]])
 
 
-def quantize_embedding(model: onnx.ModelProto, *, head: str, tied: bool, bits: int, block_size: int,
-                       symmetric: bool) -> dict[str, Any]:
+def quantize_embedding(model: onnx.ModelProto, *, head: str, tied: bool,
+                       precision: tuple[int, int, bool] | None) -> dict[str, Any]:
     """Replace the Gather of tok_emb in the quantized `model` (its head weight named `head`, now MatMulNBits or
-    still MatMul) by GatherBlockQuantized; `bits`, `block_size`, `symmetric`: the untied embedding's precision.
-    Returns how the embedding is stored, for the manifest's plan."""
+    still MatMul) by GatherBlockQuantized; `precision`: the untied embedding's (bits, block size, symmetric), None
+    to keep it fp32. Returns how the embedding is stored, for the manifest's plan."""
     gather = _node(model, lambda n: n.op_type == "Gather" and n.input[0] == TOKENS)
     head_node = _node(model, lambda n: n.op_type in ("MatMul", "MatMulNBits") and len(n.input) > 1
                       and (n.input[1] == head or n.input[1].startswith(f"{head}_Q")))
@@ -66,6 +67,8 @@ def quantize_embedding(model: onnx.ModelProto, *, head: str, tied: bool, bits: i
         _replace(model, head_node, [oh.make_node("Gemm", [head_node.input[0], TOKENS], list(head_node.output),
                                                  name=head_node.name, transB=1)])
         return {"dtype": "fp32", "shared_with_head": True}
+    if not tied and precision is None:  # kept at fp32 by the plan
+        return {"dtype": "fp32", "shared_with_head": False}
     if tied:
         bits, block_size = _attr(head_node, "bits"), _attr(head_node, "block_size")
         symmetric = len(head_node.input) < 4
@@ -77,6 +80,8 @@ def quantize_embedding(model: onnx.ModelProto, *, head: str, tied: bool, bits: i
         # (V, k_blocks, blob) -> (V, k_blocks * blob): the same bytes
         first = [oh.make_node("Reshape", [head_node.input[1], f"{TOKENS}.shape"], [data], name=f"{TOKENS}.reshape")]
     else:
+        assert precision is not None
+        bits, block_size, symmetric = precision
         from onnxruntime.quantization.matmul_nbits_quantizer import (
             DefaultWeightOnlyQuantConfig,
             DefaultWeightOnlyQuantizer,

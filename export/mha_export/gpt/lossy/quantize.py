@@ -128,29 +128,22 @@ def fitted_block(block: int, rows: int) -> int:
 def fit(plan: QuantPlan, model: onnx.ModelProto, *, tied: bool) -> QuantPlan:
     """`plan` for this model's weights: a weight whose input rows its block does not divide gets the block
     fitted_block gives, recorded in `finer` (a block of 256 on a 64-row matrix would be three quarters padding);
-    the token embedding's storage: the head's where `tied`, else the plan's bits and symmetry."""
+    the token embedding's storage: the head's where `tied`, else its own (TOKENS in the plan like a matrix, its
+    block fitted to its width E)."""
     names = matmul_weights(model)
     finer = dict(plan.finer)
-    width = 0
     for t in model.graph.initializer:
-        if t.name in names and plan.kept.get(t.name) != FP32:
+        rows = t.dims[0] if t.name in names else t.dims[1] if t.name == TOKENS and not tied else 0  # (in, out), (V, E)
+        if rows and plan.kept.get(t.name) != FP32:
             block = finer.get(t.name, plan.block_size)
-            if fitted_block(block, t.dims[0]) != block:
-                finer[t.name] = fitted_block(block, t.dims[0])
-        if t.name == HEAD:
-            width = t.dims[0]  # E
+            if fitted_block(block, rows) != block:
+                finer[t.name] = fitted_block(block, rows)
     fitted = replace(plan, finer=finer)
-    precision = embedding_precision(fitted, width, tied=tied)
+    precision = fitted.precision(HEAD if tied else TOKENS)
     embedding: dict[str, Any] = ({"dtype": FP32} if precision is None else
                                  {"dtype": f"int{precision[0]}", "block_size": precision[1],
                                   "symmetric": precision[2]})
     return replace(fitted, embedding=embedding | {"shared_with_head": tied})
-
-
-def embedding_precision(plan: QuantPlan, width: int, *, tied: bool) -> tuple[int, int, bool] | None:
-    """(bits, block, symmetric) of the token embedding of width `width` (E): the head's where `tied` (None: fp32),
-    else the plan's bits and symmetry at its block fitted to E."""
-    return plan.precision(HEAD) if tied else (plan.bits, fitted_block(plan.block_size, width), plan.symmetric)
 
 
 def _quantizer(model: onnx.ModelProto, bits: int, block: int, symmetric: bool, level: int,
@@ -184,7 +177,7 @@ def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan, *, tied: b
     once. One quantizer pass per group of `_passes`; weights kept at fp32 are in none; then the token embedding
     (lossy/embedding.py), stored as the plan says (`tied`: the head's weights)."""
     targets = matmul_weights(source)
-    unknown = sorted((set(plan.kept) | set(plan.finer)) - set(targets))
+    unknown = sorted((set(plan.kept) | set(plan.finer)) - set(targets) - ({TOKENS} if not tied else set()))
     if unknown:
         raise AssertionError(f"plan names weights the graph does not quantize: {unknown}")
     logger = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
@@ -193,14 +186,17 @@ def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan, *, tied: b
     model = source
     try:
         for bits, block, symmetric, group in _passes(plan, list(targets)):
+            group &= set(targets)  # TOKENS is not a MatMul weight: quantize_embedding stores it
             if group:
                 model = _quantizer(model, bits, block, symmetric, plan.accuracy_level,
                                    [n for w, n in targets.items() if w not in group])
     finally:
         logger.setLevel(level)
     width = next(t.dims[1] for t in model.graph.initializer if t.name == TOKENS)  # (V, E)
-    bits, block, symmetric = embedding_precision(plan, width, tied=False)  # untied: its own; tied: the head's
-    stored = quantize_embedding(model, head=HEAD, tied=tied, bits=bits, block_size=block, symmetric=symmetric)
+    # Untied: its own precision, its block fitted to E unless the plan says; tied: the head's (read from its node).
+    own = plan.precision(TOKENS)
+    precision = None if own is None else (own[0], plan.finer.get(TOKENS, fitted_block(own[1], width)), own[2])
+    stored = quantize_embedding(model, head=HEAD, tied=tied, precision=precision)
     if plan.embedding and stored != plan.embedding:
         raise AssertionError(f"the embedding is stored as {stored}, the plan says {plan.embedding}")
     check_model_light(model)  # the graph, not a second copy of the weights (check.py)
