@@ -107,7 +107,8 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
     click.echo(f"versions {json.dumps(manifest.versions)}")
     click.echo(f"weights  {json.dumps(manifest.weights)}")
     tokenizer = "none (token ids only)" if manifest.tokenizer is None else json.dumps(manifest.tokenizer)
-    click.echo(f"tokenizer {tokenizer}  eos_id {manifest.eos_id}\n")
+    stops = ", ".join(map(str, manifest.stop_ids)) or "none"  # what every runtime stops at (GPTManifest.stop_ids)
+    click.echo(f"tokenizer {tokenizer}  eos ids {stops}\n")
     lossy = any(a.quality is not None for a in manifest.artifacts.values())
     windows = _windows(folder, manifest) if lossy else "no lossy form"
     click.echo(table(HEADERS, [_row(folder, f, a, manifest, windows) for f, a in manifest.artifacts.items()]) + "\n")
