@@ -12,6 +12,7 @@ from gpt_sources import vocab_dir
 from mha_export.gpt.eager import seeded_gpt
 from mha_export.gpt.graphs.inplace import inplace_model
 from mha_export.gpt.lossy.build import HELD_OUT_FROM, _ranking, build_lossy, quality_windows
+from mha_export.gpt.lossy.embedding import TOKENS
 from mha_export.gpt.lossy.quantize import lossy_source
 from mha_export.gpt.plan import parse_gpt_variants, plan_gpt
 from mha_runtime.gpt.config import GPT_PRESETS, GPTConfig
@@ -53,6 +54,17 @@ def test_the_planted_outlier_matrix_ranks_first_and_is_the_one_kept(tmp_path: Pa
     assert kl[1] < min(kl[0], whole.tries[0]["mean_kl"])  # type: ignore[attr-defined]
     chosen = run((kl[1] + min(kl[0], whole.tries[0]["mean_kl"])) / 2)  # type: ignore[attr-defined]
     assert chosen.ok and chosen.plan.kept == {PLANTED: "fp32" if bits == 8 else "int8"}  # type: ignore[attr-defined]
+
+
+def test_only_the_4_bit_search_may_keep_the_embedding_higher() -> None:
+    """An untied embedding is ranked with the matrices in the 4-bit search (kept at 8 bits it was most of the
+    trained demo's int4 loss), never in the 8-bit one (kept at fp32 it doubled the demo's int8 file); a tied one
+    is the head, ranked as the head."""
+    state = {k: v for k, v in seeded_gpt(CFG).state_dict().items() if not k.endswith(".mask")}
+    assert TOKENS in _ranking(lossy_source(state, CFG, tied=False), 4, tied=False)
+    assert TOKENS not in _ranking(lossy_source(state, CFG, tied=False), 8, tied=False)
+    tied = state | {"out_head.weight": state["tok_emb.weight"]}
+    assert TOKENS not in _ranking(lossy_source(tied, CFG, tied=True), 4, tied=True)
 
 
 @pytest.mark.parametrize("variants", ["all", "all,pte", "all,gguf", "all,pte,gguf"])

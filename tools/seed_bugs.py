@@ -53,6 +53,7 @@ STOPS = "tests/test_gpt_generate.py::test_generation_stops_at_context_length_and
 STREAM = f"{EDGES}::test_streamed_text_never_shows_half_a_character"
 CONTEXT_STOP = f"{EDGES}::test_every_runner_stops_at_context_length_exactly"
 GGUF_JUDGE = "tests/test_gpt_gguf.py::test_a_case_is_judged_on_its_ids_its_prompts_encoding_and_its_logits"
+EMB = "tests/test_gpt_embedding.py"
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,8 @@ MUTANTS: list[Mutant] = [
            "generation runs one token past context_length (a token the model has no position for)",
            [STOPS]),
     Mutant("generate-eos-in-ids", "runtime/mha_runtime/gpt/generate.py",
-           '    if eos_id is not None and token == eos_id:\n        return "eos"\n    ids.append(token)\n',
-           '    ids.append(token)\n    if eos_id is not None and token == eos_id:\n        return "eos"\n',
+           '    if token in stop_set(eos_id):\n        return "eos"\n    ids.append(token)\n',
+           '    ids.append(token)\n    if token in stop_set(eos_id):\n        return "eos"\n',
            "the eos id is returned among the new ids (the book's generate leaves it out)",
            [STOPS]),
     Mutant("generate-tokenizer-unverified", "runtime/mha_runtime/gpt/generate.py",
@@ -192,8 +193,9 @@ MUTANTS: list[Mutant] = [
            '"emb_dim": "n_embd", "n_heads": "n_head",', '"emb_dim": "n_embd",',
            "--config with another n_heads than the config.json beside --weights exports a silently wrong model",
            ["tests/test_gpt_cli_refusals.py::test_a_config_that_disagrees_with_the_checkpoints_own_is_refused"]),
-    Mutant("command-config-json-not-found", "export/mha_export/gpt/command.py",
-           "(Path(weights).parent / HF_CONFIG).is_file():", "(Path(weights) / HF_CONFIG).is_file():",
+    Mutant("command-config-json-not-found", "export/mha_export/gpt/checkpoint.py",
+           "if weights is None or not (Path(weights).parent / HF_CONFIG).is_file():",
+           "if weights is None or not (Path(weights) / HF_CONFIG).is_file():",
            "the config.json beside a Hugging Face checkpoint is never found: --weights alone is refused",
            ["tests/test_gpt_cli.py::test_export_hf_checkpoint_finds_config_json_beside_it"]),
     # ---- export/mha_export/gpt/export.py
@@ -348,6 +350,123 @@ MUTANTS: list[Mutant] = [
            "+ _key(TENSOR_RAW_DATA) + _varint(array.nbytes)", "+ _key(TENSOR_RAW_DATA) + _varint(array.size)",
            "the streamed writer gives raw_data its element count as length: every exported .onnx is corrupt",
            ["tests/test_gpt_build.py::test_streamed_files_equal_onnx_save"]),
+    # ---- issue 56: the lossy forms (export/mha_export/gpt/lossy/), the check (runtime/mha_runtime/gpt/quality.py,
+    # record_check.py, graph_plan.py, golden_check.py, cli/gpt_inspect.py) and the drop-in files (hf_files.py,
+    # checkpoint.py, the eos ids of every runtime). `python3 tools/seed_bugs.py --only 'i56-*'`.
+    Mutant("i56-embedding-tied-zero-points-dropped", "export/mha_export/gpt/lossy/embedding.py",
+           "symmetric = len(head_node.input) < 4", "symmetric = True",
+           "a tied asymmetric head's gather reads its rows without the head's zero points: every embedding is off",
+           [f"{EMB}::test_a_tied_embedding_is_the_heads_own_weights"]),
+    Mutant("i56-embedding-untied-quantize-axis", "export/mha_export/gpt/lossy/embedding.py",
+           "gather_axis=0, quantize_axis=1)", "gather_axis=0, quantize_axis=0)",
+           "the gather dequantizes along the vocabulary instead of along E: wrong rows, or a graph ORT refuses",
+           [f"{EMB}::test_an_untied_embedding_is_onnxruntimes_quantization_of_it"]),
+    Mutant("i56-embedding-untied-not-transposed", "export/mha_export/gpt/lossy/embedding.py",
+           "quantizer.qbits_block_quant(np.ascontiguousarray(table.T))",
+           "quantizer.qbits_block_quant(np.ascontiguousarray(table))",
+           "the untied embedding is quantized in blocks along the vocabulary (the quantizer's K axis) and stored so",
+           [f"{EMB}::test_an_untied_embedding_is_onnxruntimes_quantization_of_it"]),
+    Mutant("i56-embedding-left-fp32", "export/mha_export/gpt/lossy/quantize.py",
+           "    stored = quantize_embedding(model, head=HEAD, tied=tied, precision=precision)\n",
+           "    stored = dict(plan.embedding)\n",
+           "the token embedding stays fp32 (the int8 file larger than fp32 again) while the plan says it is quantized",
+           [f"{EMB}::test_lossy_files_are_small_beside_fp32"]),
+    Mutant("i56-fast4-head-at-8-bits", "export/mha_export/gpt/lossy/quantize.py",
+           "4: QuantPlan(4, block_size=256, symmetric=False, finer={HEAD: BLOCK})}",
+           "4: QuantPlan(4, {HEAD: \"int8\"}, block_size=256, symmetric=False)}",
+           "the 4-bit fast plan keeps the head (and a tied embedding) at 8 bits: gpt-mini's int4 file is 0.204x fp32",
+           [f"{EMB}::test_lossy_files_are_small_beside_fp32"]),
+    Mutant("i56-fit-embedding-block-to-vocab", "export/mha_export/gpt/lossy/quantize.py",
+           "else t.dims[1] if t.name == TOKENS and not tied else 0",
+           "else t.dims[0] if t.name == TOKENS and not tied else 0",
+           "the untied embedding's block is fitted to the vocabulary instead of its width E",
+           ["tests/test_gpt_build.py::test_a_block_longer_than_a_matrix_is_fitted_to_it"]),
+    Mutant("i56-ranking-ascending", "export/mha_export/gpt/lossy/build.py",
+           "return sorted(errors, key=lambda n: -errors[n])", "return sorted(errors, key=lambda n: errors[n])",
+           "the search for the bar keeps the matrices rounding moves least: a plan keeps the wrong ones",
+           ["tests/test_gpt_lossy_plans.py::test_the_planted_outlier_matrix_ranks_first_and_is_the_one_kept"]),
+    Mutant("i56-ranking-embedding-at-8-bits", "export/mha_export/gpt/lossy/build.py",
+           "if not tied and bits < 8:", "if not tied:",
+           "the 8-bit search may keep the embedding at fp32 (the demo's int8 file doubled for it)",
+           ["tests/test_gpt_lossy_plans.py::test_only_the_4_bit_search_may_keep_the_embedding_higher"]),
+    Mutant("i56-windows-from-training-text", "export/mha_export/gpt/lossy/build.py",
+           "HELD_OUT_FROM = 200_000", "HELD_OUT_FROM = 0",
+           "the quality windows are text the demo trained on: a trained model's lossy forms are judged on seen text",
+           ["tests/test_gpt_lossy_plans.py::test_the_quality_windows_are_text_the_demo_never_trained_on"]),
+    Mutant("i56-lenient-only-plain-all", "export/mha_export/gpt/plan.py",
+           "return GPTPlan(files, pte, ALL_VARIANTS in variants, tuple(notes), gguf)",
+           "return GPTPlan(files, pte, variants == (ALL_VARIANTS,), tuple(notes), gguf)",
+           "`all,pte` (make export) fails the export on a lossy form that misses its bar, where `all` leaves it out",
+           ["tests/test_gpt_lossy_plans.py::test_every_set_with_all_leaves_a_missing_lossy_form_out"]),
+    Mutant("i56-quality-infinity-accepted", "runtime/mha_runtime/gpt/quality.py",
+           "if not (math.isfinite(value) and value >= 0):", "if not value >= 0:",
+           "a recorded mean_kl of Infinity passes mha check (abs(got - inf) <= 0.1 * inf)",
+           ["tests/test_gpt_check_honest.py::test_an_impossible_or_foreign_quality_figure_fails_check"]),
+    Mutant("i56-quality-same-top-one-way", "runtime/mha_runtime/gpt/quality.py",
+           "if not abs(self.same_top - recorded.same_top) <= TOP_AGREEMENT:",
+           "if not recorded.same_top - self.same_top <= TOP_AGREEMENT:",
+           "a same-top share edited upward passes mha check (only a downward edit fails)",
+           ["tests/test_gpt_check_honest.py::test_a_recorded_figure_the_form_does_not_reproduce_fails_check"]),
+    Mutant("i56-quality-p99-max-not-compared", "runtime/mha_runtime/gpt/quality.py",
+           "        for name in _KL_FIGURES:\n            got, was = getattr(self, name), getattr(recorded, name)",
+           "        for name in _KL_FIGURES[:1]:\n            got, was = getattr(self, name), getattr(recorded, name)",
+           "p99_kl and max_kl are shown but never compared: an edited p99 or max passes mha check",
+           ["tests/test_gpt_check_honest.py::test_a_recorded_figure_the_form_does_not_reproduce_fails_check"]),
+    Mutant("i56-quality-positions-not-compared", "runtime/mha_runtime/gpt/quality.py",
+           "if self.positions != recorded.positions else []", "if False else []",
+           "the recorded position count is never compared",
+           ["tests/test_gpt_check_honest.py::test_an_impossible_or_foreign_quality_figure_fails_check"]),
+    Mutant("i56-record-bar-unchecked", "runtime/mha_runtime/gpt/record_check.py",
+           "if bar != form.max_mean_kl or isinstance(bar, bool):", "if False:",
+           "a manifest recording another bar than the contract's passes mha check",
+           ["tests/test_gpt_check_honest.py::test_an_impossible_or_foreign_quality_figure_fails_check"]),
+    Mutant("i56-record-dtype-unchecked", "runtime/mha_runtime/gpt/record_check.py",
+           '("dtype", form.dtype, entry.dtype)', '("dtype", form.dtype, form.dtype)',
+           "an int4 entry edited to say fp32 passes mha check",
+           ["tests/test_gpt_check_honest.py::test_an_entry_unlike_the_contract_or_the_graph_fails_check"]),
+    Mutant("i56-record-plan-unread", "runtime/mha_runtime/gpt/record_check.py",
+           "out += plan_problems(plan, read_graph_plan(folder / form.file))", "out += []",
+           "a recorded quantization plan unlike the graph's (bits 2, everything kept) passes mha check",
+           ["tests/test_gpt_check_honest.py::test_an_entry_unlike_the_contract_or_the_graph_fails_check"]),
+    Mutant("i56-graph-plan-symmetry-inverted", "runtime/mha_runtime/gpt/graph_plan.py",
+           "symmetric = len(inputs) < 4 or not inputs[3]", "symmetric = len(inputs) >= 4",
+           "the graph reader takes an asymmetric weight (zero points given) for a symmetric one",
+           ["tests/test_gpt_check_honest.py::test_graph_plan_reads_matmulnbits_and_a_quantized_gather"]),
+    Mutant("i56-golden-tolerance-from-file", "runtime/mha_runtime/gpt/golden_check.py",
+           "results += [check_case(gen, case, expected[case.name], row) for case in golden.cases]",
+           "results += [check_case(gen, case, expected[case.name], golden.tolerance) for case in golden.cases]",
+           "cases are compared at the golden file's own (re-sealable) tolerance: atol Infinity passes zeroed logits",
+           ["tests/test_gpt_check_honest.py::test_a_golden_tolerance_edited_and_resealed_fails_check"]),
+    Mutant("i56-inspect-bar-from-manifest", "runtime/mha_runtime/cli/gpt_inspect.py",
+           'bar = "?" if form is None or form.max_mean_kl is None else f"{form.max_mean_kl:g}"',
+           'bar = str((a.quality or {}).get("bar_mean_kl"))',
+           "mha inspect shows the manifest's bar, not the one mha check compares with",
+           ["tests/test_gpt_check_honest.py::test_an_impossible_or_foreign_quality_figure_fails_check"]),
+    Mutant("i56-hf-config-transformersjs-dtype-dropped", "export/mha_export/gpt/hf_files.py",
+           '        "transformers.js_config": {"dtype": "fp32"},\n', "",
+           "a browser's transformers.js asks for onnx/model_quantized.onnx (its wasm default) and loads nothing",
+           ["tests/test_gpt_dropin_browser.py::test_browser_fetches_onnx_model_onnx_and_nothing_else_of_the_folder"]),
+    Mutant("i56-checkpoint-eos-config-first", "export/mha_export/gpt/checkpoint.py",
+           "from_gen = generation is not None and \"eos_token_id\" in generation", "from_gen = False",
+           "the eos ids come from config.json even where generation_config.json (which transformers reads) differs",
+           ["tests/test_gpt_checkpoint.py::test_the_checkpoints_eos_and_generation_defaults_reach_the_folder_and_"
+            "every_runtime"]),
+    Mutant("i56-checkpoint-dropouts-invented", "export/mha_export/gpt/hf_files.py",
+           "return {k: v for k, v in fields.items() if k not in CARRIED} | origin.carried",
+           "return fields",
+           "the exported config.json says dropout 0.0 and eos 50256 where the checkpoint said otherwise",
+           ["tests/test_gpt_checkpoint.py::test_the_checkpoints_eos_and_generation_defaults_reach_the_folder_and_"
+            "every_runtime"]),
+    Mutant("i56-stop-first-eos-only", "runtime/mha_runtime/gpt/manifest.py",
+           "            return tuple(self.eos_ids)\n", "            return tuple(self.eos_ids[:1])\n",
+           "mha generate stops at the first eos id only: a checkpoint's second eos (<|im_end|>) runs on",
+           ["tests/test_gpt_checkpoint.py::test_the_checkpoints_eos_and_generation_defaults_reach_the_folder_and_"
+            "every_runtime"]),
+    Mutant("i56-js-stop-first-eos-only", "runtime/native/common/gpt/folder.mjs",
+           "const stopIds = listed ?? (eos === null ? [] : [eos]);",
+           "const stopIds = listed ? listed.slice(0, 1) : (eos === null ? [] : [eos]);",
+           "Node, wasm and the page stop at the first eos id only",
+           ["tests/test_gpt_js.py::test_generate_stops_at_any_of_the_folders_eos_ids"]),
 ]
 
 
@@ -510,7 +629,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--list", action="store_true", help="print the table and whether each 'old' is found once")
-    parser.add_argument("--only", metavar="NAME,...", help="run only these mutants (comma-separated names)")
+    parser.add_argument("--only", metavar="NAME,...",
+                        help="run only these mutants (comma-separated names; 'PREFIX*' names every mutant it begins)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"per-mutant pytest timeout in seconds (default {DEFAULT_TIMEOUT_S})")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON here")
@@ -529,11 +649,15 @@ def choose(only: str | None) -> list[Mutant]:
         return list(MUTANTS)
     names = [n.strip() for n in only.split(",") if n.strip()]
     known = {m.name for m in MUTANTS}
-    unknown = [n for n in names if n not in known]
+
+    def matches(pattern: str, name: str) -> bool:  # a trailing '*' names every mutant with that prefix
+        return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
+
+    unknown = [n for n in names if not any(matches(n, k) for k in known)]
     if unknown or not names:
         raise SystemExit(f"error: --only: unknown mutant {', '.join(unknown) or '(none given)'}; "
                          f"known: {', '.join(sorted(known))}")
-    return [m for m in MUTANTS if m.name in names]
+    return [m for m in MUTANTS if any(matches(n, m.name) for n in names)]
 
 
 def summary(results: Sequence[Result]) -> dict[str, float | int]:
