@@ -228,3 +228,25 @@ def test_torchaos_kernel_library_warnings_are_filtered_and_its_others_kept() -> 
     logger = logging.getLogger("torchao")
     assert not logger.filter(record("Failed to load /x/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: Could not"))
     assert logger.filter(record("Skipping import of cpp extensions due to incompatible torch version"))
+
+
+def test_the_gguf_carries_the_checkpoints_bos_and_eos_ids(checkpoint: tuple[torch.nn.Module, Path, list[int]],
+                                                          tmp_path: Path) -> None:
+    """gpt.gguf says the checkpoint's ids as the manifest does: its first eos id as llama.cpp's eos, the second as
+    its end-of-turn id (llama.cpp stops at both), its bos; it wrote GPT-2's 50256 for both whatever the checkpoint
+    said."""
+    import gguf
+
+    from mha_runtime.gpt.llama import llama_cpp
+
+    if llama_cpp.program() is None:
+        pytest.skip(llama_cpp.BUILD_HINT)
+    _, folder, _ = checkpoint
+    out = mha("export", "--gpt", "--weights", folder / "model.safetensors", "--name", "m", "--out", tmp_path,
+              "--tokenizer", VOCAB_DIR, "--variants", "decoder,gguf")
+    assert out.returncode == 0, out.stderr[-2000:]
+    manifest = load_gpt_manifest(tmp_path / "m")
+    fields = {k: f.contents() for k, f in gguf.GGUFReader(tmp_path / "m" / "gpt.gguf").fields.items()}
+    first, second = manifest.eos_ids or []
+    assert fields["tokenizer.ggml.eos_token_id"] == first and fields["tokenizer.ggml.eot_token_id"] == second
+    assert fields["tokenizer.ggml.bos_token_id"] == second  # the fixture's bos is its own eos id

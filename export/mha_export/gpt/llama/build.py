@@ -64,11 +64,14 @@ class _Ran:
 
 def build_ggufs(stage: Path, state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool, name: str,
                 tokenizer_json: bytes | None, lossy: list[str], cases: list[GoldenGeneration],
-                eager: dict[str, np.ndarray], windows: Windows | None) -> GGUFOutcome:
-    """Write and run gpt.gguf, then the quant types of the lossy forms built (`lossy`), in the folder `stage`."""
+                eager: dict[str, np.ndarray], windows: Windows | None, eos_ids: tuple[int, ...] | None = None,
+                bos_id: int | None = None) -> GGUFOutcome:
+    """Write and run gpt.gguf, then the quant types of the lossy forms built (`lossy`), in the folder `stage`; bos
+    and eos the folder's (`eos_ids`, `bos_id`)."""
     out = GGUFOutcome()
     tensors = gguf_tensors(state, cfg, tied=tied)
-    vocab = None if tokenizer_json is None else vocabulary(tokenizer_json, cfg.vocab_size)
+    vocab = None if tokenizer_json is None else vocabulary(tokenizer_json, cfg.vocab_size, eos_ids=eos_ids,
+                                                            bos_id=bos_id)
     chosen = llama_cpp.greedy_cases(cases)
     quants = [GGUF_QUANTS[f] for f in GGUF_QUANTS if f in lossy]
     why = quant_refusal(cfg)

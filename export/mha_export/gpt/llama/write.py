@@ -144,11 +144,16 @@ class Vocabulary:
     types: list[int]
     merges: list[str]
     eos: int | None
+    bos: int | None = None
+    eot: int | None = None  # a second eos id (a chat model's end of turn): llama.cpp stops at it too
 
 
-def vocabulary(tokenizer_json: bytes, vocab_size: int) -> Vocabulary:
+def vocabulary(tokenizer_json: bytes, vocab_size: int, *, eos_ids: tuple[int, ...] | None = None,
+               bos_id: int | None = None) -> Vocabulary:
     """GPT-2's byte-level BPE from the folder's tokenizer.json, as the converter writes it (tokens by id, special
-    tokens CONTROL, merges as "a b")."""
+    tokens CONTROL, merges as "a b"); bos and eos the folder's (`eos_ids`, `bos_id`: the checkpoint's, as the
+    manifest's), or GPT-2's <|endoftext|> where none are given. llama.cpp keeps one eos and one end-of-turn id: a
+    third eos id and on are the other runtimes' only (docs/gpt.md)."""
     doc = json.loads(tokenizer_json)
     model = doc.get("model") or {}
     if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
@@ -161,9 +166,11 @@ def vocabulary(tokenizer_json: bytes, vocab_size: int) -> Vocabulary:
     if sorted(by_id) != list(range(vocab_size)):
         raise ExportError(f"gpt.gguf: the tokenizer's ids are not 0..{vocab_size - 1}")
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
-    eos = GPT2_EOS_ID if by_id.get(GPT2_EOS_ID, ("", 0))[0] == "<|endoftext|>" else None
+    if eos_ids is None:
+        gpt2 = GPT2_EOS_ID if by_id.get(GPT2_EOS_ID, ("", 0))[0] == "<|endoftext|>" else None
+        eos_ids, bos_id = (() if gpt2 is None else (gpt2,)), gpt2
     return Vocabulary([by_id[i][0] for i in range(vocab_size)], [by_id[i][1] for i in range(vocab_size)], merges,
-                      eos)
+                      eos_ids[0] if eos_ids else None, bos_id, eos_ids[1] if len(eos_ids) > 1 else None)
 
 
 class _Writer(gguf.GGUFWriter):
@@ -203,9 +210,12 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], cfg: GPTConfig, *, dt
         w.add_token_list(vocab.tokens)
         w.add_token_types(vocab.types)
         w.add_token_merges(vocab.merges)
+        if vocab.bos is not None:
+            w.add_bos_token_id(vocab.bos)
         if vocab.eos is not None:
-            w.add_bos_token_id(vocab.eos)
             w.add_eos_token_id(vocab.eos)
+        if vocab.eot is not None:
+            w.add_eot_token_id(vocab.eot)
         w.add_add_bos_token(False)  # GPT-2 and the book put nothing before the prompt
     types: dict[str, str] = {}
     head, keep = head_tensor(tensors), keep or {}
