@@ -88,6 +88,7 @@ QUALITY_EDITS = [
     ({"mean_kl": -1e-6}, "mean_kl"),
     ({"p99_kl": math.inf}, "p99_kl"),
     ({"max_kl": 0.0}, "max_kl"),  # below the mean and p99
+    ({"max_kl": math.inf}, "max_kl"),  # above the others, as a max is: only the finiteness rule refuses it
     ({"same_top": 1.5}, "same_top"),
     ({"same_top": math.nan}, "same_top"),
     ({"positions": 0}, "positions"),

@@ -58,6 +58,7 @@ def test_an_untied_embedding_is_onnxruntimes_quantization_of_it(tmp_path: Path, 
     assert "tok_emb" not in inits
     plan = fit(FAST[bits], lossy_source(_state(False), CFG, tied=False), tied=False)
     block, symmetric = plan.embedding["block_size"], plan.embedding["symmetric"]
+    assert block == 64 == CFG.emb_dim < FAST[bits].block_size  # fitted to its width E (64), not to V (97: 16)
     assert _attrs(gather) == {"bits": bits, "block_size": block, "gather_axis": 0, "quantize_axis": 1}
     table = _state(False)["tok_emb.weight"].numpy()  # (V, E)
     graph = oh.make_graph([oh.make_node("MatMul", ["x", "w"], ["y"], name="m")], "g",
