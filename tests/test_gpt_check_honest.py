@@ -248,3 +248,28 @@ def test_the_native_runners_contract_rows_are_the_contracts() -> None:
     js_row = Tolerance(atol=float(js[1]), rtol=float(js[2]))
     assert all(FORMS[f].tolerance == c_row for f in (INPLACE_FORM, INT8_FORM, INT4_FORM))
     assert all(FORMS[f].tolerance == js_row for f in (CONCAT_FORM, INPLACE_FORM, INT8_FORM, INT4_FORM))
+
+
+def test_inspect_shows_the_distance_from_eager_of_the_golden_files_not_the_manifests(gpt_mini: Path,
+                                                                                     tmp_path: Path) -> None:
+    """The export's validation figures (max_abs_error, greedy_agreement, cases) are records no check measures
+    again: edited, inspect's output does not move. What it shows of a lossy form's distance from eager is read from
+    the golden files `mha check` runs it on, recomputed here from their .npy copies with numpy alone."""
+    folder = copy_with(gpt_mini, tmp_path, INT8_FORM, INT4_FORM)
+    before = inspect(folder)
+    doc = manifest_doc(folder)
+    for form in (INPLACE_FORM, INT8_FORM, INT4_FORM):
+        doc["artifacts"][form] |= {"max_abs_error": 1e9, "greedy_agreement": 0.5, "cases": 7}
+    write_manifest(folder, doc)
+    assert inspect(folder) == before
+    eager = {c["name"]: c for c in json.loads((folder / "golden/generations.json").read_text())["cases"]}
+    for form in (INT8_FORM, INT4_FORM):
+        own = json.loads((folder / doc["artifacts"][form]["generations"]).read_text())["cases"]
+        far = max(float(np.abs(np.load(folder / "golden" / c["first_logits_npy"])
+                               - np.load(folder / "golden" / eager[c["name"]]["first_logits_npy"])).max())
+                  for c in own)
+        same = sum(c["ids"] == eager[c["name"]]["ids"] for c in own)
+        row = next(x for x in before.splitlines() if x.startswith(form)).split()
+        assert row[4:7] == [str(len(own)), f"{far:.2e}", f"{same}/{len(own)}"], row
+    fp32 = next(x for x in before.splitlines() if x.startswith(INPLACE_FORM + " ")).split()
+    assert fp32[5:7] == [f"<={FORMS[INPLACE_FORM].tolerance.atol:g}", "all"], fp32

@@ -4,9 +4,12 @@ form: its quality beside fp32 and its quantization plan), and the files.
 What it shows of a form is what `mha check` compares or what the files themselves say: the dtype and the bar are
 the contract's (mha_runtime.gpt.contract), a lossy ONNX form's plan is read from its graph
 (mha_runtime.gpt.graph_plan), and its quality figures are those `mha check` measures again and compares, shown
-only once they are possible figures (Quality.from_dict). The export's distance from eager PyTorch (max abs error,
-greedy agreement) is labelled as recorded at export: the torch-free check cannot measure it again. A GGUF quant's
-figures are llama.cpp's, labelled likewise (mha check runs its generations, not its quality).
+only once they are possible figures (Quality.from_dict). A form's distance from eager PyTorch is read from the
+golden files `mha check` runs it on (each listed with its sha256): how many cases it must reproduce and, for a form
+with its own generations (a lossy one), how far its first-step logits are from eager's and in how many cases its
+ids are eager's; an fp32 form reproduces eager's own within the contract's row. The export's validation figures
+(max_abs_error, greedy_agreement, cases) stay in the manifest (`--json`), not in the table: no check measures them
+again. A GGUF quant's quality figures are llama.cpp's at export, labelled so.
 """
 from __future__ import annotations
 
@@ -14,16 +17,18 @@ import json
 from pathlib import Path
 
 import click
+import numpy as np
 
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.cli.tables import human_size, shown, table
 from mha_runtime.gpt.contract import FORMS
+from mha_runtime.gpt.golden import GENERATIONS_FILE, first_logits, load_generations
 from mha_runtime.gpt.graph_plan import GraphPlan, read_graph_plan
 from mha_runtime.gpt.manifest import GPTArtifact, GPTManifest, load_gpt_manifest
 from mha_runtime.gpt.quality import Quality, Windows, load_windows
 from mha_runtime.gpt.record_check import contract_form
 
-HEADERS = ["artifact", "dtype", "size", "cases", "max abs err (eager, at export)", "greedy agreement (at export)",
+HEADERS = ["artifact", "dtype", "size", "golden cases", "first step vs eager (max abs)", "ids = eager's",
            "mean KL (p99)", "same top token", "kept higher"]
 
 
@@ -67,6 +72,26 @@ def _kept(plan: GraphPlan | str | None, file: str) -> str:
     return str(len(plan.fp32) + sum(q.bits > bits for q in plan.quantized.values()))
 
 
+def _versus_eager(folder: Path, manifest: GPTManifest, file: str, a: GPTArtifact) -> list[str]:
+    """[golden cases, first-step max abs from eager's, cases whose ids are eager's] from the sealed golden files:
+    the form's own generations against eager's (golden/generations.json); a form that reproduces eager's own shows
+    its contract row's atol and 'all' (mha check holds it to them)."""
+    own = a.generations or GENERATIONS_FILE
+    try:
+        golden = load_generations(folder, manifest, own)
+        if own == GENERATIONS_FILE:
+            form = contract_form(file)
+            return [str(len(golden.cases)), "-" if form is None else f"<={form.tolerance.atol:g}", "all"]
+        eager = {c.name: c for c in load_generations(folder, manifest, GENERATIONS_FILE).cases}
+        vocab = manifest.config.vocab_size
+        pairs = [(c, eager[c.name]) for c in golden.cases if c.name in eager]
+        far = max((float(np.abs(first_logits(folder, manifest, c, vocab) - first_logits(folder, manifest, e, vocab))
+                         .max()) for c, e in pairs), default=float("nan"))
+        return [str(len(golden.cases)), f"{far:.2e}", f"{sum(c.ids == e.ids for c, e in pairs)}/{len(pairs)}"]
+    except MHAError:  # a broken golden file: mha check names it
+        return ["-", "-", "-"]
+
+
 def _row(folder: Path, file: str, a: GPTArtifact, manifest: GPTManifest, windows: Windows | str) -> list[str]:
     size = human_size(manifest.files[file].size) if file in manifest.files else "-"
     form = contract_form(file)
@@ -74,8 +99,7 @@ def _row(folder: Path, file: str, a: GPTArtifact, manifest: GPTManifest, windows
     kl = f"{q.mean_kl:.2e} ({q.p99_kl:.2e})" if isinstance(q, Quality) else "-"
     same = f"{100 * q.same_top:.1f}%" if isinstance(q, Quality) else "-"
     dtype = shown(a.dtype) if form is None else form.dtype
-    return [file, dtype, size, str(a.cases), f"{a.max_abs_error:.2e}", f"{a.greedy_agreement:.2f}", kl, same,
-            _kept(_graph(folder, file), file)]
+    return [file, dtype, size, *_versus_eager(folder, manifest, file, a), kl, same, _kept(_graph(folder, file), file)]
 
 
 def _lossy_line(folder: Path, file: str, a: GPTArtifact, windows: Windows | str) -> str:
