@@ -9,7 +9,8 @@ golden files `mha check` runs it on (each listed with its sha256): how many case
 with its own generations (a lossy one), how far its first-step logits are from eager's and in how many cases its
 ids are eager's; an fp32 form reproduces eager's own within the contract's row. The export's validation figures
 (max_abs_error, greedy_agreement, cases) stay in the manifest (`--json`), not in the table: no check measures them
-again. A GGUF quant's quality figures are llama.cpp's at export, labelled so.
+again. A GGUF quant type's quality figures are llama.cpp's against gpt.gguf, measured again by `mha check` where
+llama.cpp is built.
 """
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ def _versus_eager(folder: Path, manifest: GPTManifest, file: str, a: GPTArtifact
 def _row(folder: Path, file: str, a: GPTArtifact, manifest: GPTManifest, windows: Windows | str) -> list[str]:
     size = human_size(manifest.files[file].size) if file in manifest.files else "-"
     form = contract_form(file)
-    q = _quality(file, a, windows) if file in FORMS else None  # the figures `mha check` measures again
+    q = _quality(file, a, windows)  # the figures `mha check` measures again
     kl = f"{q.mean_kl:.2e} ({q.p99_kl:.2e})" if isinstance(q, Quality) else "-"
     same = f"{100 * q.same_top:.1f}%" if isinstance(q, Quality) else "-"
     dtype = shown(a.dtype) if form is None else form.dtype
@@ -111,8 +112,8 @@ def _lossy_line(folder: Path, file: str, a: GPTArtifact, windows: Windows | str)
         figures = f"mean KL divergence from fp32 {q.mean_kl:.3g} (bar {bar}) over {q.positions} positions"
     else:
         figures = f"recorded quality refused: {q} (bar {bar})"
-    if file not in FORMS:
-        return f"{file}: {figures}, recorded at export by llama.cpp (mha check runs its generations, not this)"
+    if file not in FORMS:  # a GGUF quant type: measured by llama.cpp against gpt.gguf, at export and by mha check
+        return f"{file}: {figures}, by llama.cpp against gpt.gguf"
     plan = _graph(folder, file)
     how = plan.line() if isinstance(plan, GraphPlan) else f"the graph could not be read ({plan})"
     return f"{file}: {figures}; {how}"

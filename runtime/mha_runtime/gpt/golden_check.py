@@ -20,6 +20,7 @@ how to build it.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ import numpy as np
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.artifact.manifest import verify_all
 from mha_runtime.artifact.tolerance import Tolerance, compare
-from mha_runtime.gpt.contract import FORMS, GGUF_FORMS, INPLACE_FORM, PTE, PTE_FORM
+from mha_runtime.gpt.contract import FORMS, GGUF_FORM, GGUF_FORMS, INPLACE_FORM, PTE, PTE_FORM
 from mha_runtime.gpt.executorch import RunnerMissing
 from mha_runtime.gpt.generate import Generator
 from mha_runtime.gpt.golden import (
@@ -38,9 +39,9 @@ from mha_runtime.gpt.golden import (
     golden_form,
     load_generations,
 )
-from mha_runtime.gpt.llama import llama_cpp
+from mha_runtime.gpt.llama.gguf_check import check_gguf, gguf_reference
 from mha_runtime.gpt.manifest import GPTManifest, load_gpt_manifest
-from mha_runtime.gpt.quality import Quality, load_windows, measure
+from mha_runtime.gpt.quality import Quality, Windows, load_windows, measure
 from mha_runtime.gpt.record_check import entry_problems, tolerance_words
 from mha_runtime.infer.golden_check import CaseResult
 from mha_runtime.infer.providers import resolve_provider
@@ -86,28 +87,36 @@ def check_quality(gen: Generator, reference: Generator, manifest: GPTManifest, f
                   recorded_here: bool = True) -> CaseResult:
     """The lossy form `gen` measured again against the fp32 in-place form: within its bar, and beside its recorded
     figures where they were measured with these kernels (`recorded_here`: the CPU provider's)."""
-    spec, record = FORMS[gen.form], manifest.artifacts[gen.form]
+    return judge_quality(folder, manifest, gen.form, lambda windows: measure(reference.decoder(), gen.decoder(),
+                                                                             windows), recorded_here=recorded_here)
+
+
+def judge_quality(folder: Path, manifest: GPTManifest, form: str, measured: Callable[[Windows], Quality], *,
+                  recorded_here: bool = True) -> CaseResult:
+    """The quality case of a lossy form (an ONNX form or a GGUF quant type): its recorded figures possible and of
+    the folder's windows, then `measured` on them within the contract's bar and beside the record."""
+    spec, record = (FORMS | GGUF_FORMS)[form], manifest.artifacts[form]
     tolerance = Tolerance(atol=0.0, rtol=0.0)
     try:
         windows = load_windows(folder, manifest)
         shape = (len(windows.ids), len(windows.ids[0]))
         if record.quality is None:
-            raise MHAError(f"{gen.form}: the manifest records no quality figures (re-export with this version)")
-        where = f"manifest: artifacts.{gen.form}.quality"
+            raise MHAError(f"{form}: the manifest records no quality figures (re-export with this version)")
+        where = f"manifest: artifacts.{form}.quality"
         recorded = Quality.from_dict(record.quality, where)  # a non-finite or impossible figure: one line
         mismatch = windows.mismatch(recorded)
         if mismatch is not None:
             raise MHAError(f"{where}: {mismatch}")
-        got = measure(reference.decoder(), gen.decoder(), windows)
+        got = measured(windows)
     except Exception as exc:
-        return CaseResult(gen.form, "quality", (0, 0), float("nan"), float("nan"), tolerance, False, first_line(exc))
+        return CaseResult(form, "quality", (0, 0), float("nan"), float("nan"), tolerance, False, first_line(exc))
     error = None
     differs = got.disagreements(recorded) if recorded_here else []
     if not spec.meets_bar(got.mean_kl):
         error = f"mean KL divergence {got.mean_kl:.3g} above the bar {spec.max_mean_kl:g}"
     elif differs:
         error = f"quality differs from the recorded figures: {'; '.join(differs)}"
-    return CaseResult(gen.form, "quality", shape, got.mean_kl, float("nan"), tolerance, error is None, error,
+    return CaseResult(form, "quality", shape, got.mean_kl, float("nan"), tolerance, error is None, error,
                       detail=got.line())
 
 
@@ -125,27 +134,6 @@ def record_results(folder: Path, manifest: GPTManifest, golden: dict[str, Tolera
                                   f"{folder / file}: expected the contract's tolerance for {form.file} "
                                   f"{tolerance_words(form.tolerance)}, got {tolerance_words(recorded)}"))
     return out
-
-
-def check_gguf(folder: Path, manifest: GPTManifest, file: str, golden: GoldenGenerations,
-               expected: dict[str, np.ndarray]) -> list[CaseResult]:
-    """A GGUF file on its greedy golden cases through llama.cpp, after its size and sha256 check (ArtifactError
-    when that fails, as for every file: llama.cpp never sees it)."""
-    cases = llama_cpp.greedy_cases(golden.cases)
-    tolerance = GGUF_FORMS[file].tolerance
-    if llama_cpp.program() is None:
-        return every_case(file, cases, tolerance, llama_cpp.BUILD_HINT, skipped=True)
-    with llama_cpp.verified_copy(folder, file, manifest) as copy:  # ArtifactError before llama.cpp sees a byte
-        try:
-            got = llama_cpp.run_greedy(copy, cases, where=folder / file)
-        except Exception as exc:
-            return every_case(file, cases, tolerance, first_line(exc))
-    results = []
-    for case in cases:
-        result, error = llama_cpp.judge_case(got, case, expected[case.name], tolerance)
-        results.append(CaseResult(file, case.name, (1, len(case.prompt_ids)), result.max_abs, result.rel_l2,
-                                  tolerance, error is None, error))
-    return results
 
 
 def _golden_for(manifest: GPTManifest, form: str) -> str:
@@ -194,6 +182,16 @@ def check_generations(folder: Path, *, provider: str = "cpu", threads: int | Non
             if reference is None:
                 reference = Generator(folder, form=INPLACE_FORM, provider=provider, threads=threads)
             results.append(check_quality(gen, reference, manifest, folder, recorded_here=on_cpu))
-    for form in (f for f in GGUF_FORMS if f in manifest.artifacts):
-        results += check_gguf(folder, manifest, form, *golden_of(_golden_for(manifest, form)))
+    ggufs = [f for f in GGUF_FORMS if f in manifest.artifacts]
+    memo: dict[str, np.ndarray] = {}  # gpt.gguf's logits over the windows: one llama.cpp run for every quant type
+
+    def reference_logits(windows: Windows) -> np.ndarray:
+        if GGUF_FORM not in memo:
+            memo[GGUF_FORM] = gguf_reference(folder, manifest, windows)
+        return memo[GGUF_FORM]
+
+    for form in ggufs:
+        results += check_gguf(folder, manifest, form, *golden_of(_golden_for(manifest, form)),
+                              judge=functools.partial(judge_quality, folder, manifest, form),
+                              reference=reference_logits)
     return results

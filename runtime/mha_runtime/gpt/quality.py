@@ -184,6 +184,13 @@ def summarize(scores: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
                    reference_perplexity=ppl(reference_nll))
 
 
+def score_windows(reference: np.ndarray, other: np.ndarray, windows: Windows) -> Quality:
+    """Two models' logits over the windows, each (windows, width - half, V) predicting tokens half .. width - 1 (as
+    llama.cpp's `score` answers them) -> Quality of `other` against `reference`, window by window."""
+    return summarize([position_scores(ref, got, np.array(w[windows.half:]))
+                      for ref, got, w in zip(reference, other, windows.ids, strict=True)], windows.text)
+
+
 def measure(reference: Decoder, form: Decoder, windows: Windows) -> Quality:
     """Score the second half of every window (all of equal length W >= 2) on both decoders."""
     width, half = len(windows.ids[0]), windows.half

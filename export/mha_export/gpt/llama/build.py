@@ -36,7 +36,7 @@ from mha_runtime.gpt.contract import GGUF, GGUF_FORM, GGUF_FORMS, GGUF_QUANTS, F
 from mha_runtime.gpt.golden import GoldenGeneration
 from mha_runtime.gpt.llama import llama_cpp
 from mha_runtime.gpt.manifest import GPTArtifact
-from mha_runtime.gpt.quality import Quality, Windows, position_scores, summarize
+from mha_runtime.gpt.quality import Quality, Windows, score_windows
 
 
 @dataclass
@@ -129,10 +129,7 @@ def _search(file: str, form: Form, tensors: dict[str, np.ndarray], reference: _R
     for count in _counts(len(ranking)):
         r = write_and_run(file, {n: HIGHER[form.dtype] for n in ranking[:count]})
         assert r.logits is not None
-        # KL(P_gpt.gguf || P_quant), same top token and (text windows) perplexities, window by window
-        quality = summarize([position_scores(ref, got, np.array(w[windows.half:]))
-                             for ref, got, w in zip(reference.logits, r.logits, windows.ids, strict=True)],
-                            windows.text)
+        quality = score_windows(reference.logits, r.logits, windows)  # KL(P_gpt.gguf || P_quant), top, ppl
         seconds += r.seconds
         tries.append({"kept": count, "mean_kl": quality.mean_kl})
         if form.meets_bar(quality.mean_kl):
@@ -142,15 +139,9 @@ def _search(file: str, form: Form, tensors: dict[str, np.ndarray], reference: _R
 
 def _run(path: Path, cases: list[GoldenGeneration], windows: Windows | None
          ) -> tuple[llama_cpp.Greedy, np.ndarray | None]:
-    """One llama.cpp run: the greedy cases and text prompts, and (windows given) the logits (windows,
-    width - half, V) predicting tokens half .. width - 1 of each window (what mha_runtime.gpt.quality.measure
-    scores)."""
-    scores = [] if windows is None else [llama_cpp.score(w[:-1], windows.half - 1) for w in windows.ids]
-    answers = llama_cpp.run(path, llama_cpp.greedy_commands(cases) + scores)
-    got = llama_cpp.greedy_answers(cases, answers)
-    if windows is None:
-        return got, None
-    return got, answers.logits[len(cases):].reshape(len(windows.ids), len(windows.ids[0]) - windows.half, -1)
+    """One llama.cpp run of the greedy cases and (windows given) the windows' logits: llama_cpp.run_scored, the
+    one the check runs too."""
+    return llama_cpp.run_scored(path, cases, windows)
 
 
 def _judged(form: Form, r: _Ran, cases: list[GoldenGeneration], eager: dict[str, np.ndarray]

@@ -28,6 +28,7 @@ from mha_runtime.artifact.manifest import verify_listed
 from mha_runtime.artifact.tolerance import Comparison, Tolerance, compare
 from mha_runtime.gpt.golden import GoldenGeneration
 from mha_runtime.gpt.manifest import GPTManifest
+from mha_runtime.gpt.quality import Windows
 
 PROGRAM = "mha-llama-golden"
 ENV = "MHA_LLAMA_CPP"
@@ -174,6 +175,19 @@ def _ids(answer: dict[str, object]) -> list[int]:
     if not isinstance(ids, list) or not all(type(i) is int for i in ids):
         raise ArtifactError(f"llama.cpp answered {cut(json.dumps(answer))}, not a list of token ids under 'ids'")
     return ids
+
+
+def run_scored(gguf: Path, cases: list[GoldenGeneration], windows: Windows | None, *, where: Path | None = None
+               ) -> tuple[Greedy, np.ndarray | None]:
+    """One llama.cpp run: the greedy cases and text prompts, and (windows given) the logits (windows, width - half,
+    V) predicting tokens half .. width - 1 of each window (what mha_runtime.gpt.quality.measure scores)."""
+    scores = [] if windows is None else [score(w[:-1], windows.half - 1) for w in windows.ids]
+    answers = run(gguf, greedy_commands(cases) + scores, where=where)
+    got = greedy_answers(cases, answers)
+    if windows is None:
+        return got, None
+    rows = len(greedy_cases(cases))
+    return got, answers.logits[rows:].reshape(len(windows.ids), len(windows.ids[0]) - windows.half, -1)
 
 
 def run_greedy(gguf: Path, cases: list[GoldenGeneration], *, where: Path | None = None) -> Greedy:

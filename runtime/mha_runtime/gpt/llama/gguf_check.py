@@ -1,0 +1,71 @@
+"""`mha check` of a folder's GGUF files, by llama.cpp itself (torch-free): each on its greedy golden cases, and
+each quant type (gpt.q8_0.gguf, gpt.q4_0.gguf) on its quality again, as at export: KL(P_gpt.gguf || P_quant) over
+the folder's quality windows (mha_runtime.gpt.quality.score_windows), judged by the contract's bar and beside the
+recorded figures (golden_check.judge_quality). Every file is copied and its sha256 checked on the bytes llama.cpp
+is handed (llama_cpp.verified_copy); where llama.cpp is not built the cases are reported as skipped, with how to
+build it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from mha_runtime.artifact.errors import first_line
+from mha_runtime.artifact.tolerance import Tolerance
+from mha_runtime.gpt.contract import GGUF_FORM, GGUF_FORMS
+from mha_runtime.gpt.golden import GoldenGenerations
+from mha_runtime.gpt.llama import llama_cpp
+from mha_runtime.gpt.manifest import GPTManifest
+from mha_runtime.gpt.quality import Quality, Windows, score_windows
+from mha_runtime.infer.golden_check import CaseResult
+
+Judge = Callable[[Callable[[Windows], Quality]], CaseResult]  # golden_check.judge_quality of one form
+
+
+def scored(folder: Path, manifest: GPTManifest, file: str, windows: Windows) -> np.ndarray:
+    """A GGUF file's logits over the windows, (windows, width - half, V), from its verified copy."""
+    with llama_cpp.verified_copy(folder, file, manifest) as copy:  # ArtifactError before llama.cpp sees a byte
+        _, logits = llama_cpp.run_scored(copy, [], windows, where=folder / file)
+    assert logits is not None
+    return logits
+
+
+def gguf_reference(folder: Path, manifest: GPTManifest, windows: Windows) -> np.ndarray:
+    """gpt.gguf's logits over the windows: what the quant types are measured against, at export and here."""
+    return scored(folder, manifest, GGUF_FORM, windows)
+
+
+def _skipped(file: str, names: list[str], tolerance: Tolerance, error: str) -> list[CaseResult]:
+    return [CaseResult(file, name, (0, 0), float("nan"), float("nan"), tolerance, False, error, skipped=True)
+            for name in names]
+
+
+def check_gguf(folder: Path, manifest: GPTManifest, file: str, golden: GoldenGenerations,
+               expected: dict[str, np.ndarray], *, judge: Judge,
+               reference: Callable[[Windows], np.ndarray]) -> list[CaseResult]:
+    """A GGUF file on its greedy golden cases through llama.cpp, after its size and sha256 check (ArtifactError
+    when that fails, as for every file: llama.cpp never sees it); a quant type's quality too (`judge`, against
+    `reference`: gpt.gguf's logits over the windows)."""
+    cases = llama_cpp.greedy_cases(golden.cases)
+    form = GGUF_FORMS[file]
+    tolerance = form.tolerance
+    names = [c.name for c in cases] + (["quality"] if form.lossy else [])
+    if llama_cpp.program() is None:
+        return _skipped(file, names, tolerance, llama_cpp.BUILD_HINT)
+    with llama_cpp.verified_copy(folder, file, manifest) as copy:
+        try:
+            got = llama_cpp.run_greedy(copy, cases, where=folder / file)
+        except Exception as exc:
+            return [CaseResult(file, c.name, (1, len(c.prompt_ids)), float("nan"), float("nan"), tolerance, False,
+                               first_line(exc)) for c in cases]
+    results = []
+    for case in cases:
+        result, error = llama_cpp.judge_case(got, case, expected[case.name], tolerance)
+        results.append(CaseResult(file, case.name, (1, len(case.prompt_ids)), result.max_abs, result.rel_l2,
+                                  tolerance, error is None, error))
+    if form.lossy:
+        results.append(judge(lambda windows: score_windows(reference(windows), scored(folder, manifest, file,
+                                                                                        windows), windows)))
+    return results
