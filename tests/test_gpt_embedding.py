@@ -141,3 +141,23 @@ def test_lossy_files_are_small_beside_fp32(source: str, request: pytest.FixtureR
     for form, most in MOST.items():
         assert (folder / form).is_file(), form
         assert (folder / form).stat().st_size <= most * fp32, (form, (folder / form).stat().st_size / fp32)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_a_width_no_block_divides_keeps_the_embedding_fp32(tmp_path: Path, tied: bool, bits: int) -> None:
+    """E = 24 (3 heads of 8): MatMulNBits pads each row to whole blocks of 16, so a gather of the head's rows would
+    be wider than E (ONNX Runtime refused the graph: the export failed). The embedding stays fp32, the file runs,
+    and the recorded plan is the graph's (mha check's record check)."""
+    from mha_runtime.gpt.graph_plan import read_graph_plan
+    from mha_runtime.gpt.record_check import plan_problems
+
+    cfg = GPTConfig(vocab_size=97, context_length=16, emb_dim=24, n_heads=3, n_layers=1, qkv_bias=True)
+    state = {k: v for k, v in seeded_gpt(cfg).state_dict().items() if not k.endswith(".mask")}
+    if tied:
+        state["out_head.weight"] = state["tok_emb.weight"]
+    plan = fit(FAST[bits], lossy_source(state, cfg, tied=tied), tied=tied)
+    assert plan.embedding == {"dtype": FP32, "shared_with_head": False} and "tok_emb" not in plan.finer
+    quantize_to(lossy_source(state, cfg, tied=tied), tmp_path / "q.onnx", plan, tied=tied)
+    ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])  # it loads
+    assert plan_problems(plan.to_dict(), read_graph_plan(tmp_path / "q.onnx")) == []

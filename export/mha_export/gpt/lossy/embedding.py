@@ -15,6 +15,9 @@ again, quantized). llama.cpp quantizes it too (Q8_0, Q4_0, or Q6_K where it is a
   of blocks along E, as the head's).
 
 Position embeddings stay fp32: context_length x E, a small share (under 1.5% of every preset and test checkpoint).
+A width E that no block divides (E not a multiple of 16, MatMulNBits' smallest block) keeps the embedding fp32:
+MatMulNBits pads the head's rows to whole blocks, and a gather of padded rows would be wider than E. The plan
+records it (fit() decides the same: whole_blocks).
 """
 from __future__ import annotations
 
@@ -67,7 +70,9 @@ def quantize_embedding(model: onnx.ModelProto, *, head: str, tied: bool,
         _replace(model, head_node, [oh.make_node("Gemm", [head_node.input[0], TOKENS], list(head_node.output),
                                                  name=head_node.name, transB=1)])
         return {"dtype": "fp32", "shared_with_head": True}
-    if not tied and precision is None:  # kept at fp32 by the plan
+    width = next(t.dims[1] for t in model.graph.initializer if t.name == TOKENS)  # (V, E)
+    block = _attr(head_node, "block_size") if tied else None if precision is None else precision[1]
+    if block is None or width % block:  # kept at fp32 by the plan, or E not a whole number of blocks
         return {"dtype": "fp32", "shared_with_head": False}
     if tied:
         bits, block_size = _attr(head_node, "bits"), _attr(head_node, "block_size")

@@ -140,10 +140,20 @@ def fit(plan: QuantPlan, model: onnx.ModelProto, *, tied: bool) -> QuantPlan:
                 finer[t.name] = fitted_block(block, rows)
     fitted = replace(plan, finer=finer)
     precision = fitted.precision(HEAD if tied else TOKENS)
+    width = next(t.dims[1] for t in model.graph.initializer if t.name == TOKENS)  # (V, E)
+    if precision is not None and not whole_blocks(width, precision[1]):  # stays fp32 (lossy/embedding.py)
+        unnamed = {k: v for k, v in finer.items() if k != TOKENS}  # the plan names no weight it leaves alone
+        return replace(fitted, finer=unnamed, kept={k: v for k, v in plan.kept.items() if k != TOKENS},
+                       embedding={"dtype": FP32, "shared_with_head": False})
     embedding: dict[str, Any] = ({"dtype": FP32} if precision is None else
                                  {"dtype": f"int{precision[0]}", "block_size": precision[1],
                                   "symmetric": precision[2]})
     return replace(fitted, embedding=embedding | {"shared_with_head": tied})
+
+
+def whole_blocks(width: int, block: int) -> bool:
+    """Whether an embedding row of `width` is a whole number of `block`s (else its quantized rows are padded)."""
+    return width % block == 0
 
 
 def _quantizer(model: onnx.ModelProto, bits: int, block: int, symmetric: bool, level: int,
