@@ -14,7 +14,9 @@ llama.cpp is built.
 """
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -23,7 +25,7 @@ import numpy as np
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.cli.tables import human_size, shown, table
 from mha_runtime.gpt.contract import FORMS
-from mha_runtime.gpt.golden import GENERATIONS_FILE, first_logits, load_generations
+from mha_runtime.gpt.golden import GENERATIONS_FILE, GoldenGeneration, first_logits, load_generations
 from mha_runtime.gpt.graph_plan import GraphPlan, read_graph_plan
 from mha_runtime.gpt.manifest import GPTArtifact, GPTManifest, load_gpt_manifest
 from mha_runtime.gpt.quality import Quality, Windows, load_windows
@@ -73,34 +75,46 @@ def _kept(plan: GraphPlan | str | None, file: str) -> str:
     return str(len(plan.fp32) + sum(q.bits > bits for q in plan.quantized.values()))
 
 
-def _versus_eager(folder: Path, manifest: GPTManifest, file: str, a: GPTArtifact) -> list[str]:
+Golden = Callable[[str], tuple[list[GoldenGeneration], dict[str, np.ndarray]]]  # file -> cases, first logits
+
+
+def _golden(folder: Path, manifest: GPTManifest) -> Golden:
+    """A golden file's cases and first-step logits by case name, each file read and hashed once."""
+    @functools.cache
+    def read(file: str) -> tuple[list[GoldenGeneration], dict[str, np.ndarray]]:
+        cases = load_generations(folder, manifest, file).cases
+        return cases, {c.name: first_logits(folder, manifest, c, manifest.config.vocab_size) for c in cases}
+    return read
+
+
+def _versus_eager(golden: Golden, file: str, a: GPTArtifact) -> list[str]:
     """[golden cases, first-step max abs from eager's, cases whose ids are eager's] from the sealed golden files:
     the form's own generations against eager's (golden/generations.json); a form that reproduces eager's own shows
     its contract row's atol and 'all' (mha check holds it to them)."""
     own = a.generations or GENERATIONS_FILE
     try:
-        golden = load_generations(folder, manifest, own)
+        cases, logits = golden(own)
         if own == GENERATIONS_FILE:
             form = contract_form(file)
-            return [str(len(golden.cases)), "-" if form is None else f"<={form.tolerance.atol:g}", "all"]
-        eager = {c.name: c for c in load_generations(folder, manifest, GENERATIONS_FILE).cases}
-        vocab = manifest.config.vocab_size
-        pairs = [(c, eager[c.name]) for c in golden.cases if c.name in eager]
-        far = max((float(np.abs(first_logits(folder, manifest, c, vocab) - first_logits(folder, manifest, e, vocab))
-                         .max()) for c, e in pairs), default=float("nan"))
-        return [str(len(golden.cases)), f"{far:.2e}", f"{sum(c.ids == e.ids for c, e in pairs)}/{len(pairs)}"]
+            return [str(len(cases)), "-" if form is None else f"<={form.tolerance.atol:g}", "all"]
+        eager_cases, eager_logits = golden(GENERATIONS_FILE)
+        eager = {c.name: c for c in eager_cases}
+        pairs = [(c, eager[c.name]) for c in cases if c.name in eager]
+        far = max((float(np.abs(logits[c.name] - eager_logits[c.name]).max()) for c, _ in pairs), default=float("nan"))
+        return [str(len(cases)), f"{far:.2e}", f"{sum(c.ids == e.ids for c, e in pairs)}/{len(pairs)}"]
     except MHAError:  # a broken golden file: mha check names it
         return ["-", "-", "-"]
 
 
-def _row(folder: Path, file: str, a: GPTArtifact, manifest: GPTManifest, windows: Windows | str) -> list[str]:
+def _row(folder: Path, file: str, a: GPTArtifact, manifest: GPTManifest, windows: Windows | str,
+         golden: Golden) -> list[str]:
     size = human_size(manifest.files[file].size) if file in manifest.files else "-"
     form = contract_form(file)
     q = _quality(file, a, windows)  # the figures `mha check` measures again
     kl = f"{q.mean_kl:.2e} ({q.p99_kl:.2e})" if isinstance(q, Quality) else "-"
     same = f"{100 * q.same_top:.1f}%" if isinstance(q, Quality) else "-"
     dtype = shown(a.dtype) if form is None else form.dtype
-    return [file, dtype, size, *_versus_eager(folder, manifest, file, a), kl, same, _kept(_graph(folder, file), file)]
+    return [file, dtype, size, *_versus_eager(golden, file, a), kl, same, _kept(_graph(folder, file), file)]
 
 
 def _lossy_line(folder: Path, file: str, a: GPTArtifact, windows: Windows | str) -> str:
@@ -136,7 +150,9 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
     click.echo(f"tokenizer {tokenizer}  eos ids {stops}\n")
     lossy = any(a.quality is not None for a in manifest.artifacts.values())
     windows = _windows(folder, manifest) if lossy else "no lossy form"
-    click.echo(table(HEADERS, [_row(folder, f, a, manifest, windows) for f, a in manifest.artifacts.items()]) + "\n")
+    golden = _golden(folder, manifest)
+    click.echo(table(HEADERS, [_row(folder, f, a, manifest, windows, golden) for f, a in manifest.artifacts.items()])
+               + "\n")
     for file, a in manifest.artifacts.items():
         form = contract_form(file)
         if a.quality is not None and (form is None or form.lossy):

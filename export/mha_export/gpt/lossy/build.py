@@ -24,7 +24,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from mha_export.gpt.lossy.embedding import TOKENS
+from mha_export.gpt.lossy.embedding import TOKENS, whole_blocks
 from mha_export.gpt.lossy.quantize import (
     FAST,
     FINE,
@@ -35,7 +35,6 @@ from mha_export.gpt.lossy.quantize import (
     matmul_weights,
     quantize_to,
     weight_error,
-    whole_blocks,
 )
 from mha_runtime.gpt.config import GPTConfig
 from mha_runtime.gpt.contract import Form
@@ -96,8 +95,8 @@ def _ranking(source: onnx.ModelProto, bits: int, *, tied: bool) -> list[str]:
     names = matmul_weights(source)
     errors = {t.name: weight_error(numpy_helper.to_array(t), bits) for t in source.graph.initializer
               if t.name in names}
-    table = next(t for t in source.graph.initializer if t.name == TOKENS)
-    if not tied and bits < 8 and whole_blocks(table.dims[1], 16):  # quantizable at all (lossy/embedding.py)
+    table = None if tied or bits == 8 else next(t for t in source.graph.initializer if t.name == TOKENS)
+    if table is not None and whole_blocks(table.dims[1], 16):  # quantizable at all (lossy/embedding.py)
         errors[TOKENS] = weight_error(numpy_helper.to_array(table).T, bits)  # (E, V)
     return sorted(errors, key=lambda n: -errors[n])
 

@@ -57,6 +57,11 @@ def _replace(model: onnx.ModelProto, old: onnx.NodeProto, new: list[onnx.NodePro
     model.graph.node.extend([*nodes[:at], *new, *nodes[at + 1:]])
 
 
+def whole_blocks(width: int, block: int) -> bool:
+    """Whether an embedding row of `width` is a whole number of `block`s (else its quantized rows are padded)."""
+    return width % block == 0
+
+
 def quantize_embedding(model: onnx.ModelProto, *, head: str, tied: bool,
                        precision: tuple[int, int, bool] | None) -> dict[str, Any]:
     """Replace the Gather of tok_emb in the quantized `model` (its head weight named `head`, now MatMulNBits or
@@ -72,7 +77,7 @@ def quantize_embedding(model: onnx.ModelProto, *, head: str, tied: bool,
         return {"dtype": "fp32", "shared_with_head": True}
     width = next(t.dims[1] for t in model.graph.initializer if t.name == TOKENS)  # (V, E)
     block = _attr(head_node, "block_size") if tied else None if precision is None else precision[1]
-    if block is None or width % block:  # kept at fp32 by the plan, or E not a whole number of blocks
+    if block is None or not whole_blocks(width, block):  # kept at fp32 by the plan, or padded rows
         return {"dtype": "fp32", "shared_with_head": False}
     if tied:
         bits, block_size = _attr(head_node, "bits"), _attr(head_node, "block_size")

@@ -27,7 +27,7 @@ import torch
 from onnx import numpy_helper
 
 from mha_export.gpt.graphs.inplace import inplace_model
-from mha_export.gpt.lossy.embedding import TOKENS, quantize_embedding
+from mha_export.gpt.lossy.embedding import TOKENS, quantize_embedding, whole_blocks
 from mha_export.onnx_file.check import check_model_light
 from mha_export.onnx_file.save import save_streamed
 from mha_runtime.gpt.config import GPTConfig
@@ -151,10 +151,6 @@ def fit(plan: QuantPlan, model: onnx.ModelProto, *, tied: bool) -> QuantPlan:
     return replace(fitted, embedding=embedding | {"shared_with_head": tied})
 
 
-def whole_blocks(width: int, block: int) -> bool:
-    """Whether an embedding row of `width` is a whole number of `block`s (else its quantized rows are padded)."""
-    return width % block == 0
-
 
 def _quantizer(model: onnx.ModelProto, bits: int, block: int, symmetric: bool, level: int,
                exclude: list[str]) -> onnx.ModelProto:
@@ -204,8 +200,8 @@ def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan, *, tied: b
         logger.setLevel(level)
     width = next(t.dims[1] for t in model.graph.initializer if t.name == TOKENS)  # (V, E)
     # Untied: its own precision, its block fitted to E unless the plan says; tied: the head's (read from its node).
-    own = plan.precision(TOKENS)
-    precision = None if own is None else (own[0], plan.finer.get(TOKENS, fitted_block(own[1], width)), own[2])
+    own = plan.precision(TOKENS)  # its block fitted to E as fit() fits it (a fitted plan: the same block)
+    precision = None if own is None else (own[0], fitted_block(own[1], width), own[2])
     stored = quantize_embedding(model, head=HEAD, tied=tied, precision=precision)
     if plan.embedding and stored != plan.embedding:
         raise AssertionError(f"the embedding is stored as {stored}, the plan says {plan.embedding}")
