@@ -450,7 +450,7 @@ MUTANTS: list[Mutant] = [
            "mha inspect shows the manifest's bar, not the one mha check compares with",
            ["tests/test_gpt_check_honest.py::test_an_impossible_or_foreign_quality_figure_fails_check"]),
     Mutant("i56-gguf-quality-not-measured", "runtime/mha_runtime/gpt/llama/gguf_check.py",
-           "    if form.lossy:\n        results.append(judge(", "    if False:\n        results.append(judge(",
+           "        results.append(judge(measured))\n", "",
            "mha check runs a GGUF quant type's generations but never its quality: an edited figure is shown unchecked",
            ["tests/test_gpt_gguf.py::test_check_measures_each_quant_types_quality_again"]),
     Mutant("i56-hf-config-transformersjs-dtype-dropped", "export/mha_export/gpt/hf_files.py",
