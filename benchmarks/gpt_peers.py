@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from mha_runtime.gpt.config import LAYER_NORM_EPS, GPTConfig
-from mha_runtime.gpt.contract import CONCAT_FORM, GENAI_CONFIG, WEIGHTS_FILE
+from mha_runtime.decoder.config import LAYER_NORM_EPS, GPTConfig
+from mha_runtime.decoder.contract import CONCAT_FORM, GENAI_CONFIG, WEIGHTS_FILE
 
 Tensors = dict[str, torch.Tensor]
 

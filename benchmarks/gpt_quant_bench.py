@@ -13,7 +13,7 @@ weights, in one run: decode and prefill speed, and quality on the same text, as 
   "The fast plans"); the floor is the best sample of the run, and the median of each round's decode over that
   round's own floor is information.
 - Quality: the windows `llama-perplexity --kl-divergence -c 128 --chunks 16` scores on the held-out pydoc text
-  (llama_peer.llama_windows): ours measured there by mha_runtime.gpt.quality against gpt.inplace.onnx, llama.cpp's
+  (llama_peer.llama_windows): ours measured there by mha_runtime.decoder.quality against gpt.inplace.onnx, llama.cpp's
   by llama-perplexity against its F32 GGUF (the same windows; it scores 63 of each window's 64 positions).
 - Targets (the issue's, judged here, never asserted): tokens/s ratios int4 / Q4_0 >= 1.2, int8 / Q8_0 >= 1.1,
   fp32 / F32 >= 1.05, each with a mean KL no worse than the peer's; fp32 >= 0.9 of its floor, the lossy forms >= 0.7.
@@ -39,9 +39,10 @@ from benchmarks.llama_peer import (
     write_hf_folder,
     write_text,
 )
-from mha_runtime.gpt.contract import FORMS, INPLACE_FORM, INT4_FORM, INT8_FORM, TOKENIZER_FILE
-from mha_runtime.gpt.generate import Generator
-from mha_runtime.gpt.quality import Windows, measure
+from mha_runtime.decoder.contract import INPLACE_FORM, INT4_FORM, INT8_FORM, TOKENIZER_FILE
+from mha_runtime.decoder.forms import FORMS
+from mha_runtime.decoder.generate import Generator
+from mha_runtime.decoder.quality import Windows, measure
 from mha_runtime.infer.cpu_features import machine
 
 PAIRS = {INPLACE_FORM: "F32", INT8_FORM: "Q8_0", INT4_FORM: "Q4_0"}

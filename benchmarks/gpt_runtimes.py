@@ -22,8 +22,8 @@ import click
 
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.cli.tables import table
-from mha_runtime.gpt.contract import PTE_FORM
-from mha_runtime.gpt.generate import Generator
+from mha_runtime.decoder.contract import PTE_FORM
+from mha_runtime.decoder.generate import Generator
 
 REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "runtime" / "native"

@@ -30,10 +30,10 @@ from benchmarks.process import ServerProcess
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.cli.tables import table
-from mha_runtime.gpt.decoder import InPlaceDecoder
-from mha_runtime.gpt.generate import Generator
+from mha_runtime.decoder.decoder import InPlaceDecoder
+from mha_runtime.decoder.generate import Generator
 from mha_runtime.infer.cpu_features import load_average, machine
-from mha_runtime.serve.gpt.loadtest import gen_loadtest
+from mha_runtime.serve.decoder.loadtest import gen_loadtest
 
 PROMPT_TOKENS = (8, 16, 32, 64, 128)
 NEW_TOKENS = 64

@@ -38,7 +38,7 @@ from statistics import median
 from typing import Any
 
 from benchmarks.gpt_peers import book_state, hf_model
-from mha_runtime.gpt.manifest import load_gpt_manifest
+from mha_runtime.decoder.manifest import load_gpt_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_DIR = ROOT / ".cache" / "llama.cpp"  # tools/llama_cpp.sh builds here
@@ -223,7 +223,7 @@ def llama_kl(base_f32_gguf: Path, quant_gguf: Path, tokens_text_file: Path, *, t
 
 def write_text(out: Path, *, start: int = 200_000) -> Path:
     """The held-out text: the pydoc topics from character `start` on (`make demo` trains on the first 40,000)."""
-    from mha_export.gpt.corpus import pydoc_topics
+    from mha_export.decoder.corpus import pydoc_topics
 
     Path(out).write_text(pydoc_topics().text[start:], encoding="utf-8")
     return Path(out)

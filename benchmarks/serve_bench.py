@@ -43,10 +43,10 @@ from mha_export.bench.plots import save_png
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.artifact.manifest import load_manifest
-from mha_runtime.artifact.registry import spec_for
+from mha_runtime.attention.registry import spec_for
+from mha_runtime.attention.runner import DEFAULT_MODEL, OnnxRunner
 from mha_runtime.cli.tables import table
 from mha_runtime.infer.cpu_features import load_average, machine
-from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
 from mha_runtime.serve.attention.loadtest import Shot, check_answers, good_shots, run_load, summarize
 from mha_runtime.serve.haproxy import haproxy_env
 

@@ -1,25 +1,21 @@
-"""Shared fixtures: each preset is exported once per test session into a temporary folder."""
+"""Fixtures every area shares: each preset is exported once per test session into a temporary folder. An area's own
+fixtures are in its conftest.py (tests/serving, tests/packaging)."""
 from __future__ import annotations
 
 import logging
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from helpers import MID, REPO, copy_packages
-from mha_export.pipeline.export import export_preset
+from helpers import MID, REPO
+from mha_export.attention.pipeline.export import export_preset
 
 if TYPE_CHECKING:
     import torch
 
-    from benchmarks.process import ServerProcess
 
 
 
@@ -70,7 +66,7 @@ def _this_trees_export(name: str) -> Path | None:
     from mha_export.pipeline.seal import versions
     from mha_runtime.artifact.errors import ArtifactError
     from mha_runtime.artifact.manifest import folder_kind, load_manifest, verify_all
-    from mha_runtime.gpt.manifest import load_gpt_manifest
+    from mha_runtime.decoder.manifest import load_gpt_manifest
 
     folder = REPO / "artifacts" / name
     try:
@@ -118,10 +114,10 @@ def mid_copy(mid_dir: Path, tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def book_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
     """(the book's GPTModel, its exported folder with the tokenizer): every default form, and gpt.pte where
-    ExecuTorch is installed (tests/test_gpt_pte.py; one export of the book GPT per session)."""
+    ExecuTorch is installed (tests/decoder/test_gpt_pte.py; one export of the book GPT per session)."""
     from gpt_sources import BOOK, BOOK_PTE, book_model, save_book, vocab_dir
-    from mha_export.gpt.export import export_gpt
-    from mha_export.gpt.plan import parse_gpt_variants
+    from mha_export.decoder.export import export_gpt
+    from mha_export.decoder.plan import parse_gpt_variants
 
     model = book_model()
     root = tmp_path_factory.mktemp("gpt")
@@ -135,8 +131,8 @@ def book_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module,
 def hf_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
     """(transformers' GPT2LMHeadModel, its folder exported from model.safetensors + config.json)."""
     from gpt_sources import hf_model, save_hf
-    from mha_export.gpt.export import export_gpt
-    from mha_runtime.gpt.config import GPTConfig
+    from mha_export.decoder.export import export_gpt
+    from mha_runtime.decoder.config import GPTConfig
 
     model = hf_model()
     root = tmp_path_factory.mktemp("gpt")
@@ -146,88 +142,14 @@ def hf_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, P
 
 
 @pytest.fixture(scope="session")
-def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(a fresh venv made by the README's `pip install ./runtime`, the copy of the checkout it was run in): the
-    torch-free install, shared by test_install.py and test_packaging.py. pip may use its cache."""
-    src = copy_packages(tmp_path_factory.mktemp("runtime-install") / "checkout")
-    venv = src.parent / "venv"
-    assert subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True).returncode == 0
-    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile",
-                                "--disable-pip-version-check", "./runtime"], capture_output=True, text=True,
-                               timeout=900, cwd=src)  # --no-compile: as test_install.py says why
-    assert installed.returncode == 0, installed.stderr[-2000:]
-    return venv, src
-
-
-@pytest.fixture(scope="session")
 def gpt_mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The gpt-mini preset with all its forms, gpt.pte included, and GPT-2's tokenizer (seeded weights): `make
     test`'s own artifacts/gpt-mini (`mha export --gpt --preset gpt-mini --variants all,pte`) when it is this tree's
     (read only), else the same export made here."""
     from gpt_sources import vocab_dir
-    from mha_export.gpt.export import export_gpt
-    from mha_runtime.gpt.config import GPT_PRESETS
+    from mha_export.decoder.export import export_gpt
+    from mha_runtime.decoder.config import GPT_PRESETS
 
     return _this_trees_export("gpt-mini") or export_gpt(
         "gpt-mini", tmp_path_factory.mktemp("gpt-mini"), config=GPT_PRESETS["gpt-mini"], tokenizer=vocab_dir(),
         variants=("all", "pte")).folder
-
-
-@pytest.fixture(scope="session")
-def ray_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """HOME and Ray's temp dir for the servers: under the test tmp dir, unless that is too long for Ray's socket
-    paths (107 characters, Ray adds about 70), then a short folder under /tmp, removed afterwards."""
-    home = tmp_path_factory.mktemp("ray")
-    if len(str(home)) <= 36:
-        yield home
-        return
-    short = Path(tempfile.mkdtemp(prefix="mha-ray-", dir="/tmp"))
-    yield short
-    shutil.rmtree(short, ignore_errors=True)
-
-
-# The one GPT server (gpt-mini, four slots) that test_gpt_serve.py and test_gpt_loadtest.py share. The files
-# that use it run one after the other, wherever pytest-randomly puts the first (pytest_collection_modifyitems), and
-# it stops right after the last test that uses it (pytest_runtest_teardown), not at the session's end: an idle Ray
-# server keeps about a quarter of a core busy (docs/measurements/tests.md).
-_SHARED_SERVERS: dict[str, ServerProcess] = {}
-
-
-@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle (tryfirst), whose order it otherwise keeps
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the files that use the shared GPT server next to the first of them, each file's tests in their order."""
-    def uses(item: pytest.Item) -> bool:
-        return "gpt_server" in getattr(item, "fixturenames", ())
-
-    files = {item.path for item in items if uses(item)}
-    if len(files) < 2:
-        return
-    block = [item for item in items if item.path in files]
-    by_file = sorted(files, key=lambda path: next(i for i, item in enumerate(block) if item.path == path))
-    grouped = [item for path in by_file for item in block if item.path == path]
-    first = next(i for i, item in enumerate(items) if item.path in files)
-    rest = [item for item in items if item.path not in files]
-    items[:] = rest[:first] + grouped + rest[first:]
-
-
-@pytest.fixture(scope="session")
-def gpt_server(gpt_mini: Path, ray_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    from benchmarks.process import ServerProcess
-
-    process = ServerProcess(gpt_mini, tmp_path_factory.mktemp("gpt-server-log"), "--max-batch", "4", home=ray_home)
-    with process:  # stops it here too if the session ends early (a second stop does nothing)
-        _SHARED_SERVERS["gpt_server"] = process
-        yield process
-
-
-@pytest.hookimpl(trylast=True)  # after pytest's own teardown of the item's fixtures
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """Stop a shared server once no later test uses it; a server that does not exit cleanly fails this teardown."""
-    for name in [n for n in _SHARED_SERVERS if n in getattr(item, "fixturenames", ())]:
-        later = item.session.items[item.session.items.index(item) + 1:]
-        if any(name in getattr(i, "fixturenames", ()) for i in later):
-            continue
-        process = _SHARED_SERVERS.pop(name)
-        process.stop()
-        assert process.returncode == 0, process.stderr()
-        assert process.leftovers == [], "Ray processes outlived the server"

@@ -5,8 +5,8 @@ import http.client
 import json
 from typing import Any
 
-from mha_runtime.gpt.generate import Generator
-from mha_runtime.serve.gpt.wire import GenerateRequest, parse_sse
+from mha_runtime.decoder.generate import Generator
+from mha_runtime.serve.decoder.wire import GenerateRequest, parse_sse
 
 
 def solo(gen: Generator, r: GenerateRequest, eos_id: int | None) -> tuple[list[int], str]:

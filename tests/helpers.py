@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.attention.config import MHAConfig
 
 REPO = Path(__file__).resolve().parent.parent
 PRESET_DIGESTS = Path(__file__).parent / "data" / "preset_digests.json"
@@ -78,7 +78,7 @@ def book_wrapper(folder: Path) -> tuple[object, MHAConfig]:
     from safetensors.torch import load_file
 
     from mha_runtime.artifact.manifest import load_manifest
-    from mha_runtime.artifact.registry import WEIGHTS_FILE
+    from mha_runtime.attention.registry import WEIGHTS_FILE
 
     config = load_manifest(folder).config
     assert not config.out_proj, "the book's wrapper has no output projection"

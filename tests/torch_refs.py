@@ -6,7 +6,7 @@ import torch
 
 from mha_export.model.fused import FusedCausalMHA, fused_state_dict
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
-from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.attention.config import MHAConfig
 
 
 class ExplicitFusedMHA(FusedCausalMHA):

@@ -2,7 +2,7 @@
 # Build llama.cpp once into .cache/llama.cpp/ (git-ignored).
 #   tools/llama_cpp.sh          libllama and mha-llama-golden (tools/llama_golden.c, against that libllama), with
 #                               which the GPT export's gguf variant and `mha check` run gpt.gguf
-#                               (runtime/mha_runtime/gpt/llama/llama_cpp.py): what `make llama-cpp` (and so `make test`)
+#                               (runtime/mha_runtime/gguf/llama_cpp.py): what `make llama-cpp` (and so `make test`)
 #                               builds.
 #   tools/llama_cpp.sh --tools  also llama-bench, llama-quantize, llama-perplexity and llama-completion, for the
 #                               bench's llama.cpp peer (benchmarks/llama_peer.py): `make llama-tools`.

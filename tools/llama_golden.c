@@ -1,5 +1,5 @@
 /* mha-llama-golden: a GGUF through libllama (llama.cpp), driven by token ids: what the GPT export's gguf
- * validation (mha_runtime.gpt.llama.llama_cpp) asks of llama.cpp itself. Built by tools/llama_cpp.sh into
+ * validation (mha_runtime.gguf.llama_cpp) asks of llama.cpp itself. Built by tools/llama_cpp.sh into
  * .cache/llama.cpp/build/bin/ beside libllama.
  *
  *   mha-llama-golden MODEL.gguf LOGITS.bin [--threads N] [--kv f32|default]

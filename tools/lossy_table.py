@@ -4,7 +4,7 @@ folder and form.
 
 Repository tooling, not part of either package. The folders are exports with `--variants all,gguf` (after `make
 llama-cpp`): their gpt.q8_0.gguf and gpt.q4_0.gguf are llama.cpp's Q8_0 and Q4_0 of the same weights (ggml's own
-quantizers' bytes, tests/test_gpt_gguf.py), measured on the same quality windows as the ONNX forms.
+quantizers' bytes, tests/decoder/test_gpt_gguf.py), measured on the same quality windows as the ONNX forms.
 
     python tools/lossy_table.py artifacts/gpt-mini artifacts/gpt-demo ...
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mha_runtime.gpt.contract import GGUF_FORM, GGUF_Q4_0, GGUF_Q8_0, INPLACE_FORM, INT4_FORM, INT8_FORM
-from mha_runtime.gpt.manifest import load_gpt_manifest
+from mha_runtime.decoder.contract import GGUF_FORM, GGUF_Q4_0, GGUF_Q8_0, INPLACE_FORM, INT4_FORM, INT8_FORM
+from mha_runtime.decoder.manifest import load_gpt_manifest
 
 ROWS = ((INT8_FORM, INPLACE_FORM), (GGUF_Q8_0, GGUF_FORM), (INT4_FORM, INPLACE_FORM), (GGUF_Q4_0, GGUF_FORM))
 

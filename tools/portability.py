@@ -2,13 +2,13 @@
 
 Repository tooling, not part of either package. `make native-test` has each runner's `check --json` write
 `artifacts/checks/<runtime>-<preset>.json`, `make web-test` writes the wasm check's to `artifacts/web/<preset>.json`,
-and tests/test_web.py the browser page's to `artifacts/web/<preset>.browser.json`; all share one format
+and tests/native/test_web.py the browser page's to `artifacts/web/<preset>.browser.json`; all share one format
 (runtime/native/web/check.mjs defined it). `python tools/portability.py --write docs/portability.md`
 (`make portability`) rewrites the block between the markers; `--check docs/portability.md` fails when it differs.
 
 A second table, between its own markers, has the ecosystem's clients as rows (CLIENTS): each loads a GPT folder (as
-it is, or llama.cpp its gpt.gguf) and runs its greedy golden generations; tests/test_gpt_dropin.py and
-tests/test_gpt_gguf.py write their outputs, in the same format, to `artifacts/checks/<client>-<preset>.json`.
+it is, or llama.cpp its gpt.gguf) and runs its greedy golden generations; tests/decoder/test_gpt_dropin.py and
+tests/decoder/test_gpt_gguf.py write their outputs, in the same format, to `artifacts/checks/<client>-<preset>.json`.
 """
 from __future__ import annotations
 
@@ -47,17 +47,18 @@ SOURCES = (
     Source("c", "C, ORT C API", "checks/c-{preset}.json", "make native-test"),
     Source("cpp", "C++, libtorch", "checks/cpp-{preset}.json", "make native-test", gpt=False),
     Source("wasm", "wasm, Node.js", "web/{preset}.json", "make web-test"),
-    Source("browser", "wasm, Chromium", "web/{preset}.browser.json", "tests/test_web.py, tests/test_gpt_js.py"),
+    Source("browser", "wasm, Chromium", "web/{preset}.browser.json",
+           "tests/native/test_web.py, tests/native/test_gpt_js.py"),
 )
 # The ecosystem's clients on the GPT folders (gpt.onnx through the file each loads by default, or gpt.gguf); the
 # header names the client and what it was told: nothing but the folder, or the GGUF file.
 CLIENTS = (
     Source("optimum", "Optimum 2.1 `ORTModelForCausalLM.from_pretrained(folder)`, Python",
-           "checks/optimum-{preset}.json", "tests/test_gpt_dropin.py"),
+           "checks/optimum-{preset}.json", "tests/decoder/test_gpt_dropin.py"),
     Source("transformersjs", "transformers.js 4.3 `AutoModelForCausalLM.from_pretrained(folder)`, Node.js",
-           "checks/transformersjs-{preset}.json", "tests/test_gpt_dropin.py"),
+           "checks/transformersjs-{preset}.json", "tests/decoder/test_gpt_dropin.py"),
     Source("llamacpp", "llama.cpp (llama-cpp-python 0.3.36's tree) `llama_model_load_from_file(gpt.gguf)`, C",
-           "checks/llamacpp-{preset}.json", "tests/test_gpt_gguf.py"),
+           "checks/llamacpp-{preset}.json", "tests/decoder/test_gpt_gguf.py"),
 )
 
 @dataclass

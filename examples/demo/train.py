@@ -6,7 +6,7 @@ with tiktoken's encode/decode, here the folder's GPT-2 tokenizer through `tokeni
 `train_model_simple` with AdamW, as chapter 5 trains. The text is CPython's documentation topics (corpus.py).
 
 Deterministic: torch.manual_seed, a seeded shuffle, torch.use_deterministic_algorithms and a fixed thread count;
-two runs with the same settings on the same machine give the same weights (tests/test_gpt_demo.py).
+two runs with the same settings on the same machine give the same weights (tests/decoder/test_gpt_demo.py).
 
 Writes OUT/gpt-demo-train/ (model.pth, the book's state_dict; losses.json; loss.png; settings.json with the
 settings' hash) and OUT/gpt-demo/ (the GPT folder of `mha export --gpt`, its golden generations from this
@@ -29,11 +29,11 @@ from typing import Any
 
 import click
 
-from mha_export.gpt.corpus import Corpus, pydoc_topics
+from mha_export.decoder.corpus import Corpus, pydoc_topics
 from mha_runtime.artifact.errors import ConfigError, Interrupted, MHAError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, sha256_file
-from mha_runtime.gpt.config import GPT2_VOCAB, GPTConfig
-from mha_runtime.gpt.contract import GPT_VARIANTS
+from mha_runtime.decoder.config import GPT2_VOCAB, GPTConfig
+from mha_runtime.decoder.forms import GPT_VARIANTS
 
 NAME = "gpt-demo"
 TRAIN_DIR = f"{NAME}-train"
@@ -113,7 +113,7 @@ class BookTokenizer:
     """The folder's GPT-2 tokenizer (`tokenizers`) with the tiktoken methods the book's code calls."""
 
     def __init__(self, tokenizer_json: bytes) -> None:
-        from mha_runtime.gpt.tokenizer import GPTTokenizer
+        from mha_runtime.decoder.tokenizer import GPTTokenizer
 
         self._tok = GPTTokenizer(tokenizer_json, vocab_size=GPT2_VOCAB, where="tokenizer")
 
@@ -263,7 +263,7 @@ def write_training(out: Path, s: Settings, corpus: Corpus, digest: str, trained:
 
 def sample(folder: Path, prompt: str, new: int) -> dict[str, str]:
     """A greedy and a seeded continuation of the prompt through the torch-free runtime."""
-    from mha_runtime.gpt.generate import Generator
+    from mha_runtime.decoder.generate import Generator
 
     gen = Generator(folder)
     assert gen.tokenizer is not None
@@ -279,10 +279,11 @@ def sample(folder: Path, prompt: str, new: int) -> dict[str, str]:
 
 def run(out: Path, s: Settings, *, tokenizer_dir: Path, prompt: str, new: int, force: bool = False,
         variants: tuple[str, ...] | None = None) -> dict[str, Any]:
-    from mha_export.gpt.export import export_gpt
-    from mha_export.gpt.plan import ALL_VARIANTS, parse_gpt_variants
-    from mha_export.gpt.tokenizer import read_tokenizer
-    from mha_runtime.gpt.contract import FORMS, GGUF_VARIANT, PTE_FORM, PTE_VARIANT
+    from mha_export.decoder.export import export_gpt
+    from mha_export.decoder.plan import ALL_VARIANTS, parse_gpt_variants
+    from mha_export.decoder.tokenizer import read_tokenizer
+    from mha_runtime.decoder.contract import PTE_FORM
+    from mha_runtime.decoder.forms import FORMS, GGUF_VARIANT, PTE_VARIANT
 
     s.check()
     chosen = parse_gpt_variants(None) if variants is None else variants
@@ -361,7 +362,7 @@ def train_cmd(out: Path, tokenizer_dir: Path, variants: str, prompt: str, new: i
         settings["max_chars"] = None
     s = Settings(**settings)
     s.check()
-    from mha_export.gpt.plan import parse_gpt_variants
+    from mha_export.decoder.plan import parse_gpt_variants
 
     run(out, s, tokenizer_dir=tokenizer_dir, prompt=prompt, new=new, force=force,
         variants=parse_gpt_variants(variants))

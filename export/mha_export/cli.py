@@ -11,13 +11,13 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from mha_runtime.artifact.config import PRESETS, MHAConfig, preset
 from mha_runtime.artifact.errors import MHAError
-from mha_runtime.artifact.registry import ALL, buildable, parse_variants
-from mha_runtime.artifact.registry import CHOICES as VARIANT_CHOICES
+from mha_runtime.attention.config import PRESETS, MHAConfig, preset
+from mha_runtime.attention.registry import ALL, buildable, parse_variants
+from mha_runtime.attention.registry import CHOICES as VARIANT_CHOICES
 from mha_runtime.cli.options import Finite
-from mha_runtime.gpt.config import GPT_PRESETS
-from mha_runtime.gpt.contract import GPT_VARIANTS
+from mha_runtime.decoder.config import GPT_PRESETS
+from mha_runtime.decoder.forms import GPT_VARIANTS
 
 DEFAULT_OUT = Path("artifacts")
 
@@ -54,7 +54,7 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
     if variants is not None and not variants.strip():  # not 'all' by accident
         raise click.BadParameter("expected comma-separated variants, got none", param_hint="'--variants'")
     if gpt:
-        from mha_export.gpt.command import export_gpt_command
+        from mha_export.decoder.command import export_gpt_command
 
         if layer is not None:
             raise click.UsageError("--layer picks one attention layer; --gpt exports every layer")
@@ -104,7 +104,7 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
         check_folder_target(Path(out) / folder)
         check_budget(config)
         buildable(config, selection)
-    from mha_export.pipeline.export import export_preset  # torch: imported once nothing is left to refuse
+    from mha_export.attention.pipeline.export import export_preset  # torch: imported once nothing is left to refuse
 
     rows, notes = [], []
     for folder, config in jobs:
@@ -126,7 +126,7 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
 @click.argument("artifact_dir", type=click.Path(path_type=Path))
 def validate_cmd(artifact_dir: Path) -> None:
     """Rerun the full sweep of every artifact against the eager wrapper rebuilt from the folder."""
-    from mha_export.pipeline.revalidate import revalidate
+    from mha_export.attention.pipeline.revalidate import revalidate
     from mha_runtime.cli.tables import table
 
     reports = revalidate(artifact_dir, progress=True)

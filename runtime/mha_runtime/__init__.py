@@ -9,15 +9,16 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "PRESETS": "mha_runtime.artifact.config", "MHAConfig": "mha_runtime.artifact.config",
-    "preset": "mha_runtime.artifact.config",
-    "IOContract": "mha_runtime.artifact.contract", "check_input": "mha_runtime.artifact.contract",
+    "PRESETS": "mha_runtime.attention.config", "MHAConfig": "mha_runtime.attention.config",
+    "preset": "mha_runtime.attention.config",
+    "IOContract": "mha_runtime.attention.contract", "check_input": "mha_runtime.attention.contract",
     "ArtifactError": "mha_runtime.artifact.errors", "ConfigError": "mha_runtime.artifact.errors",
     "ContractError": "mha_runtime.artifact.errors", "ExportError": "mha_runtime.artifact.errors",
     "MHAError": "mha_runtime.artifact.errors", "ProviderError": "mha_runtime.artifact.errors",
     "ValidationError": "mha_runtime.artifact.errors",
-    "DecodeSession": "mha_runtime.infer.decode_session", "InPlaceDecodeSession": "mha_runtime.infer.inplace_session",
-    "OnnxRunner": "mha_runtime.infer.runner",
+    "DecodeSession": "mha_runtime.attention.decode_session",
+    "InPlaceDecodeSession": "mha_runtime.attention.inplace_session",
+    "OnnxRunner": "mha_runtime.attention.runner",
 }
 __all__ = sorted(_EXPORTS)
 

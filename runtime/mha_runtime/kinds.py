@@ -42,15 +42,15 @@ class ModelKind:
 
 KINDS: dict[str, ModelKind] = {
     ATTENTION_KIND: ModelKind(ATTENTION_KIND, "`mha export`", "/v1/context",
-                              "mha_runtime.infer.golden_check:check_golden",
+                              "mha_runtime.attention.golden_check:check_golden",
                               "mha_runtime.cli.attention_inspect:inspect_attention",
                               "mha_runtime.serve.attention.prepare:prepare_attention",
                               "mha_runtime.serve.attention.replica:ContextReplica", 2),
     GPT_KIND: ModelKind(GPT_KIND, "`mha export --gpt`", "/v1/generate",
-                        "mha_runtime.gpt.golden_check:check_generations",
-                        "mha_runtime.cli.gpt_inspect:inspect_gpt",
-                        "mha_runtime.serve.gpt.prepare:prepare_gpt",
-                        "mha_runtime.serve.gpt.replica:GenerateReplica", 4),
+                        "mha_runtime.decoder.golden_check:check_generations",
+                        "mha_runtime.cli.decoder_inspect:inspect_gpt",
+                        "mha_runtime.serve.decoder.prepare:prepare_gpt",
+                        "mha_runtime.serve.decoder.replica:GenerateReplica", 4),
 }
 
 

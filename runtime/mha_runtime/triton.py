@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mha_runtime.artifact.atomic import MAX_NAME
-from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.artifact.errors import ArtifactError, BadValueError, cut
 from mha_runtime.artifact.manifest import load_manifest, read_verified
-from mha_runtime.artifact.registry import ONNX, TORCHSCRIPT
-from mha_runtime.infer.runner import OnnxRunner
+from mha_runtime.attention.contract import INPUT_NAME, OUTPUT_NAME
+from mha_runtime.attention.registry import ONNX, TORCHSCRIPT
+from mha_runtime.attention.runner import OnnxRunner
 
 ONNX_PLATFORM = "onnxruntime_onnx"
 TORCHSCRIPT_PLATFORM = "pytorch_libtorch"

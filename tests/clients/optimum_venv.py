@@ -1,5 +1,5 @@
-"""The venv of Optimum for tests/test_gpt_dropin.py, from the pinned tests/clients/optimum-requirements.txt: made
-once per requirements file under .cache/ (git-ignored), named by the file's sha256, complete once its stamp is
+"""The venv of Optimum for tests/decoder/test_gpt_dropin.py, from the pinned tests/clients/optimum-requirements.txt:
+made once per requirements file under .cache/ (git-ignored), named by the file's sha256, complete once its stamp is
 written. `make optimum` (a prerequisite of `make test`) makes it before pytest starts; the test's fixture makes it
 when run without make.
 

@@ -1,7 +1,7 @@
 """FLOP counts the bench rates runners by (a multiply-add counts 2)."""
 from __future__ import annotations
 
-from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.attention.config import MHAConfig
 
 DENSE_FORMULA = "2*B*T*d_in*3*H*d_out + 4*B*H*T^2*d_out"
 OUT_PROJ_FORMULA = "2*B*T*(H*d_out)^2"

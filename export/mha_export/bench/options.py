@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 import re
 
-from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import BadValueError
+from mha_runtime.attention.config import MHAConfig
 from mha_runtime.cli.options import MAX_THREADS
 
 DEFAULT_TOKENS = (16, 64, 256, 1024)

@@ -11,7 +11,7 @@ from mha_export.bench.plots import save_png
 from mha_export.bench.runners import FUSED
 from mha_runtime.artifact.atomic import probe_writable, write_file_atomic
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.registry import (
+from mha_runtime.attention.registry import (
     DECODE,
     DECODE_INPLACE,
 )

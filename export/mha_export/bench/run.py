@@ -37,10 +37,10 @@ from mha_export.bench.runners import (
     wasm_medians,
 )
 from mha_export.pipeline.seal import versions
-from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import BadValueError
 from mha_runtime.artifact.manifest import Manifest, load_manifest
-from mha_runtime.artifact.registry import (
+from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.registry import (
     DECODE,
     DECODE_INPLACE,
     LOW_PRECISION_KINDS,

@@ -15,12 +15,14 @@ import onnxruntime as ort
 import torch
 from onnx import TensorProto
 
-from mha_export.infer.torchscript_runner import load_torchscript
 from mha_export.model.fused import fuse
-from mha_export.weights.load import load_artifact_model
-from mha_runtime.artifact.config import MHAConfig
+from mha_export.attention.weights.load import load_artifact_model
+from mha_export.infer.torchscript_runner import load_torchscript
 from mha_runtime.artifact.manifest import Manifest
-from mha_runtime.artifact.registry import (
+from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.decode_session import DecodeSession
+from mha_runtime.attention.inplace_session import InPlaceDecodeSession
+from mha_runtime.attention.registry import (
     ALL,
     DECODE,
     DECODE_INPLACE,
@@ -30,10 +32,8 @@ from mha_runtime.artifact.registry import (
     VARIANTS,
     buildable,
 )
-from mha_runtime.infer.decode_session import DecodeSession
-from mha_runtime.infer.inplace_session import InPlaceDecodeSession
+from mha_runtime.attention.runner import OnnxRunner
 from mha_runtime.infer.pick_copy import choose
-from mha_runtime.infer.runner import OnnxRunner
 
 PEAK_N = 2048
 # Idle time before each timed call: each ONNX Runtime session and torch's OpenMP pool slow the next runner

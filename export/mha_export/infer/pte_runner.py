@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import check_input, check_output
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, first_line
-from mha_runtime.artifact.registry import PTE
-from mha_runtime.infer.runner import read_model
+from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.contract import check_input, check_output
+from mha_runtime.attention.registry import PTE
+from mha_runtime.attention.runner import read_model
 
 # Constant methods that make the program self-describing, as metadata_props do for ONNX.
 CONFIG_METHOD, BATCH_METHOD = "mha_config", "batch_max"

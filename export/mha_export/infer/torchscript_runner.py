@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
-from mha_runtime.infer.runner import read_model
+from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.runner import read_model
 
 CONFIG_EXTRA = "config.json"
 

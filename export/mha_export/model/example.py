@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.attention.config import MHAConfig
 
 EXAMPLE_BATCH = 2
 

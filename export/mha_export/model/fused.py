@@ -6,7 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mha_export.model.wrapper import MultiHeadAttentionWrapper
-from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.attention.config import MHAConfig
 
 
 class FusedCausalMHA(nn.Module):

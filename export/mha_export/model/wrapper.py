@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from mha_runtime.artifact.config import MHAConfig
+from mha_runtime.attention.config import MHAConfig
 
 
 class CausalAttention(nn.Module):

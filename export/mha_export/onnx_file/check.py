@@ -5,7 +5,7 @@
 defined, schemas, attributes, opsets, names), so it is given the graph with each initializer as a stub of the
 same name, type and shape whose data is "in memory" (an external location starting with '#', onnx's convention
 for initializers kept outside the proto: `onnx.model_container`, which the checker leaves unread). The bytes
-themselves are proven elsewhere: the streamed writer equals `onnx.save` byte for byte (tests/test_gpt_build.py)
+themselves are proven elsewhere: the streamed writer equals `onnx.save` byte for byte (tests/decoder/test_gpt_build.py)
 and every file is validated numerically by ONNX Runtime against the eager model.
 """
 from __future__ import annotations

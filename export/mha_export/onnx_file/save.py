@@ -4,8 +4,8 @@
 copy). Here the model is built without initializers and the file is written field by field in protobuf's
 canonical order: ModelProto fields below `graph` (7), then the graph (its nodes and name, each initializer as
 TensorProto fields 1..8 plus raw_data (9) written straight from the array, then inputs, outputs and the rest),
-then the fields above 7. The bytes equal `model.SerializeToString()` of the full model (tests/test_gpt_build.py),
-so the export's peak memory is the weights once.
+then the fields above 7. The bytes equal `model.SerializeToString()` of the full model
+(tests/decoder/test_gpt_build.py), so the export's peak memory is the weights once.
 """
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import BadValueError, ConfigError
+from mha_runtime.attention.config import MHAConfig
 
 FLOAT = 4
 LIBRARIES = 768 * 2**20

@@ -9,8 +9,6 @@ import onnx
 import onnxruntime
 import torch
 
-from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import IOContract
 from mha_runtime.artifact.manifest import (
     MANIFEST_NAME,
     ArtifactRecord,
@@ -19,7 +17,9 @@ from mha_runtime.artifact.manifest import (
     WeightsRecord,
     sha256_file,
 )
-from mha_runtime.artifact.optimized_records import OptimizedSet
+from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.contract import IOContract
+from mha_runtime.attention.optimized_records import OptimizedSet
 
 
 def file_table(folder: Path) -> dict[str, FileRecord]:

@@ -1,1 +1,2 @@
-"""The artifact contract, read and written without onnxruntime: config, contract, registry, manifest, golden cases."""
+"""What every kind's artifacts share, read and written without onnxruntime: the manifest envelope, records, errors,
+atomic writes, tolerance."""

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.config_fields import file_kind, read_regular
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, first_line
 from mha_runtime.artifact.fields import Record, get, keyed, obj, record, unique_keys
-from mha_runtime.artifact.optimized_records import OptimizedSet, optimized_from_dict
 from mha_runtime.artifact.tolerance import Tolerance
+from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.optimized_records import OptimizedSet, optimized_from_dict
 
 MANIFEST_NAME = "manifest.json"
 # 2: `preset` became `name` (a folder may hold a custom config), weights gained layout/layer.
@@ -91,7 +91,7 @@ class Manifest(Record):
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Manifest:
         data = obj(data, where)
-        if data.get("kind") == GPT_KIND:  # mha_runtime.gpt.manifest reads these
+        if data.get("kind") == GPT_KIND:  # mha_runtime.decoder.manifest reads these
             raise ArtifactError(f"{where}: a GPT folder (made by `mha export --gpt`), not an attention artifact: "
                                 "run it with `mha generate DIR`")
         if data.get("format") != MANIFEST_FORMAT:

@@ -1,4 +1,4 @@
-"""Tolerances and the comparison every validator and fixture check uses (the rows: mha_runtime.artifact.registry)."""
+"""Tolerances and the comparison every validator and fixture check uses (the rows: mha_runtime.attention.registry)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -35,7 +35,8 @@ def parse_ids(text: str) -> list[int]:
 def check_form(form: str | None) -> None:
     """--form names one of a GPT folder's decoder files: a path (`../x/gpt.onnx`, `/abs/gpt.onnx`) or '' is a bad
     value, exit 2, before the folder is read. A decoder name the folder does not hold stays the folder's line."""
-    from mha_runtime.gpt.contract import FORMS, PTE_FORM
+    from mha_runtime.decoder.contract import PTE_FORM
+    from mha_runtime.decoder.forms import FORMS
 
     names = [*FORMS, PTE_FORM]
     if form is not None and form not in names:
@@ -64,8 +65,8 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
                  temperature: float, top_k: int | None, seed: int | None, eos: bool, form: str | None,
                  threads: int | None, provider: str, as_json: bool) -> None:
     """Generate tokens from a whole-GPT folder (greedy or sampled), streamed as text or ids."""
-    from mha_runtime.gpt.generate import Generator
-    from mha_runtime.gpt.tokenizer import TextStream
+    from mha_runtime.decoder.generate import Generator
+    from mha_runtime.decoder.tokenizer import TextStream
 
     if bool(prompts) == bool(prompt_ids):
         raise click.UsageError("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from mha_runtime.artifact.registry import ONNX
+from mha_runtime.attention.registry import ONNX
 from mha_runtime.cli.options import THREADS
 from mha_runtime.infer.providers import CHOICES
 
@@ -25,8 +25,8 @@ def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, pro
             threads: int | None) -> None:
     """Run one input through an ONNX artifact (folder or .onnx file) with ONNX Runtime."""
     from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
-    from mha_runtime.infer.npy import load_npy, npy_bytes
-    from mha_runtime.infer.runner import OnnxRunner
+    from mha_runtime.attention.npy import load_npy, npy_bytes
+    from mha_runtime.attention.runner import OnnxRunner
 
     check_file_target(output_path, "--output")
     x = load_npy(input_path)
@@ -48,7 +48,7 @@ def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path:
     """Run every golden case on every artifact (of a GPT folder: every golden generation); the last line is
     `N passed, N failed`."""
     from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
-    from mha_runtime.infer.golden_check import results_json, summary_line
+    from mha_runtime.attention.golden_check import results_json, summary_line
     from mha_runtime.kinds import kind_of
 
     if json_path is not None:

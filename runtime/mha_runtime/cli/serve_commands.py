@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from mha_runtime.artifact.errors import BadValueError
-from mha_runtime.artifact.registry import ONNX
+from mha_runtime.attention.registry import ONNX
 from mha_runtime.cli.options import BATCH, MAX_BATCH_WAIT_MS, REPLICAS, THREADS, Finite, RayAddress
 from mha_runtime.infer.providers import CHOICES
 
@@ -108,7 +108,7 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
     if json_path is not None:  # before the load, not after it
         check_file_target(json_path, "--json")
     if generate:
-        from mha_runtime.serve.gpt.loadtest import gen_loadtest, gen_report_lines
+        from mha_runtime.serve.decoder.loadtest import gen_loadtest, gen_report_lines
 
         summary = gen_loadtest(url, artifact_dir, requests=requests, concurrency=concurrency,
                                prompt_tokens=_int_list(prompt_tokens, "--prompt-tokens"),

@@ -1,1 +1,1 @@
-"""Running artifacts: the ONNX Runtime runner, its providers, the two decode sessions, .npy files, golden checks."""
+"""What runs artifacts of every kind: execution providers, the CPU fingerprint, the offline-optimized copy picked."""

@@ -8,7 +8,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from mha_runtime.artifact.optimized_records import Fingerprint
+from mha_runtime.attention.optimized_records import Fingerprint
 
 CPUINFO = Path("/proc/cpuinfo")
 # The SIMD levels MLAS selects kernels by (x86: SSE4.1 ... AVX-512, VNNI, AMX; Arm: NEON dot/fp16/i8mm/bf16, SVE).

@@ -36,7 +36,7 @@ gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/example.c" -o "$build
 gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$include" "$here/gpt_example.c" -o "$build/gpt_example" \
   -L"$build/lib" -lonnxruntime -Wl,-rpath,"$build/lib"
 # The same runner under AddressSanitizer and UBSan (a report aborts: sanitizer_options.c), and the
-# in-process fuzzer of the manifest and cases.json readers; `make native-test` and tests/test_native.py run both.
+# in-process fuzzer of the manifest and cases.json readers; `make native-test` and tests/native/test_native.py run both.
 asan=(-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 gcc "${warn[@]}" "${asan[@]}" -I"$include" -I"$common" -I"$cjson" "${sources[@]}" "$here/sanitizer_options.c" \
   -o "$build/mha_check_asan" -L"$build/lib" -lonnxruntime -lcjson -Wl,-rpath,"$build/lib" -lm

@@ -5,13 +5,13 @@
  *                          [--no-eos] [--threads N] [--warmup N] [--json]
  *   mha_check check DIR [--json FILE]       (on a GPT folder: every golden generation of golden/generations.json)
  *
- * The contract (runtime/mha_runtime/gpt/contract.py, also manifest["contract"]): input_ids int64 [B, T],
+ * The contract (runtime/mha_runtime/decoder/contract.py, also manifest["contract"]): input_ids int64 [B, T],
  * past_tokens int32 [B], per layer past_key_values.{i}.key/.value float32 [B, H, C, D] in; next_token_logits
  * float32 [B, V] and present.{i}.key/.value [B, H, C, D] out. One preallocated buffer per layer and per key/value
  * is bound as both past_key_values.{i}.* and present.{i}.* (the same OrtValue over the same memory), so ONNX
  * Runtime writes each step's rows into it; the prompt is prefilled at batch 1, then one token per step.
  *
- * Sampling (temperature > 0) follows runtime/mha_runtime/gpt/sampling.py exactly: top-k keeps the logits >= the
+ * Sampling (temperature > 0) follows runtime/mha_runtime/decoder/sampling.py exactly: top-k keeps the logits >= the
  * k-th largest, divide by the temperature (float32), softmax in float32 (numpy's pairwise sum), then
  * u = numpy's PCG64(SeedSequence(seed)).random() per token and the first id whose float64 cumulative probability
  * exceeds u * total. Greedy (temperature 0) is the first maximum.
@@ -31,7 +31,7 @@
 #define MHA_GPT_INPLACE "gpt.inplace.onnx"
 #define MHA_GPT_GENERATIONS "golden/generations.json"
 /* The contract's tolerance row of every form this runner checks (gpt.inplace.onnx and its lossy forms: one row,
- * runtime/mha_runtime/gpt/contract.py FORMS; tests/test_gpt_check_honest.py compares these lines with it). A golden
+ * runtime/mha_runtime/decoder/contract.py FORMS; tests/decoder/test_gpt_check_honest.py compares these lines with it). A golden
  * file's own "tolerance" is a record in a file anyone can re-seal: one that differs is a failed line, and the cases
  * are compared with this row. */
 #define MHA_GPT_ATOL 1e-3
@@ -39,12 +39,12 @@
 /* The forms `check` runs: gpt.inplace.onnx, then the lossy forms the folder lists, each with its own golden
  * generations (the manifest entry's "generations"). */
 #define MHA_GPT_MAX_FORMS 3
-#define MHA_GPT_MAX_CONTEXT 4096   /* the exporter's bounds (runtime/mha_runtime/gpt/config.py) */
+#define MHA_GPT_MAX_CONTEXT 4096   /* the exporter's bounds (runtime/mha_runtime/decoder/config.py) */
 #define MHA_GPT_MAX_HEADS 256
 #define MHA_GPT_MAX_LAYERS 1024
 #define MHA_GPT_MAX_VOCAB (1LL << 22)
 #define MHA_GPT_MAX_EMB (1LL << 16)
-#define MHA_GPT_MAX_EOS 64          /* eos ids a folder holds (runtime/mha_runtime/gpt/manifest.py MAX_EOS_IDS) */
+#define MHA_GPT_MAX_EOS 64          /* eos ids a folder holds (runtime/mha_runtime/decoder/manifest.py MAX_EOS_IDS) */
 
 typedef struct { long long vocab_size, context_length, emb_dim, n_heads, n_layers; } MhaGptConfig;
 
@@ -72,7 +72,7 @@ void mha_pcg64_seed(MhaPcg64 *rng, uint64_t seed);
 uint64_t mha_pcg64_next(MhaPcg64 *rng);
 double mha_pcg64_random(MhaPcg64 *rng);
 
-/* Temperatures besides 0 (runtime/mha_runtime/gpt/sampling.py): float32 division overflows below the range and is
+/* Temperatures besides 0 (runtime/mha_runtime/decoder/sampling.py): float32 division overflows below the range and is
  * inf above it, either way NaN probabilities. */
 #define MHA_GPT_TEMPERATURE_MIN 1e-4
 #define MHA_GPT_TEMPERATURE_MAX 1e4

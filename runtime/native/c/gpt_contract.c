@@ -1,4 +1,4 @@
-/* The model against the in-place GPT contract (runtime/mha_runtime/gpt/contract.py, also manifest["contract"]):
+/* The model against the in-place GPT contract (runtime/mha_runtime/decoder/contract.py, also manifest["contract"]):
  * each input and output of the session by name, element type, rank and fixed axes (check_contract), and its
  * "mha_export.gpt_config" / "mha_export.gpt_contract" metadata against the manifest (check_metadata). */
 #define _POSIX_C_SOURCE 200809L

@@ -1,4 +1,4 @@
-/* numpy's PCG64 seeded with SeedSequence(seed), and the sampling rule of runtime/mha_runtime/gpt/sampling.py
+/* numpy's PCG64 seeded with SeedSequence(seed), and the sampling rule of runtime/mha_runtime/decoder/sampling.py
  * (gpt.h says how): the next id from one step's logits. No ONNX Runtime here. */
 #include "gpt.h"
 

@@ -13,7 +13,7 @@
  * what its checks promise (counts that match its shape, a schedule adding up to tokens). Exit 1 otherwise.
  * libcjson.so itself is Debian's, not instrumented: what this run checks is json.c's scan of the text and walk, and
  * artifact.c (a shape3 without its rank check, say, is a stack-buffer-overflow in the test's 3000-edit run).
- * stdout is one line about the manifest (four counts, which tests/test_native.py reads); the cases.json
+ * stdout is one line about the manifest (four counts, which tests/native/test_native.py reads); the cases.json
  * summary goes to stderr.
  */
 #include <stdio.h>

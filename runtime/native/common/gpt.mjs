@@ -7,7 +7,7 @@
 //   io.sha256(Uint8Array) -> Promise<lowercase hex>; optional io.size(rel) -> Promise<bytes or null> (a regular
 //   file's size by stat, so that a listed file of another size is never read).
 // This file only gathers the parts in common/gpt/, one concept each, each the rule of the Python runtime
-// (runtime/mha_runtime/gpt/*.py); importers use this one name (the browser fetches the parts by relative import):
+// (runtime/mha_runtime/decoder/*.py); importers use this one name (the browser fetches the parts by relative import):
 // - base.mjs: the error classes, the manifest's kind and format, the file names and decoder forms, small helpers;
 // - pcg64.mjs: numpy's random generator, PCG64 seeded through SeedSequence, random() = (next 64-bit output >> 11)
 //   * 2**-53, bit for bit numpy's;

@@ -1,5 +1,5 @@
 /* SHA-256 as FIPS 180-4 section 6.2 writes it; checked against the NIST vectors and Python's hashlib
- * by tests/test_native.py (`mha_check sha256 FILE...`). */
+ * by tests/native/test_native.py (`mha_check sha256 FILE...`). */
 #include "sha256.h"
 
 #include <string.h>

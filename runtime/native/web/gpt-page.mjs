@@ -3,7 +3,7 @@
 // the generated text token by token, with time to first token and tokens/s; or (?check=1) runs every golden
 // generation and shows them as a table. No framework, no bundler: onnxruntime-web and the tokenizer are imported by
 // URL from this folder's node_modules (`make web-build`); the generation contract is runtime/native/common/gpt.mjs.
-// When done, body[data-done="1"] is set and window.mhaResult holds the result (what tests/test_gpt_js.py reads).
+// When done, body[data-done="1"] is set and window.mhaResult holds the result (what tests/native/test_gpt_js.py reads).
 import * as gpt from '../common/gpt.mjs';
 import { openSession } from './core.mjs';
 

@@ -1,6 +1,6 @@
 // The browser page: every golden case of one artifact folder on onnxruntime-web (wasm, one thread), as a table.
 // No framework, no bundler: onnxruntime-web is imported by URL from this folder's node_modules (`make web-build`).
-// When done, body[data-done="1"] is set and window.mhaResult holds the summary (what tests/test_web.py reads).
+// When done, body[data-done="1"] is set and window.mhaResult holds the summary (what tests/native/test_web.py reads).
 import { ArtifactError, bookRow, checkArtifacts, g3 } from './core.mjs';
 
 const ORT_URL = './node_modules/onnxruntime-web/dist/ort.wasm.min.mjs';  // fetches ort-wasm-simd-threaded.{mjs,wasm} beside it

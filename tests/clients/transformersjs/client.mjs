@@ -4,7 +4,7 @@
 // "logits_dir", "eos"}]} (eos false: no stop at the eos of generation_config.json, as the golden cases). Prints {"results": [{"solo": [[new ids]], "batch": [[new ids]] | null, "logits": [files] |
 // null}]}: greedy ids of each prompt alone and of all prompts as one left-padded batch (pad = eos, mask 0), and
 // the first step's logits (the prompt's last token) of each prompt alone as little-endian float32 files.
-// The same protocol as tests/clients/optimum_client.py; tests/test_gpt_dropin.py compares the answers.
+// The same protocol as tests/clients/optimum_client.py; tests/decoder/test_gpt_dropin.py compares the answers.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AutoModelForCausalLM, Tensor, env } from '@huggingface/transformers';

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import ContractError
+from mha_runtime.attention.config import MHAConfig
 
 # What one more ONNX Runtime call costs, in FLOPs of work: ORT's fixed cost per run plus the Python around it,
 # as an estimate (docs/serving.md, "Dynamic batching"); it only decides near-ties.

@@ -20,12 +20,12 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from mha_runtime.artifact.config import MHAConfig
 from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError, cut, first_line
 from mha_runtime.artifact.manifest import load_manifest
-from mha_runtime.artifact.registry import spec_for
 from mha_runtime.artifact.tolerance import Tolerance, compare
-from mha_runtime.infer.runner import OnnxRunner
+from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.registry import spec_for
+from mha_runtime.attention.runner import OnnxRunner
 from mha_runtime.serve.attention.service import BATCH_REQUESTS, BATCH_TOKENS, CONTEXT
 from mha_runtime.serve.attention.wire import JSON_VALUE_BYTES, decode_answer, encode_request
 from mha_runtime.serve.http import CONTRACT

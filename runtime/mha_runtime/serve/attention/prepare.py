@@ -7,8 +7,8 @@ import numpy as np
 
 from mha_runtime.artifact.errors import ServeError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
-from mha_runtime.artifact.registry import spec_for
-from mha_runtime.infer.runner import DEFAULT_MODEL, OnnxRunner
+from mha_runtime.attention.registry import spec_for
+from mha_runtime.attention.runner import DEFAULT_MODEL, OnnxRunner
 from mha_runtime.serve.attention.wire import FORMATS, body_limit
 from mha_runtime.serve.options import ServeOptions
 

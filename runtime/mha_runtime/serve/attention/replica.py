@@ -12,7 +12,7 @@ import numpy as np
 from ray import serve
 
 from mha_runtime.artifact.errors import ContractError
-from mha_runtime.infer.runner import OnnxRunner
+from mha_runtime.attention.runner import OnnxRunner
 from mha_runtime.serve.attention.batching import run_grouped, work
 from mha_runtime.serve.attention.service import Answer, ContextService
 from mha_runtime.serve.options import ServeOptions

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import INPUT_NAME, check_input
 from mha_runtime.artifact.errors import RequestError
+from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.contract import INPUT_NAME, check_input
 from mha_runtime.serve.attention.wire import body_limit, decode_request, encode_answer, limit_reason, request_format
 from mha_runtime.serve.http import KindService, Reply, read_limited
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from mha_runtime.artifact.config import MHAConfig
-from mha_runtime.artifact.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.artifact.errors import RequestError, cut, first_line
 from mha_runtime.artifact.fields import DuplicateKeyError, unique_keys
-from mha_runtime.infer.npy import npy_bytes
+from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.contract import INPUT_NAME, OUTPUT_NAME
+from mha_runtime.attention.npy import npy_bytes
 from mha_runtime.serve.http import JSON, media_type
 
 NPY = "application/x-npy"

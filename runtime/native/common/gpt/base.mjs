@@ -16,8 +16,8 @@ export const TOKENIZER_CONFIG = 'tokenizer_config.json';
 // were recorded with).
 export const FP32_FORMS = [CONCAT_FORM, INPLACE_FORM];
 export const LOSSY_FORMS = ['gpt.inplace.int8.onnx', 'gpt.inplace.int4.onnx'];
-// The contract's tolerance row of every form above (runtime/mha_runtime/gpt/contract.py FORMS: one row for them all;
-// tests/test_gpt_check_honest.py compares this line with it). A golden file's own "tolerance" is a record of it, in
+// The contract's tolerance row of every form above (runtime/mha_runtime/decoder/contract.py FORMS: one row for them all;
+// tests/decoder/test_gpt_check_honest.py compares this line with it). A golden file's own "tolerance" is a record of it, in
 // a file anyone can re-seal: one that differs is a failed line, and the cases are compared with this row.
 export const CONTRACT_TOLERANCE = Object.freeze({ atol: 1e-3, rtol: 1e-4, rel_l2: null });
 

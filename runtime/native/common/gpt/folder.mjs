@@ -3,7 +3,7 @@
 // input and output names must match (manifest.contract[kind].signature).
 import { ArtifactError, ContractError, CONCAT_FORM, GPT_KIND, GPT_MANIFEST_FORMAT, INPLACE_FORM, LOSSY_FORMS, firstLine,
   isObject, plainName } from './base.mjs';
-// Most eos ids a folder holds (runtime/mha_runtime/gpt/manifest.py MAX_EOS_IDS, the C runner's array).
+// Most eos ids a folder holds (runtime/mha_runtime/decoder/manifest.py MAX_EOS_IDS, the C runner's array).
 const MAX_EOS_IDS = 64;
 
 const FORM_KIND = { [CONCAT_FORM]: 'concat', [INPLACE_FORM]: 'inplace', [LOSSY_FORMS[0]]: 'inplace',

@@ -1,4 +1,4 @@
-// The golden generations check (runtime/mha_runtime/gpt/golden.py; runtime/native/common/gpt.mjs re-exports it): every
+// The golden generations check (runtime/mha_runtime/decoder/golden.py; runtime/native/common/gpt.mjs re-exports it): every
 // golden generation on every decoder form the folder lists, in the check format every runner writes.
 import { compare } from '../rules.mjs';
 import { ArtifactError, CONTRACT_TOLERANCE, ContractError, FP32_FORMS, GENERATIONS_FILE, GPT_KIND, LOSSY_FORMS, firstLine, isObject,

@@ -1,4 +1,4 @@
-// The sampling rule (runtime/mha_runtime/gpt/sampling.py; runtime/native/common/gpt.mjs re-exports it): top-k,
+// The sampling rule (runtime/mha_runtime/decoder/sampling.py; runtime/native/common/gpt.mjs re-exports it): top-k,
 // / temperature, float32 softmax, the inverse-CDF draw from numpy's PCG64 (pcg64.mjs), argmax at temperature 0.
 import { ContractError } from './base.mjs';
 import { PCG64, seedValue } from './pcg64.mjs';

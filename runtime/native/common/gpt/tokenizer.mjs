@@ -4,7 +4,7 @@ import { verifiedJson } from './folder.mjs';
 
 // What in tokenizer.json makes Python's encode not the text's ids alone, or null: padding, truncation and BPE dropout,
 // which this library ignores and Python's `tokenizers` applies (a resealed edit made the two encode differently). As
-// setting_problem in runtime/mha_runtime/gpt/tokenizer.py, in its words.
+// setting_problem in runtime/mha_runtime/decoder/tokenizer.py, in its words.
 function settingProblem(json) {
   const padding = json?.padding, truncation = json?.truncation, dropout = json?.model?.dropout;
   if (padding != null) {

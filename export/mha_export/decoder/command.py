@@ -1,0 +1,178 @@
+"""`mha export --gpt`: resolve config, weights and tokenizer from the flags, refuse before work, export, report."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mha_export.decoder.checkpoint import checkpoint_config
+from mha_runtime.artifact.errors import ConfigError
+from mha_runtime.decoder.config import GPT_PRESETS, GPTConfig, gpt_preset
+
+
+def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str | None,
+                   weights: Path | None) -> list[tuple[str, GPTConfig]]:
+    """(folder name, config) per job. A Hugging Face checkpoint's config.json beside --weights stands in for
+    --config."""
+    if config_path is not None and presets:
+        raise click.UsageError("--preset and --config exclude each other: export a preset or your own config")
+    flag = "--config"
+    if config_path is None and not presets and checkpoint_config(weights) is not None:
+        config_path, flag = checkpoint_config(weights), CHECKPOINT  # not named by the user as --config
+    if config_path is not None:
+        if name is None:
+            raise click.UsageError("--config (or a checkpoint's config.json) needs --name NAME (the folder under "
+                                   "--out)")
+        config = _read_config(config_path, flag)
+        check_beside(config, f"--config {config_path}", weights)
+        return [(name, config)]
+    if weights is not None and not presets:
+        raise click.UsageError("--weights needs --config gpt.json (the book's GPT config keys), a config.json "
+                               "beside the checkpoint, or --preset")
+    names = list(presets) or ["gpt-mini"]
+    for p in names:
+        gpt_preset(p)  # one line naming the presets there are
+    if (weights is not None or name is not None) and len(names) != 1:
+        raise click.UsageError("--weights and --name fit one preset: add --preset NAME")
+    for p in names:
+        check_beside(GPT_PRESETS[p], f"--preset {p}", weights)
+    return [(p if name is None else name, GPT_PRESETS[p]) for p in names]  # '' is refused as a name
+
+
+CHECKPOINT = "the checkpoint's"
+# Fields of a Hugging Face config.json given as --config that the folder carries besides the shapes: one that
+# disagrees with the checkpoint's own would change where generation stops.
+CARRIED_IDS = ("eos_token_id", "bos_token_id")
+
+
+def _read_config(path: Path, flag: str) -> GPTConfig:
+    """The GPT config in `path`. The checkpoint's own config.json, which the user did not name: a file that is not
+    JSON or has a duplicate key is a bad file (exit 1) alike; a value the book's GPT cannot take stays exit 2."""
+    if flag != CHECKPOINT:
+        return GPTConfig.from_file(path, flag=flag)
+    from mha_export.decoder.checkpoint import read_json
+
+    data = read_json(path, flag)
+    try:
+        return GPTConfig.from_dict(data)
+    except ConfigError as exc:  # its kind kept, as GPTConfig.from_file does
+        raise type(exc)(f"{flag} {path}: {exc}") from None
+
+
+# The fields a checkpoint's own config decides (drop_rate only matters in training), and their Hugging Face names.
+DECIDED = {"vocab_size": "vocab_size", "context_length": "n_positions", "emb_dim": "n_embd", "n_heads": "n_head",
+           "n_layers": "n_layer", "qkv_bias": "qkv_bias (GPT-2 always has q/k/v biases)"}
+
+
+def check_beside(config: GPTConfig, source: str, weights: Path | None) -> None:
+    """Refuse a config that disagrees with the checkpoint's own config.json beside --weights, field by field: the
+    shapes cannot tell n_heads, and a wrong head count gives a silently wrong model."""
+    own_path = checkpoint_config(weights)
+    named = Path(source.removeprefix("--config ")) if source.startswith("--config ") else None
+    if own_path is None or (named is not None and own_path.resolve() == named.resolve()):  # that very file, by path
+        return
+    try:
+        own = _read_config(own_path, CHECKPOINT)
+    except ConfigError as exc:  # a file the user did not name: a bad file, exit 1, whatever is wrong in it
+        raise ConfigError(str(exc)) from None
+    for field, hf_name in DECIDED.items():
+        mine, theirs = getattr(config, field), getattr(own, field)
+        if mine != theirs:
+            raise click.BadParameter(
+                f"{field} {_show(mine)} disagrees with the checkpoint's {own_path} ({hf_name.split()[0]} "
+                f"{_show(theirs)}); export with that config (drop {source.split()[0]}) or give weights it fits",
+                param_hint=f"'{source.split()[0]}'")
+    mine_doc = None if named is None else _hf_doc(named, "--config")
+    if mine_doc is not None:  # a Hugging Face config.json elsewhere: the ids it would carry into the folder
+        own_doc = _hf_doc(own_path, CHECKPOINT) or {}
+        for key in CARRIED_IDS:
+            if mine_doc.get(key) != own_doc.get(key):
+                raise click.BadParameter(
+                    f"{key} {json.dumps(mine_doc.get(key))[:40]} disagrees with the checkpoint's {own_path} "
+                    f"({json.dumps(own_doc.get(key))[:40]}); export with that config (drop --config) or give weights "
+                    "it fits", param_hint="'--config'")
+
+
+def _hf_doc(path: Path, flag: str) -> dict[str, Any] | None:
+    """The JSON object of a Hugging Face config.json (one with n_embd), or None for the book's keys."""
+    from mha_export.decoder.checkpoint import read_json
+
+    doc = read_json(path, flag)
+    return doc if "n_embd" in doc else None
+
+
+def _show(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _tokenizer_source(tokenizer: Path | None, weights: Path | None) -> tuple[Path | None, str | None]:
+    """The tokenizer to build from and, when a checkpoint's tokenizer.json is beside the weights, the line that says
+    which was taken: save_pretrained's tokenizer.json is taken as its config.json is; --tokenizer wins."""
+    from mha_export.decoder.checkpoint import beside_tokenizer
+
+    found = beside_tokenizer(weights)
+    if found is None:
+        return tokenizer, None
+    if tokenizer is not None:
+        return tokenizer, f"--tokenizer {tokenizer} (not the checkpoint's {found})"
+    # its folder: the tokenizer_config.json save_pretrained wrote with it is taken too, as --tokenizer FOLDER takes it
+    return found.parent, f"the checkpoint's {found} (beside the weights; --tokenizer takes another)"
+
+
+def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
+                       weights: Path | None, variants: str | None, tokenizer: Path | None) -> None:
+    from mha_export.decoder.checkpoint import origin_for
+    from mha_export.decoder.plan import check_gpt_budget, check_gpt_forms, parse_gpt_variants
+    from mha_export.decoder.tokenizer import read_tokenizer
+    from mha_export.pipeline.preflight import check_weights_path
+    from mha_export.pipeline.run import check_folder_name
+    from mha_runtime.artifact.atomic import check_folder_target
+    from mha_runtime.cli.tables import table
+
+    chosen = parse_gpt_variants(variants)
+    if weights is not None:  # nothing there, a folder, a device: said as such, not "--weights needs --config"
+        check_weights_path(weights)
+    jobs = resolve_config(presets, config_path, name, weights)
+    beside = None if config_path is not None or presets else checkpoint_config(weights)
+    tokenizer, told = _tokenizer_source(tokenizer, weights)
+    for (folder, config), preset in zip(jobs, presets or ("gpt-mini",) * len(jobs), strict=True):
+        check_folder_name(folder)  # everything that can be refused, before any work
+        check_folder_target(Path(out) / folder)
+        # where the values came from (a preset exported under --name is still that preset)
+        source = (f"--config {config_path}" if config_path is not None else str(beside) if beside is not None
+                  else f"--preset {preset}")
+        try:
+            check_gpt_budget(config)
+            check_gpt_forms(config, chosen)
+        except ConfigError as exc:  # the file or preset the values came from, first
+            raise type(exc)(f"{source}: {exc}") from None
+        if tokenizer is not None:
+            read_tokenizer(tokenizer, vocab_size=config.vocab_size, context_length=config.context_length,
+                           flag="--tokenizer" if told is None or told.startswith("--") else CHECKPOINT)
+    origins = {folder: origin_for(config, weights, config_path) for folder, config in jobs}  # eos, generation
+    from mha_export.decoder.export import export_gpt  # torch: imported once nothing is left to refuse
+
+    for folder, config in jobs:
+        def announce(folder: str = folder, config: GPTConfig = config) -> None:  # once the weights are read
+            click.echo(f"exporting {folder} (GPT, {config.n_layers} layers, {config.parameters(tied=False):,} "
+                       "parameters at most) ...", err=True)
+
+        result = export_gpt(folder, out, config=config, weights=weights, tokenizer=tokenizer, variants=chosen,
+                            progress=True, announce=announce, origin=origins[folder])
+        rows = [[f, a.dtype, f"{result.manifest.files[f].size / 1e6:.1f} MB", a.cases, f"{a.max_abs_error:.2e}",
+                 f"{a.greedy_agreement:.2f}", "-" if a.quality is None else f"{a.quality['mean_kl']:.2e}",
+                 f"{a.export_seconds:.1f} s"]
+                for f, a in result.manifest.artifacts.items()]
+        click.echo(table(["artifact", "dtype", "size", "cases", "max abs err", "greedy agreement", "mean KL",
+                          "build"], rows))
+        for note in result.notes:
+            click.echo(f"note: left out {note}", err=True)
+        for note in origins[folder].notes:  # generation defaults the runtimes do not apply
+            click.echo(f"note: {note}", err=True)
+        if told is not None:
+            click.echo(f"tokenizer: {told}", err=True)
+        if result.manifest.tokenizer is None:
+            click.echo(f"note: {folder} has no tokenizer (no --tokenizer): it works on token ids", err=True)
+        click.echo(f"  {folder}: done in {result.seconds:.1f} s; artifacts in {result.folder}", err=True)

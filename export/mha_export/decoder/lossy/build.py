@@ -1,0 +1,146 @@
+"""A lossy form that meets its quality bar by construction, or is named as missing it.
+
+The form's fast plan (quantize.FAST: larger blocks) is measured first (mha_runtime.decoder.quality: mean KL
+divergence from the fp32 in-place form over the quality windows); when it misses its bar, the fine plan
+(quantize.FINE: every MatMul in blocks of 32); then the matrices that rounding moves most (quantize.weight_error,
+largest first) are kept at a higher precision in the fine plan (fp32 in the 8-bit form, 8 bits in the 4-bit
+form), 1, 2, 4, ... of them up to a quarter of the MatMuls, each plan measured in turn. The first that meets the
+bar is the form, and its plan goes into the manifest with every plan tried. A model that no such plan brings
+under the bar has no such form: kept any further, it would no longer be the small, fast form it is named for.
+
+The quality windows: for a folder with GPT-2's tokenizer, held-out English text that ships with Python (CPython's
+documentation topics from character 200,000 on; the demo model trains on the first 40,000 by default), cut into
+windows of min(128, context_length) tokens; without a tokenizer, windows of seeded random token ids.
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from mha_export.decoder.lossy.embedding import TOKENS, whole_blocks
+from mha_export.decoder.lossy.quantize import (
+    FAST,
+    FINE,
+    FP32,
+    QuantPlan,
+    fit,
+    lossy_source,
+    matmul_weights,
+    quantize_to,
+    weight_error,
+)
+from mha_runtime.decoder.config import GPTConfig
+from mha_runtime.decoder.decoder import Decoder, decoder_for, make_session
+from mha_runtime.decoder.forms import Form
+from mha_runtime.decoder.quality import Quality, Windows, measure
+
+QUALITY_SEED = 13
+WINDOWS = 16
+WIDTH = 128
+HELD_OUT_FROM = 200_000  # characters of the pydoc topics text (mha_export.decoder.corpus)
+# The text's recipe as quality.json names it: the corpus module's name when folders first recorded it. Kept as
+# written then (the module is mha_export.decoder.corpus now) so that a folder's files stay the bytes they were.
+CORPUS_NAME = "mha_export.gpt.corpus"
+KEEP_SHARE = 4  # at most 1 / KEEP_SHARE of the MatMuls kept at a higher precision
+
+
+def quality_windows(cfg: GPTConfig, encode: Callable[[str], list[int]] | None) -> Windows:
+    """WINDOWS windows of min(WIDTH, context_length) tokens (at least 2): held-out text where a tokenizer is
+    given and the text is long enough, seeded random ids otherwise."""
+    width = max(2, min(WIDTH, cfg.context_length))
+    if encode is not None:
+        from mha_export.decoder.corpus import pydoc_topics
+
+        text = pydoc_topics().text[HELD_OUT_FROM:]
+        ids = encode(text[: WINDOWS * width * 8])  # about 4 characters a token: twice what is needed
+        if len(ids) >= WINDOWS * width:
+            windows = [ids[i * width:(i + 1) * width] for i in range(WINDOWS)]
+            return Windows(windows, text=True, source=f"pydoc_data.topics ({CORPUS_NAME}) from character "
+                                                      f"{HELD_OUT_FROM}, {WINDOWS} windows of {width} tokens")
+    rng = np.random.default_rng(QUALITY_SEED)
+    return Windows(rng.integers(0, cfg.vocab_size, (WINDOWS, width)).tolist(), text=False,
+                   source=f"numpy default_rng({QUALITY_SEED}) token ids, {WINDOWS} windows of {width} tokens")
+
+
+@dataclass
+class LossyOutcome:
+    """What building one lossy form came to: the accepted plan and its quality, or the best miss."""
+
+    form: Form
+    plan: QuantPlan
+    quality: Quality
+    tries: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.form.meets_bar(self.quality.mean_kl)
+
+    def miss_line(self) -> str:
+        """One line: the figure, the bar, and what was tried."""
+        return (f"{self.form.file}: mean KL divergence from fp32 {self.quality.mean_kl:.3g} is above its bar "
+                f"{self.form.max_mean_kl:g} with every plan tried (blocks of {FAST[self.plan.bits].block_size} and "
+                f"{self.plan.block_size}, up to {len(self.plan.kept)} of the matrices kept at a higher precision)")
+
+
+def _ranking(source: onnx.ModelProto, bits: int, *, tied: bool) -> list[str]:
+    """The quantized weights, the one rounding moves most first (one matrix copied out at a time). In the 4-bit
+    form an untied token embedding is among them, its blocks along E as it is stored (a tied one is the head): at 4
+    bits it was most of the trained demo model's loss (mean KL 0.026 with it at 8 bits, 0.043 at 4), at 8 bits a
+    small share (gpt-mini 8.2e-6 fp32, 1.1e-5 int8), and keeping it at fp32 there doubled the demo's int8 file
+    for what four small matrices kept gave (docs/measurements/gpt.md, "The embedding quantized")."""
+    names = matmul_weights(source)
+    errors = {t.name: weight_error(numpy_helper.to_array(t), bits) for t in source.graph.initializer
+              if t.name in names}
+    table = None if tied or bits == 8 else next(t for t in source.graph.initializer if t.name == TOKENS)
+    if table is not None and whole_blocks(table.dims[1], 16):  # quantizable at all (lossy/embedding.py)
+        errors[TOKENS] = weight_error(numpy_helper.to_array(table).T, bits)  # (E, V)
+    return sorted(errors, key=lambda n: -errors[n])
+
+
+def _counts(n: int) -> list[int]:
+    """0, 1, 2, 4, ... up to n // KEEP_SHARE (at least 1), that last included."""
+    cap = max(1, n // KEEP_SHARE)
+    out, k = [0], 1
+    while k < cap:
+        out.append(k)
+        k *= 2
+    return [*out, cap]
+
+
+def plans(bits: int, ranking: list[str]) -> list[QuantPlan]:
+    """The plans a `bits` form tries, in order: FAST, FINE, then FINE keeping the first 1, 2, 4, ... of `ranking`
+    at the higher precision."""
+    higher = FP32 if bits == 8 else "int8"
+    kept = [replace(FINE[bits], kept={name: higher for name in ranking[:count]}) for count in _counts(len(ranking))]
+    return [FAST[bits], *kept]
+
+
+def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path: Path, *, tied: bool,
+                reference: Callable[[], Decoder], windows: Windows) -> LossyOutcome:
+    """Write the first plan that meets the form's bar to `path` (or, when none does, the last tried: the caller
+    deletes it)."""
+    assert form.bits is not None
+    source = lossy_source(state, cfg, tied=tied)
+    ranking = _ranking(source, form.bits, tied=tied)
+    tries: list[dict[str, object]] = []
+    for plan in [fit(p, source, tied=tied) for p in plans(form.bits, ranking)]:
+        if source is None:
+            source = lossy_source(state, cfg, tied=tied)
+        quantize_to(source, path, plan, tied=tied)
+        source = None
+        gc.collect()
+        session = make_session(str(path), where=str(path))
+        quality = measure(reference(), decoder_for(form.kind, session, cfg, path), windows)
+        del session
+        tries.append({"plan": plan.label(), "kept": len(plan.kept), "mean_kl": quality.mean_kl})
+        outcome = LossyOutcome(form, plan, quality, tries)
+        if outcome.ok:
+            break
+    return outcome

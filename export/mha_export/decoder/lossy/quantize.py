@@ -1,0 +1,211 @@
+"""The lossy forms: the fastest fp32 graph (gpt.inplace.onnx) with its MatMul weights in 8 or 4 bits.
+
+onnxruntime's MatMulNBitsQuantizer turns each MatMul into com.microsoft.MatMulNBits (blocks along the input axis);
+accuracy_level 4 lets its kernel compute in int8 with activations quantized per block (level 1, fp32 compute,
+ran at 1.7 tokens/s on GPT_CONFIG_124M here: no fallback on this CPU). Chosen over quantize_dynamic (MatMulInteger
+with one activation scale per tensor): on GPT_CONFIG_124M that moved logits 17x further from fp32 for a similar
+speed (docs/gpt.md). The head is a MatMul on its own (E, V) copy in the graph handed to the quantizer
+(graph.add_head); the token embedding is then quantized too (lossy/embedding.py: the head's own weights where they
+are tied); position embeddings, LayerNorms and attention stay fp32.
+
+A plan: the bits, block size and symmetry of most matrices; some kept at a higher precision (fp32 in the 8-bit
+form, 8 bits in the 4-bit form, at the plan's block size) and some in smaller blocks at the plan's bits. Each form
+has a fast plan and a fine one (FAST, FINE; what they cost and give is measured in docs/measurements/gpt.md); the
+export measures them in that order, then the fine plan with the matrices rounding moves most kept higher, and
+takes the first that meets the form's quality bar (mha_export.decoder.lossy.build).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from mha_export.decoder.graphs.inplace import inplace_model
+from mha_export.decoder.lossy.embedding import TOKENS, quantize_embedding, whole_blocks
+from mha_export.onnx_file.check import check_model_light
+from mha_export.onnx_file.save import save_streamed
+from mha_runtime.decoder.config import GPTConfig
+
+BLOCK = 32
+ACCURACY_LEVEL = 4  # int8 compute
+FP32 = "fp32"
+HEAD = "head.weight_t"  # graphs.shared.add_head's (E, V) MatMul weight
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """How one lossy form is quantized, as the manifest records it: the bits, block size and symmetry of most
+    matrices; `kept`: weights at a higher precision (name -> "fp32" or "int8", at the plan's block size); `finer`:
+    weights in smaller blocks (name -> block size), at the plan's bits or at the higher precision they are kept at."""
+
+    bits: int  # 8 | 4
+    kept: dict[str, str] = field(default_factory=dict)
+    block_size: int = BLOCK
+    accuracy_level: int = ACCURACY_LEVEL
+    symmetric: bool = True
+    finer: dict[str, int] = field(default_factory=dict)
+    # The token embedding's storage (set by fit()): dtype, and where quantized its block_size and symmetry, and
+    # whether it is the head's own weights (tied).
+    embedding: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": "MatMulNBits (onnxruntime MatMulNBitsQuantizer)", "bits": self.bits,
+                "block_size": self.block_size, "symmetric": self.symmetric, "accuracy_level": self.accuracy_level,
+                "kept": dict(self.kept), "finer": dict(self.finer), "embedding": dict(self.embedding)}
+
+    def precision(self, name: str) -> tuple[int, int, bool] | None:
+        """(bits, block size, symmetric) of weight `name` under this plan (blocks as fit() leaves them), or None
+        where it is kept at fp32."""
+        kept = self.kept.get(name)
+        block = self.finer.get(name, self.block_size)
+        if kept == FP32:
+            return None
+        return (8, block, True) if kept == "int8" else (self.bits, block, self.symmetric)
+
+    def label(self) -> str:
+        """The plan in a few words, for the manifest's list of plans tried."""
+        parts = [f"{self.bits} bits in blocks of {self.block_size}", "symmetric" if self.symmetric else "asymmetric"]
+        parts += [f"{n} in blocks of {b}" for n, b in self.finer.items()]
+        if self.kept:
+            parts.append(f"{len(self.kept)} kept at {'/'.join(sorted(set(self.kept.values())))}")
+        if self.embedding:
+            shared = " (the head's)" if self.embedding.get("shared_with_head") else ""
+            parts.append(f"embedding {self.embedding['dtype']}{shared}")
+        return ", ".join(parts)
+
+
+# Each form's fast plan, measured first: larger blocks (fewer scales to apply per weight) decode faster on
+# MatMulNBits' int8-compute kernels; the head, the matrix rounding moves most, in blocks of 32 (in the 4-bit form
+# at 4 bits too: at 8 bits, as llama.cpp's Q4_0 keeps its output at Q6_K, the head and the embedding it shares made
+# the int4 file of an embedding-heavy model more than 0.2x the fp32 one; the ladder keeps it at 8 bits where the
+# bar needs it); asymmetric 4-bit blocks (a zero point each) round closer at the same speed. Then FINE (blocks of
+# 32, symmetric), then FINE with matrices kept.
+FAST = {8: QuantPlan(8, block_size=128, finer={HEAD: BLOCK}),
+        4: QuantPlan(4, block_size=256, symmetric=False, finer={HEAD: BLOCK})}
+FINE = {8: QuantPlan(8), 4: QuantPlan(4)}
+
+
+def lossy_source(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> onnx.ModelProto:
+    """The fp32 graph the quantizer reads: gpt.inplace.onnx with the head as its own MatMul."""
+    return inplace_model(state, cfg, tied=tied, head_matmul=True).full()
+
+
+def matmul_weights(model: onnx.ModelProto) -> dict[str, str]:
+    """weight initializer name -> the name of the MatMul node that reads it (the quantizer's targets)."""
+    inits = {t.name for t in model.graph.initializer}
+    return {n.input[1]: n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits}
+
+
+def weight_error(weight: np.ndarray, bits: int) -> float:
+    """Relative RMS error of `weight` (in, out) after symmetric blockwise rounding along the input axis: the
+    ranking of which matrices lose most (an estimate of the quantizer's, not its exact arithmetic)."""
+    padded = np.pad(weight.astype(np.float64), ((0, -weight.shape[0] % BLOCK), (0, 0)))  # zero rows to a block
+    blocks = padded.reshape(-1, BLOCK, weight.shape[1])  # (in / block, block, out)
+    top = 2 ** (bits - 1) - 1
+    scale = np.abs(blocks).max(axis=1, keepdims=True) / top
+    scale[scale == 0] = 1.0
+    q = np.clip(np.round(blocks / scale), -top - 1, top) * scale
+    err = float(np.sqrt(np.sum((q - blocks) ** 2)))
+    norm = float(np.sqrt(np.sum(blocks ** 2)))
+    return err / norm if norm else 0.0
+
+
+def fitted_block(block: int, rows: int) -> int:
+    """The block for a weight of `rows` input rows: the largest power of two up to `block` (and at least 16,
+    MatMulNBits' smallest) that divides `rows`, so that no block is padded; 16 when none does."""
+    b = block
+    while b > 16 and rows % b:
+        b //= 2
+    return b
+
+
+def fit(plan: QuantPlan, model: onnx.ModelProto, *, tied: bool) -> QuantPlan:
+    """`plan` for this model's weights: a weight whose input rows its block does not divide gets the block
+    fitted_block gives, recorded in `finer` (a block of 256 on a 64-row matrix would be three quarters padding);
+    the token embedding's storage: the head's where `tied`, else its own (TOKENS in the plan like a matrix, its
+    block fitted to its width E)."""
+    names = matmul_weights(model)
+    finer = dict(plan.finer)
+    for t in model.graph.initializer:
+        rows = t.dims[0] if t.name in names else t.dims[1] if t.name == TOKENS and not tied else 0  # (in, out), (V, E)
+        if rows and plan.kept.get(t.name) != FP32:
+            block = finer.get(t.name, plan.block_size)
+            if fitted_block(block, rows) != block:
+                finer[t.name] = fitted_block(block, rows)
+    fitted = replace(plan, finer=finer)
+    precision = fitted.precision(HEAD if tied else TOKENS)
+    width = next(t.dims[1] for t in model.graph.initializer if t.name == TOKENS)  # (V, E)
+    if precision is not None and not whole_blocks(width, precision[1]):  # stays fp32 (lossy/embedding.py)
+        unnamed = {k: v for k, v in finer.items() if k != TOKENS}  # the plan names no weight it leaves alone
+        return replace(fitted, finer=unnamed, kept={k: v for k, v in plan.kept.items() if k != TOKENS},
+                       embedding={"dtype": FP32, "shared_with_head": False})
+    embedding: dict[str, Any] = ({"dtype": FP32} if precision is None else
+                                 {"dtype": f"int{precision[0]}", "block_size": precision[1],
+                                  "symmetric": precision[2]})
+    return replace(fitted, embedding=embedding | {"shared_with_head": tied})
+
+
+
+def _quantizer(model: onnx.ModelProto, bits: int, block: int, symmetric: bool, level: int,
+               exclude: list[str]) -> onnx.ModelProto:
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block, is_symmetric=symmetric,
+                                     accuracy_level=level, nodes_to_exclude=exclude)
+    quantizer.process()
+    out: onnx.ModelProto = quantizer.model.model
+    return out
+
+
+def _passes(plan: QuantPlan, weights: list[str]) -> list[tuple[int, int, bool, set[str]]]:
+    """(bits, block, symmetric, weights) of each quantizer pass the plan takes, its main one first."""
+    main = {w for w in weights if w not in plan.kept and w not in plan.finer}
+    out = [(plan.bits, plan.block_size, plan.symmetric, main)]
+    for block in sorted(set(plan.finer.values())):
+        out.append((plan.bits, block, plan.symmetric, {w for w, b in plan.finer.items()
+                                                       if b == block and w not in plan.kept}))
+    for block in sorted({plan.finer.get(w, plan.block_size) for w, p in plan.kept.items() if p == "int8"}):
+        out.append((8, block, True, {w for w, p in plan.kept.items() if p == "int8"
+                                     and plan.finer.get(w, plan.block_size) == block}))
+    return out
+
+
+def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan, *, tied: bool) -> None:
+    """Quantize `source` in place by `plan` (its fp32 MatMul weights are replaced) and save it to `path`, streamed
+    (the bytes equal onnx.save's, whose serialized copy of the whole model was the export's peak:
+    docs/measurements/gpt.md). The caller keeps no other copy of the weights, so the peak is about the fp32 model
+    once. One quantizer pass per group of `_passes`; weights kept at fp32 are in none; then the token embedding
+    (lossy/embedding.py), stored as the plan says (`tied`: the head's weights)."""
+    targets = matmul_weights(source)
+    unknown = sorted((set(plan.kept) | set(plan.finer)) - set(targets) - ({TOKENS} if not tied else set()))
+    if unknown:
+        raise AssertionError(f"plan names weights the graph does not quantize: {unknown}")
+    logger = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # it logs two INFO lines per MatMul
+    model = source
+    try:
+        for bits, block, symmetric, group in _passes(plan, list(targets)):
+            group &= set(targets)  # TOKENS is not a MatMul weight: quantize_embedding stores it
+            if group:
+                model = _quantizer(model, bits, block, symmetric, plan.accuracy_level,
+                                   [n for w, n in targets.items() if w not in group])
+    finally:
+        logger.setLevel(level)
+    width = next(t.dims[1] for t in model.graph.initializer if t.name == TOKENS)  # (V, E)
+    # Untied: its own precision, its block fitted to E unless the plan says; tied: the head's (read from its node).
+    own = plan.precision(TOKENS)  # its block fitted to E as fit() fits it (a fitted plan: the same block)
+    precision = None if own is None else (own[0], fitted_block(own[1], width), own[2])
+    stored = quantize_embedding(model, head=HEAD, tied=tied, precision=precision)
+    if plan.embedding and stored != plan.embedding:
+        raise AssertionError(f"the embedding is stored as {stored}, the plan says {plan.embedding}")
+    check_model_light(model)  # the graph, not a second copy of the weights (check.py)
+    arrays = [(t.name, numpy_helper.to_array(t)) for t in model.graph.initializer]
+    model.graph.ClearField("initializer")
+    save_streamed(model, arrays, path)

@@ -1,0 +1,236 @@
+"""A GGUF of the book's GPTModel state (either source: the weights loaders map both onto it) under llama.cpp's
+`gpt2` architecture, written with gguf-py (PyPI `gguf`, the library of llama.cpp's own converter).
+
+The tensors, as llama.cpp's gpt2 loader reads them (src/models/gpt2.cpp of the pinned tree; numpy shapes, rows
+first): token_embd (V, E), position_embd (C, E), per block N blk.N.attn_norm / ffn_norm weight and bias (E,),
+blk.N.attn_qkv weight (3E, E) = the book's W_query, W_key, W_value stacked, and bias (3E,), blk.N.attn_output
+(E, E) + (E,), blk.N.ffn_up (4E, E) + (4E,), blk.N.ffn_down (E, 4E) + (E,), output_norm weight and bias, and
+output (V, E) only where the head is not the token embedding (llama.cpp then uses token_embd for both, as
+Hugging Face GPT-2 ties them). The loader requires the qkv bias: a model without one (qkv_bias false) gets zeros,
+which adds exactly nothing.
+
+The quant types are the converter's policy (`--outtype q8_0`): every 2-D weight but position_embd in the type,
+norms, biases and position_embd in F32, quantized by gguf.quants (bit-exact with ggml's reference quantizers:
+tests/decoder/test_gpt_gguf.py compares them with ggml_quantize_chunk's). Q4_0 keeps the head (output, or token_embd
+where the head is tied to it) at Q8_0, as llama-quantize's own Q4_0 keeps that matrix at a higher type (Q6_K,
+which gguf-py cannot write).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import torch
+
+from mha_runtime.artifact.errors import ExportError
+from mha_runtime.decoder.config import GPT2_EOS_ID, LAYER_NORM_EPS, GPTConfig
+from mha_runtime.decoder.forms import Form
+
+ARCH = "gpt2"
+BLOCK = 32  # the Q8_0 and Q4_0 block: rows must be a multiple of it
+Q8_0, Q4_0, F32 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.F32
+FILE_TYPES = {"fp32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+              "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}
+TYPES = {"fp32": F32, "q8_0": Q8_0, "q4_0": Q4_0}
+KEPT = {"q4_0": Q8_0}  # the head's type where it is not the file's
+HIGHER = {"q8_0": F32, "q4_0": Q8_0}  # what the search for the quality bar keeps a matrix at (as the ONNX forms)
+QUANTIZERS = {Q8_0: gguf.quants.Q8_0, Q4_0: gguf.quants.Q4_0}
+CHUNK = 1 << 22
+# gguf-py's writer logs INFO lines (endianness, the files and their sizes) through this logger: the export says
+# what it wrote in its own table.
+logging.getLogger("gguf.gguf_writer").setLevel(logging.WARNING)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one GGUF file holds: its tensors' types (name -> GGML type name) and the matrices kept at a higher type
+    than the file's (the head of a Q4_0 file, and those the search for the quality bar kept)."""
+
+    types: dict[str, str]
+    kept: dict[str, str]
+
+    def plan(self, form: Form) -> dict[str, Any]:
+        """The manifest's record of a quant type: how it was made, how many tensors of each type, and the
+        matrices kept at a higher type (as a lossy ONNX form's plan names its kept ones)."""
+        counts = {t: sum(1 for v in self.types.values() if v == t) for t in sorted(set(self.types.values()))}
+        return {"method": "gguf-py quants (ggml's reference quantizers), the converter's tensor policy",
+                "type": TYPES[form.dtype].name, "bits": form.bits, "block_size": BLOCK, "tensor_types": counts,
+                "kept": dict(self.kept)}
+
+
+def gguf_tensors(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> dict[str, np.ndarray]:
+    """GGUF name -> float32 array (rows first), from the book's GPTModel keys."""
+    def a(key: str) -> np.ndarray:
+        return state[key].detach().to(torch.float32).contiguous().numpy()
+
+    e = cfg.emb_dim
+    out = {"token_embd.weight": a("tok_emb.weight"), "position_embd.weight": a("pos_emb.weight")}
+    for i in range(cfg.n_layers):
+        b, g = f"trf_blocks.{i}.", f"blk.{i}."
+        qkv = [f"{b}att.{w}" for w in ("W_query", "W_key", "W_value")]
+        out |= {f"{g}attn_norm.weight": a(f"{b}norm1.scale"), f"{g}attn_norm.bias": a(f"{b}norm1.shift"),
+                f"{g}attn_qkv.weight": np.concatenate([a(f"{k}.weight") for k in qkv], axis=0),
+                f"{g}attn_qkv.bias": (np.concatenate([a(f"{k}.bias") for k in qkv]) if cfg.qkv_bias
+                                      else np.zeros(3 * e, dtype=np.float32)),
+                f"{g}attn_output.weight": a(f"{b}att.out_proj.weight"),
+                f"{g}attn_output.bias": a(f"{b}att.out_proj.bias"),
+                f"{g}ffn_norm.weight": a(f"{b}norm2.scale"), f"{g}ffn_norm.bias": a(f"{b}norm2.shift"),
+                f"{g}ffn_up.weight": a(f"{b}ff.layers.0.weight"), f"{g}ffn_up.bias": a(f"{b}ff.layers.0.bias"),
+                f"{g}ffn_down.weight": a(f"{b}ff.layers.2.weight"), f"{g}ffn_down.bias": a(f"{b}ff.layers.2.bias")}
+    out |= {"output_norm.weight": a("final_norm.scale"), "output_norm.bias": a("final_norm.shift")}
+    if not tied:
+        out["output.weight"] = a("out_head.weight")
+    return out
+
+
+def head_tensor(tensors: dict[str, np.ndarray]) -> str:
+    """The matrix llama.cpp multiplies last: output, or the token embedding where the head is tied to it."""
+    return "output.weight" if "output.weight" in tensors else "token_embd.weight"
+
+
+def tensor_type(name: str, array: np.ndarray, dtype: str, *, head: str) -> gguf.GGMLQuantizationType:
+    """The converter's policy: 1-D tensors and position_embd in F32, every other weight in the file's type (the
+    head at KEPT's type where there is one)."""
+    if dtype == "fp32" or array.ndim < 2 or name == "position_embd.weight":
+        return F32
+    return KEPT.get(dtype, TYPES[dtype]) if name == head else TYPES[dtype]
+
+
+def candidates(tensors: dict[str, np.ndarray], dtype: str) -> list[str]:
+    """The matrices a quant type stores in its own type, the one its rounding moves most first (relative RMS error
+    of the exact round trip through gguf-py): what the search for the quality bar keeps higher, in order."""
+    qtype, head = TYPES[dtype], head_tensor(tensors)
+    names = [n for n, a in tensors.items() if tensor_type(n, a, dtype, head=head) == qtype]
+    errors = {n: round_trip_error(tensors[n], qtype) for n in names}
+    return sorted(names, key=lambda n: -errors[n])
+
+
+def round_trip_error(array: np.ndarray, qtype: gguf.GGMLQuantizationType) -> float:
+    quant = QUANTIZERS[qtype]
+    rows = max(1, CHUNK // array.shape[-1])
+    err = norm = 0.0
+    for i in range(0, array.shape[0], rows):
+        chunk = array[i:i + rows].astype(np.float64)
+        back = quant.dequantize_rows(quant.quantize_rows(array[i:i + rows])).astype(np.float64)
+        err += float(np.sum((back - chunk) ** 2))
+        norm += float(np.sum(chunk ** 2))
+    return (err / norm) ** 0.5 if norm else 0.0
+
+
+def quantize(array: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
+    """gguf-py's quantizer on row groups of about 4M values (its own `quantize` goes 16 rows at a time: 1.6 s for
+    GPT-2's token embedding at 64 columns; the bytes are the same)."""
+    quant = QUANTIZERS[qtype]
+    rows = max(1, CHUNK // array.shape[-1])
+    return np.concatenate([quant.quantize_rows(array[i:i + rows]) for i in range(0, array.shape[0], rows)])
+
+
+def quant_refusal(cfg: GPTConfig) -> str | None:
+    """Why this config cannot have the quant types, or None."""
+    if cfg.emb_dim % BLOCK:
+        return f"emb_dim {cfg.emb_dim} is not a multiple of {BLOCK}, the Q8_0 and Q4_0 block"
+    return None
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    tokens: list[str]
+    types: list[int]
+    merges: list[str]
+    eos: int | None
+    bos: int | None = None
+    eot: int | None = None  # a second eos id (a chat model's end of turn): llama.cpp stops at it too
+
+
+def vocabulary(tokenizer_json: bytes, vocab_size: int, *, eos_ids: tuple[int, ...] | None = None,
+               bos_id: int | None = None) -> Vocabulary:
+    """GPT-2's byte-level BPE from the folder's tokenizer.json, as the converter writes it (tokens by id, special
+    tokens CONTROL, merges as "a b"); bos and eos the folder's (`eos_ids`, `bos_id`: the checkpoint's, as the
+    manifest's), or GPT-2's <|endoftext|> where none are given. llama.cpp keeps one eos and one end-of-turn id: a
+    third eos id and on are the other runtimes' only (docs/gpt.md)."""
+    doc = json.loads(tokenizer_json)
+    model = doc.get("model") or {}
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise ExportError("gpt.gguf: the tokenizer is not a byte-level BPE (GPT-2's kind); llama.cpp's gpt2 "
+                          "tokenizer could not reproduce it")
+    by_id: dict[int, tuple[str, int]] = {i: (t, int(gguf.TokenType.NORMAL)) for t, i in model["vocab"].items()}
+    for added in doc.get("added_tokens") or []:
+        kind = gguf.TokenType.CONTROL if added.get("special") else gguf.TokenType.USER_DEFINED
+        by_id[int(added["id"])] = (added["content"], int(kind))
+    if sorted(by_id) != list(range(vocab_size)):
+        raise ExportError(f"gpt.gguf: the tokenizer's ids are not 0..{vocab_size - 1}")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    if eos_ids is None:
+        gpt2 = GPT2_EOS_ID if by_id.get(GPT2_EOS_ID, ("", 0))[0] == "<|endoftext|>" else None
+        eos_ids, bos_id = (() if gpt2 is None else (gpt2,)), gpt2
+    return Vocabulary([by_id[i][0] for i in range(vocab_size)], [by_id[i][1] for i in range(vocab_size)], merges,
+                      eos_ids[0] if eos_ids else None, bos_id, eos_ids[1] if len(eos_ids) > 1 else None)
+
+
+class _Writer(gguf.GGUFWriter):
+    """gguf-py's writer with its arrays of strings (the 50,257 tokens and 50,000 merges) packed in one join: gguf-py
+    packs them item by item, seconds a file. The bytes are the same (tests/decoder/test_gpt_gguf.py)."""
+
+    def _pack_val(self, val: Any, vtype: gguf.GGUFValueType, add_vtype: bool,
+                  sub_type: gguf.GGUFValueType | None = None) -> bytes:
+        if (vtype == gguf.GGUFValueType.ARRAY and self.endianess == gguf.GGUFEndian.LITTLE and val
+                and all(isinstance(v, str) for v in val)):
+            items = [v.encode("utf-8") for v in val]
+            head = struct.pack("<I", vtype) if add_vtype else b""
+            return head + struct.pack("<IQ", gguf.GGUFValueType.STRING, len(items)) + b"".join(
+                struct.pack("<Q", len(b)) + b for b in items)
+        return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+
+def write_gguf(path: Path, tensors: dict[str, np.ndarray], cfg: GPTConfig, *, dtype: str, name: str,
+               vocab: Vocabulary | None, keep: dict[str, gguf.GGMLQuantizationType] | None = None) -> Written:
+    """One GGUF file: GPT-2's architecture keys, the tokenizer (or, without one, llama.cpp's "none" vocabulary of
+    vocab_size ids) and the tensors at `dtype` ("fp32", "q8_0", "q4_0"), those named in `keep` at the type given."""
+    w = _Writer(str(path), ARCH)  # general.architecture = gpt2
+    w.add_name(name)
+    w.add_context_length(cfg.context_length)
+    w.add_embedding_length(cfg.emb_dim)
+    w.add_block_count(cfg.n_layers)
+    w.add_feed_forward_length(4 * cfg.emb_dim)
+    w.add_head_count(cfg.n_heads)
+    w.add_layer_norm_eps(LAYER_NORM_EPS)
+    w.add_file_type(FILE_TYPES[dtype])
+    if vocab is None:
+        w.add_tokenizer_model("none")
+        w.add_vocab_size(cfg.vocab_size)
+    else:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(vocab.tokens)
+        w.add_token_types(vocab.types)
+        w.add_token_merges(vocab.merges)
+        if vocab.bos is not None:
+            w.add_bos_token_id(vocab.bos)
+        if vocab.eos is not None:
+            w.add_eos_token_id(vocab.eos)
+        if vocab.eot is not None:
+            w.add_eot_token_id(vocab.eot)
+        w.add_add_bos_token(False)  # GPT-2 and the book put nothing before the prompt
+    types: dict[str, str] = {}
+    head, keep = head_tensor(tensors), keep or {}
+    for tensor_name, array in tensors.items():
+        qtype = keep[tensor_name] if tensor_name in keep else tensor_type(tensor_name, array, dtype, head=head)
+        types[tensor_name] = qtype.name
+        if qtype == F32:
+            w.add_tensor(tensor_name, array)
+        else:
+            data = quantize(array, qtype)
+            w.add_tensor(tensor_name, data, raw_dtype=qtype)  # the shape: from the bytes per row
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    main = TYPES[dtype].name
+    return Written(types, {n: t for n, t in types.items() if (dtype != "fp32" and t not in (main, F32.name))
+                           or n in keep})

@@ -1,1 +1,0 @@
-"""GGUF files of the GPT, run by llama.cpp itself."""
