@@ -70,7 +70,7 @@ def _this_trees_export(name: str) -> Path | None:
 
     folder = REPO / "artifacts" / name
     try:
-        gpt = folder_kind(folder) == "gpt"
+        gpt = folder_kind(folder) == "decoder"
         manifest = load_gpt_manifest(folder) if gpt else load_manifest(folder)
         verify_all(folder, manifest)  # both kinds list their files the same way
     except ArtifactError:

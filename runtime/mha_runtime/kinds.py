@@ -12,7 +12,7 @@ from pathlib import Path
 from pkgutil import resolve_name
 from typing import Any
 
-from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND, folder_kind
+from mha_runtime.artifact.manifest import ATTENTION_KIND, DECODER_KIND, folder_kind
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ KINDS: dict[str, ModelKind] = {
                               "mha_runtime.cli.attention_inspect:inspect_attention",
                               "mha_runtime.serve.attention.prepare:prepare_attention",
                               "mha_runtime.serve.attention.replica:ContextReplica", 2),
-    GPT_KIND: ModelKind(GPT_KIND, "`mha export --gpt`", "/v1/generate",
+    DECODER_KIND: ModelKind(DECODER_KIND, "`mha export --gpt`", "/v1/generate",
                         "mha_runtime.decoder.golden_check:check_generations",
                         "mha_runtime.cli.decoder_inspect:inspect_gpt",
                         "mha_runtime.serve.decoder.prepare:prepare_gpt",

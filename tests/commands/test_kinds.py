@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.manifest import ATTENTION_KIND, GPT_KIND, load_manifest
+from mha_runtime.artifact.manifest import ATTENTION_KIND, DECODER_KIND, folder_kind, load_manifest
 from mha_runtime.cli.main import cli
 from mha_runtime.decoder.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.kinds import KINDS, kind_of
@@ -19,15 +19,27 @@ from mha_runtime.serve.decoder.wire import GENERATE
 
 
 def test_each_folder_is_its_kind(seed_dir: Path, book_gpt: tuple[object, Path], tmp_path: Path) -> None:
-    assert kind_of(seed_dir).name == ATTENTION_KIND and kind_of(book_gpt[1]).name == GPT_KIND
+    assert kind_of(seed_dir).name == ATTENTION_KIND and kind_of(book_gpt[1]).name == DECODER_KIND
     (tmp_path / "manifest.json").write_text("{not json")
     assert kind_of(tmp_path).name == ATTENTION_KIND  # unreadable: the attention loader names the problem
     result = CliRunner().invoke(cli, ["inspect", str(tmp_path)])
     assert result.exit_code == 1 and "expected JSON" in result.stderr and result.stderr.count("\n") == 1
 
 
+def test_a_folder_of_the_older_kind_name_is_a_decoder(book_gpt: tuple[object, Path], tmp_path: Path) -> None:
+    """New folders say "decoder"; one exported before the kind was named for its task says "gpt" and still reads."""
+    data = json.loads((book_gpt[1] / "manifest.json").read_text())
+    assert data["kind"] == DECODER_KIND
+    (tmp_path / "manifest.json").write_text(json.dumps({**data, "kind": "gpt"}))
+    assert folder_kind(tmp_path) == DECODER_KIND and load_gpt_manifest(tmp_path).name == data["name"]
+    with pytest.raises(ArtifactError, match="a decoder folder"):
+        load_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({**data, "kind": "llama"}))  # a kind no runtime knows
+    assert folder_kind(tmp_path) == ATTENTION_KIND  # whose loader then names the problem
+
+
 def test_the_routes_are_the_services_own() -> None:
-    assert KINDS[ATTENTION_KIND].route == CONTEXT and KINDS[GPT_KIND].route == GENERATE
+    assert KINDS[ATTENTION_KIND].route == CONTEXT and KINDS[DECODER_KIND].route == GENERATE
 
 
 def test_inspect_and_check_take_both_kinds(seed_dir: Path, book_gpt: tuple[object, Path]) -> None:
@@ -61,5 +73,5 @@ def test_a_gpt_manifest_format_of_true_is_not_format_1(book_gpt: tuple[object, P
     """JSON's true equals 1 in Python: the format check reads the type too."""
     data = json.loads((book_gpt[1] / "manifest.json").read_text())
     GPTManifest.from_dict(data, "manifest")  # as written: read
-    with pytest.raises(ArtifactError, match=re.escape("format 1), got kind 'gpt', format True")):
+    with pytest.raises(ArtifactError, match=re.escape("format 1), got kind 'decoder', format True")):
         GPTManifest.from_dict({**data, "format": True}, "manifest")

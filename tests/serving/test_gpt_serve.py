@@ -298,7 +298,7 @@ def test_contract_and_health(server: ServerProcess, gpt_mini: Path) -> None:
     status, _, text = call(server.port, "GET", "/v1/contract")
     info = json.loads(text)
     manifest = json.loads((gpt_mini / "manifest.json").read_text())
-    assert status == 200 and info["kind"] == "gpt" and info["model"] == "gpt.inplace.onnx"
+    assert status == 200 and info["kind"] == "decoder" and info["model"] == "gpt.inplace.onnx"
     assert info["sha256"] == manifest["files"]["gpt.inplace.onnx"]["sha256"] and info["eos_id"] == 50256
     assert info["config"] == manifest["config"] and info["max_batch"] == 4 and info["tokenizer"] is True
     status, _, text = call(server.port, "GET", "/v1/health")

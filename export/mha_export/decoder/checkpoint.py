@@ -22,7 +22,7 @@ from typing import Any
 
 from mha_runtime.artifact.config_fields import read_config_json
 from mha_runtime.artifact.errors import ConfigError
-from mha_runtime.artifact.manifest import GPT_KIND, folder_kind
+from mha_runtime.artifact.manifest import DECODER_KIND, folder_kind
 from mha_runtime.decoder.config import GPT2_EOS_ID, GPTConfig
 from mha_runtime.decoder.contract import GENERATION_CONFIG, HF_CONFIG, TOKENIZER_FILE
 from mha_runtime.decoder.manifest import MAX_EOS_IDS
@@ -106,7 +106,7 @@ def checkpoint_config(weights: Path | None) -> Path | None:
     mha_export.decoder.hf_files), whose weights take --config or --preset as before."""
     if weights is None or not (Path(weights).parent / HF_CONFIG).is_file():
         return None
-    return None if folder_kind(Path(weights).parent) == GPT_KIND else Path(weights).parent / HF_CONFIG
+    return None if folder_kind(Path(weights).parent) == DECODER_KIND else Path(weights).parent / HF_CONFIG
 
 
 def beside_tokenizer(weights: Path | None) -> Path | None:
@@ -114,7 +114,7 @@ def beside_tokenizer(weights: Path | None) -> Path | None:
     folder's own, as its config.json is not)."""
     if weights is None or not (Path(weights).parent / TOKENIZER_FILE).is_file():
         return None
-    return None if folder_kind(Path(weights).parent) == GPT_KIND else Path(weights).parent / TOKENIZER_FILE
+    return None if folder_kind(Path(weights).parent) == DECODER_KIND else Path(weights).parent / TOKENIZER_FILE
 
 
 def origin_for(cfg: GPTConfig, weights: Path | None, config_path: Path | None) -> Origin:

@@ -91,8 +91,8 @@ class Manifest(Record):
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Manifest:
         data = obj(data, where)
-        if data.get("kind") == GPT_KIND:  # mha_runtime.decoder.manifest reads these
-            raise ArtifactError(f"{where}: a GPT folder (made by `mha export --gpt`), not an attention artifact: "
+        if kind_named(data.get("kind")) == DECODER_KIND:  # mha_runtime.decoder.manifest reads these
+            raise ArtifactError(f"{where}: a decoder folder (made by `mha export --gpt`), not an attention artifact: "
                                 "run it with `mha generate DIR`")
         if data.get("format") != MANIFEST_FORMAT:
             raise ArtifactError(f"{where}: expected manifest format {MANIFEST_FORMAT}, got {data.get('format')!r} "
@@ -122,7 +122,18 @@ def sha256_file(path: Path, sink: Callable[[bytes], object] | None = None) -> st
 
 
 # The kinds of folder, named by the `kind` field of a manifest (an attention manifest has none: it came first).
-ATTENTION_KIND, GPT_KIND = "attention", "gpt"
+ATTENTION_KIND, DECODER_KIND = "attention", "decoder"
+# Older names of a kind, read and never written: "gpt" is what folders exported before the decoder kind was named
+# for its task (issue 57) say. The one place the Python runtime maps them.
+KIND_ALIASES = {"gpt": DECODER_KIND}
+
+
+def kind_named(value: object) -> str | None:
+    """The kind a manifest's `kind` value names (an older name mapped to today's), or None for any other value."""
+    if not isinstance(value, str):
+        return None
+    value = KIND_ALIASES.get(value, value)
+    return value if value in (ATTENTION_KIND, DECODER_KIND) else None
 # A manifest lists files and figures: a larger file is not one (and is not read whole).
 MAX_MANIFEST_BYTES = 1 << 22
 
@@ -155,7 +166,8 @@ def folder_kind(folder: Path) -> str:
         _, data = read_manifest_json(folder, label="folder", made_by="`mha export`")
     except ArtifactError:
         return ATTENTION_KIND
-    return GPT_KIND if isinstance(data, dict) and data.get("kind") == GPT_KIND else ATTENTION_KIND
+    named = kind_named(data.get("kind")) if isinstance(data, dict) else None
+    return DECODER_KIND if named == DECODER_KIND else ATTENTION_KIND
 
 
 def load_manifest(artifact_dir: Path) -> Manifest:

@@ -1,4 +1,5 @@
-"""A GPT folder's manifest.json (kind "gpt"): config, contract, weights, tokenizer, artifacts, files (torch-free).
+"""A decoder folder's manifest.json (kind "decoder"; "gpt" in folders exported before it was named so): config,
+contract, shapes, weights, tokenizer, artifacts, files (torch-free).
 
 Every file is listed with its size and sha256 and is checked before it is parsed, as in the attention folders.
 """
@@ -11,7 +12,7 @@ from typing import Any, ClassVar
 
 from mha_runtime.artifact.errors import ArtifactError, first_line
 from mha_runtime.artifact.fields import Record, get, keyed, obj, plain_name, record
-from mha_runtime.artifact.manifest import GPT_KIND, FileRecord, read_manifest_json, read_verified
+from mha_runtime.artifact.manifest import DECODER_KIND, FileRecord, kind_named, read_manifest_json, read_verified
 from mha_runtime.decoder.config import GPTConfig
 
 GPT_MANIFEST_FORMAT = 1
@@ -79,14 +80,14 @@ class GPTManifest(Record):
         return () if self.eos_id is None else (self.eos_id,)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": GPT_MANIFEST_FORMAT, "kind": GPT_KIND} | super().to_dict()
+        return {"format": GPT_MANIFEST_FORMAT, "kind": DECODER_KIND} | super().to_dict()
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GPTManifest:
         data = obj(data, where)
-        if data.get("kind") != GPT_KIND or data.get("format") != GPT_MANIFEST_FORMAT or isinstance(
+        if kind_named(data.get("kind")) != DECODER_KIND or data.get("format") != GPT_MANIFEST_FORMAT or isinstance(
                 data.get("format"), bool):  # true == 1
-            raise ArtifactError(f"{where}: expected a GPT manifest (kind {GPT_KIND!r}, format "
+            raise ArtifactError(f"{where}: expected a GPT manifest (kind {DECODER_KIND!r}, format "
                                 f"{GPT_MANIFEST_FORMAT}), got kind {data.get('kind')!r}, format "
                                 f"{data.get('format')!r} (export GPT folders with `mha export --gpt`)")
         config = GPTConfig.from_document(data, where)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mha_runtime.kinds import GPT_KIND, kind_of
+from mha_runtime.kinds import DECODER_KIND, kind_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,4 +41,4 @@ class ServeOptions:
     @property
     def gpt(self) -> bool:
         """A GPT folder (manifest kind "gpt"): served on /v1/generate."""
-        return kind_of(self.artifact).name == GPT_KIND
+        return kind_of(self.artifact).name == DECODER_KIND

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError, cut, first_line
-from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.artifact.manifest import DECODER_KIND, kind_named, load_manifest
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.attention.config import MHAConfig
 from mha_runtime.attention.registry import spec_for
@@ -230,7 +230,7 @@ def loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, token
     on the local copy of the served model (refused unless its sha256 is the server's)."""
     host, port = loopback_target(url)
     info = get_json(host, port, CONTRACT)
-    if info.get("kind") == "gpt":
+    if kind_named(info.get("kind")) == DECODER_KIND:
         raise ServeError(f"{url} serves a GPT folder ({info.get('name')}): load test it with --generate")
     model = info.get("model")
     manifest = load_manifest(artifact)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError
+from mha_runtime.artifact.manifest import DECODER_KIND, kind_named
 from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.generate import Generator
 from mha_runtime.decoder.manifest import load_gpt_manifest
@@ -146,9 +147,9 @@ def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, p
         if not 0.0 <= share <= 1.0:
             raise BadValueError(f"{name}: expected a share in 0..1, got {share}")
     info = get_json(host, port, CONTRACT)  # nothing listening is one line, before the folder is loaded
-    if not isinstance(info, dict) or info.get("kind") != "gpt":
-        raise ServeError(f"{url} does not serve a GPT folder (its {CONTRACT} has no kind 'gpt'): load test an "
-                         "attention artifact without --generate")
+    if not isinstance(info, dict) or kind_named(info.get("kind")) != DECODER_KIND:  # "gpt": a server before it
+        raise ServeError(f"{url} does not serve a decoder folder (its {CONTRACT} has no kind {DECODER_KIND!r}): "
+                         "load test an attention artifact without --generate")
     if generator is not None:
         local = generator
     else:  # the reference runs the decoder file the server runs, when the local folder lists it

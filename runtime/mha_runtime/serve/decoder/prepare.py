@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from mha_runtime.artifact.errors import MHAError, ServeError, first_line
-from mha_runtime.artifact.manifest import MANIFEST_NAME, read_verified
+from mha_runtime.artifact.manifest import DECODER_KIND, MANIFEST_NAME, read_verified
 from mha_runtime.decoder.contract import TOKENIZER_FILE
 from mha_runtime.decoder.forms import FASTEST, FORMS
 from mha_runtime.decoder.generate import MAX_BATCH, Generator
@@ -46,7 +46,7 @@ def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]
     files = {MANIFEST_NAME: (folder / MANIFEST_NAME).read_bytes()}
     for name in [form] + ([TOKENIZER_FILE] if m.tokenizer is not None else []):
         files[name] = read_verified(folder, name, m)
-    info = {"name": m.name, "kind": "gpt", "model": form, "sha256": m.files[form].sha256,
+    info = {"name": m.name, "kind": DECODER_KIND, "model": form, "sha256": m.files[form].sha256,
             "config": gen.config.to_dict(), "contract": m.contract, "tolerance": FORMS[form].tolerance.to_dict(),
             "eos_id": m.eos_id, "eos_ids": list(m.stop_ids), "tokenizer": m.tokenizer is not None,
             "max_batch": max_batch,
