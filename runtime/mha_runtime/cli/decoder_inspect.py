@@ -1,5 +1,5 @@
-"""`mha inspect` on a GPT folder: config, versions, weights, every decoder form with how it was judged (a lossy
-form: its quality beside fp32 and its quantization plan), and the files.
+"""`mha inspect` on a decoder folder: its architecture, config and shapes (contract.shapes), versions, weights, every
+decoder form with how it was judged (a lossy form: its quality beside fp32 and its quantization plan), and the files.
 
 What it shows of a form is what `mha check` compares or what the files themselves say: the dtype and the bar are
 the contract's (mha_runtime.decoder.contract), a lossy ONNX form's plan is read from its graph
@@ -83,7 +83,7 @@ def _golden(folder: Path, manifest: GPTManifest) -> Golden:
     @functools.cache
     def read(file: str) -> tuple[list[GoldenGeneration], dict[str, np.ndarray]]:
         cases = load_generations(folder, manifest, file).cases
-        return cases, {c.name: first_logits(folder, manifest, c, manifest.config.vocab_size) for c in cases}
+        return cases, {c.name: first_logits(folder, manifest, c, manifest.shapes.vocab_size) for c in cases}
     return read
 
 
@@ -139,9 +139,11 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(manifest.to_dict(), indent=2))
         return
-    c = manifest.config
-    click.echo(f"name     {shown(manifest.name)} (GPT)  created {shown(manifest.created)}")
-    click.echo(f"config   {json.dumps(c.to_dict())}")
+    c = manifest.shapes
+    click.echo(f"name     {shown(manifest.name)} (decoder, {shown(c.arch)})  created {shown(manifest.created)}")
+    click.echo(f"config   {json.dumps(manifest.config)}")
+    click.echo(f"shapes   {c.n_layers} layers, {c.n_heads} query heads, {c.kv_heads} key/value heads of "
+               f"{c.head_dim}; cache [batch, {c.kv_heads}, {c.context_length}, {c.head_dim}] per layer")
     click.echo(f"limits   1 <= prompt + new tokens <= {c.context_length}, token ids 0..{c.vocab_size - 1}")
     click.echo(f"versions {json.dumps(manifest.versions)}")
     click.echo(f"weights  {json.dumps(manifest.weights)}")

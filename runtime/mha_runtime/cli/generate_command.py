@@ -1,4 +1,4 @@
-"""`mha generate DIR`: stream tokens from a GPT folder; end with one line of counts and timings (or --json)."""
+"""`mha generate DIR`: stream tokens from a decoder folder; end with one line of counts and timings (or --json)."""
 from __future__ import annotations
 
 import json
@@ -54,7 +54,7 @@ def check_form(form: str | None) -> None:
 @click.option("--top-k", type=int, default=None, help="Keep the k most likely tokens before sampling.")
 @click.option("--seed", type=int, default=None, help="Seed of the sampling draws (the same seed, the same tokens).")
 @click.option("--eos/--no-eos", default=True, show_default=True,
-              help="Stop a row at the model's end-of-text ids (the checkpoint's; GPT-2's 50256) when it has them.")
+              help="Stop a row at the model's end-of-text ids (the manifest's eos_ids) when it has them.")
 @click.option("--form", default=None, help="Decoder file to run [default: the fastest, gpt.inplace.onnx]; "
               "gpt.pte runs through ExecuTorch (batch 1; needs the export package with its executorch extra).")
 @click.option("--threads", type=THREADS, default=None,
@@ -64,7 +64,7 @@ def check_form(form: str | None) -> None:
 def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple[str, ...], max_new_tokens: int,
                  temperature: float, top_k: int | None, seed: int | None, eos: bool, form: str | None,
                  threads: int | None, provider: str, as_json: bool) -> None:
-    """Generate tokens from a whole-GPT folder (greedy or sampled), streamed as text or ids."""
+    """Generate tokens from a decoder folder (greedy or sampled), streamed as text or ids."""
     from mha_runtime.decoder.generate import Generator
     from mha_runtime.decoder.tokenizer import TextStream
 

@@ -2,11 +2,14 @@
 
 Both forms prefill each prompt alone at batch 1, so a row's cache and first logits are exactly what that prompt
 gives alone; steps then run all rows at once:
-- InPlaceDecoder (gpt.inplace.onnx): one (B, H, context_length, D) buffer per layer and per key/value, bound as
+- InPlaceDecoder (gpt.inplace.onnx): one (B, KV, context_length, D) buffer per layer and per key/value, bound as
   both past and present; a row's prefill binds that row's slice of the buffers (no copy), a step binds the
   whole buffers with each row's own past_tokens.
 - ConcatDecoder (gpt.onnx): each row's cache is left-padded to the longest with attention_mask 0 at the pads and
   position_ids counting each row's real tokens (Optimum's convention); every step returns the grown cache.
+Every shape is the manifest's contract.shapes (KV: its kv_heads, fewer than the query heads under grouped-query
+attention); a session whose inputs or outputs are not the contract's for them is refused in one line before a
+buffer is sized (check_signature), and its config metadata must be the manifest's config (check_own).
 """
 from __future__ import annotations
 
@@ -18,7 +21,6 @@ import numpy as np
 import onnxruntime as ort
 
 from mha_runtime.artifact.errors import ArtifactError, ContractError, first_line
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import (
     ATTENTION_MASK,
     INPUT_IDS,
@@ -27,11 +29,15 @@ from mha_runtime.decoder.contract import (
     NEXT_LOGITS,
     PAST_TOKENS,
     POSITION_IDS,
+    Signed,
+    concat_signature,
+    inplace_signature,
     past_key,
     past_value,
     present_key,
     present_value,
 )
+from mha_runtime.decoder.shapes import DecoderShapes
 from mha_runtime.infer.pick_copy import session_options
 from mha_runtime.infer.providers import resolve_provider, session_providers
 
@@ -65,9 +71,48 @@ def own_config(session: ort.InferenceSession) -> Any:
         return None
 
 
+def check_own(config: dict[str, Any], own: Any, where: str) -> None:
+    """The manifest's config is the model's own (its metadata, written at export), compared as parsed JSON and
+    whatever the architecture's keys: manifest.json is not listed in itself, so an edited one is caught here."""
+    if not isinstance(own, dict):
+        raise ArtifactError(f"{where}: expected metadata holding the model's config")
+    if own != config:
+        key = sorted(k for k in own.keys() | config.keys() if own.get(k) != config.get(k))[0]
+        raise ArtifactError(f"{where}: the manifest's config says {key}={json.dumps(config.get(key))[:24]}, the "
+                            f"model's own metadata {key}={json.dumps(own.get(key))[:24]}; the model does not belong "
+                            "to this folder")
+
+
+def _shown(signed: Signed) -> str:
+    dtype, shape = signed
+    return f"{dtype} [{', '.join(str(a) for a in shape)}]"
+
+
+def check_signature(session: ort.InferenceSession, kind: str, shapes: DecoderShapes, where: str) -> None:
+    """Every input and output of the session is the contract's for `shapes`: the same names in order, dtypes,
+    ranks and fixed axes (a symbolic axis only where the contract has one). One line for the first that is not,
+    before any buffer is sized from the manifest."""
+    want = (inplace_signature if kind == "inplace" else concat_signature)(shapes)
+    types = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(int32)": "int32"}
+    have = {a.name: (types.get(a.type, a.type), list(a.shape)) for a in [*session.get_inputs(),
+                                                                       *session.get_outputs()]}
+    if list(have) != list(want):
+        extra = [n for n in have if n not in want] + [f"no {n}" for n in want if n not in have]
+        raise ContractError(f"{where}: expected the {kind} contract's {len(want)} inputs and outputs for "
+                            f"n_layers={shapes.n_layers} (the manifest's contract.shapes), the model has "
+                            f"{len(have)}: {(extra or ['another order'])[0]}")
+    for name, (dtype, shape) in want.items():
+        got = have[name]
+        fits = got[0] == dtype and len(got[1]) == len(shape) and all(
+            (a == b) if isinstance(a, int) else not isinstance(b, int) for a, b in zip(shape, got[1], strict=True))
+        if not fits:
+            raise ContractError(f"{where}: {name!r}: expected {_shown((dtype, shape))} (the manifest's "
+                                f"contract.shapes), the model has {_shown(got)}")
+
+
 class InPlaceDecoder:
-    def __init__(self, session: ort.InferenceSession, config: GPTConfig, where: str = "gpt.inplace.onnx") -> None:
-        self.session, self.config, self.where = session, config, where
+    def __init__(self, session: ort.InferenceSession, shapes: DecoderShapes, where: str = "gpt.inplace.onnx") -> None:
+        self.session, self.shapes, self.where = session, shapes, where
         self.lengths: list[int] = []
         names = [i.name for i in session.get_inputs()]
         if names[:2] != [INPUT_IDS, PAST_TOKENS]:
@@ -75,9 +120,9 @@ class InPlaceDecoder:
                                 f"got {names[:3]}")
 
     def allocate(self, rows: int) -> None:
-        """The cache: per layer one (rows, H, context_length, D) buffer each for keys and values, zeroed."""
-        c = self.config
-        shape = (rows, c.n_heads, c.context_length, c.head_dim)
+        """The cache: per layer one (rows, KV, context_length, D) buffer each for keys and values, zeroed."""
+        c = self.shapes
+        shape = (rows, c.kv_heads, c.context_length, c.head_dim)
         self.keys = [np.zeros(shape, np.float32) for _ in range(c.n_layers)]
         self.values = [np.zeros(shape, np.float32) for _ in range(c.n_layers)]
         self._bindings: dict[tuple[int, int], ort.IOBinding] = {}
@@ -88,7 +133,7 @@ class InPlaceDecoder:
         binding = self._bindings.get((start, stop))
         if binding is None:
             binding = self.session.io_binding()
-            for i in range(self.config.n_layers):
+            for i in range(self.shapes.n_layers):
                 for past, present, buf in ((past_key(i), present_key(i), self.keys[i]),
                                            (past_value(i), present_value(i), self.values[i])):
                     value = ort.OrtValue.ortvalue_from_numpy(buf[start:stop])  # the kernel writes into buf
@@ -98,7 +143,7 @@ class InPlaceDecoder:
         return binding
 
     def _call(self, binding: ort.IOBinding, ids: np.ndarray, past: np.ndarray) -> np.ndarray:
-        out = np.empty((ids.shape[0], self.config.vocab_size), np.float32)
+        out = np.empty((ids.shape[0], self.shapes.vocab_size), np.float32)
         binding.bind_cpu_input(INPUT_IDS, ids)
         binding.bind_cpu_input(PAST_TOKENS, past)
         binding.bind_ortvalue_output(NEXT_LOGITS, ort.OrtValue.ortvalue_from_numpy(out))
@@ -132,8 +177,8 @@ class InPlaceDecoder:
 
 
 class ConcatDecoder:
-    def __init__(self, session: ort.InferenceSession, config: GPTConfig, where: str = "gpt.onnx") -> None:
-        self.session, self.config, self.where = session, config, where
+    def __init__(self, session: ort.InferenceSession, shapes: DecoderShapes, where: str = "gpt.onnx") -> None:
+        self.session, self.shapes, self.where = session, shapes, where
         self.lengths: list[int] = []
         self.outputs = [o.name for o in session.get_outputs()]
         names = [i.name for i in session.get_inputs()]
@@ -145,7 +190,7 @@ class ConcatDecoder:
              cache: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One run on `cache` (named as the present outputs) -> every output by name."""
         feeds = {INPUT_IDS: ids, ATTENTION_MASK: mask, POSITION_IDS: positions}
-        for i in range(self.config.n_layers):
+        for i in range(self.shapes.n_layers):
             feeds[past_key(i)], feeds[past_value(i)] = cache[present_key(i)], cache[present_value(i)]
         try:
             out = self.session.run(None, feeds)
@@ -154,16 +199,16 @@ class ConcatDecoder:
         return dict(zip(self.outputs, out, strict=True))
 
     def _zeros(self, batch: int, tokens: int) -> dict[str, np.ndarray]:
-        """A zeroed (batch, H, tokens, D) cache per layer for keys and values, named as the present outputs."""
-        c = self.config
-        return {n: np.zeros((batch, c.n_heads, tokens, c.head_dim), np.float32)
+        """A zeroed (batch, KV, tokens, D) cache per layer for keys and values, named as the present outputs."""
+        c = self.shapes
+        return {n: np.zeros((batch, c.kv_heads, tokens, c.head_dim), np.float32)
                 for i in range(c.n_layers) for n in (present_key(i), present_value(i))}
 
     def prefill(self, prompts: list[list[int]]) -> np.ndarray:
         longest = max(len(p) for p in prompts)
         self.cache = self._zeros(len(prompts), longest)
         self.mask = np.zeros((len(prompts), longest), np.int64)
-        logits = np.empty((len(prompts), self.config.vocab_size), np.float32)
+        logits = np.empty((len(prompts), self.shapes.vocab_size), np.float32)
         for row, prompt in enumerate(prompts):
             n = len(prompt)
             ids = np.asarray([prompt], np.int64)
@@ -187,5 +232,5 @@ class ConcatDecoder:
         return named[LOGITS][:, -1]
 
 
-def decoder_for(kind: str, session: ort.InferenceSession, config: GPTConfig, where: str | Path) -> Decoder:
-    return (InPlaceDecoder if kind == "inplace" else ConcatDecoder)(session, config, str(where))
+def decoder_for(kind: str, session: ort.InferenceSession, shapes: DecoderShapes, where: str | Path) -> Decoder:
+    return (InPlaceDecoder if kind == "inplace" else ConcatDecoder)(session, shapes, str(where))

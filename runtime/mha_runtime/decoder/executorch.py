@@ -14,8 +14,8 @@ from importlib.util import find_spec
 from typing import Any, Protocol
 
 from mha_runtime.artifact.errors import ArtifactError, ContractError
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import PTE_FORM, pte_bounds
+from mha_runtime.decoder.shapes import DecoderShapes
 
 RUNNERS_GROUP = "mha.runners"
 GPT_PTE_RUNNER = "gpt-executorch"
@@ -32,11 +32,11 @@ class PteProgram(Protocol):
     def decoder(self) -> Any: ...  # a mha_runtime.decoder.decoder.Decoder over the program's own cache
 
 
-def check_bounds(bounds: dict[str, Any], config: GPTConfig, where: str) -> dict[str, int]:
-    """The manifest's bounds must be the ones this contract gives the config (a hand-edited manifest is refused)."""
-    expected = pte_bounds(config)
+def check_bounds(bounds: dict[str, Any], shapes: DecoderShapes, where: str) -> dict[str, int]:
+    """The manifest's bounds must be the ones this contract gives its shapes (a hand-edited manifest is refused)."""
+    expected = pte_bounds(shapes)
     if bounds != expected:
-        raise ArtifactError(f"{where}: bounds {bounds} in the manifest, expected {expected} for its config")
+        raise ArtifactError(f"{where}: bounds {bounds} in the manifest, expected {expected} for its contract.shapes")
     return expected
 
 
@@ -53,9 +53,11 @@ def check_request(prompts: list[list[int]], max_new_tokens: int, bounds: dict[st
                                 f"{bounds['context_length']}")
 
 
-def pte_program(data: bytes, config: GPTConfig, bounds: dict[str, int], *, where: str,
+def pte_program(data: bytes, config: dict[str, Any], shapes: DecoderShapes, bounds: dict[str, int], *, where: str,
                 threads: int | None = None) -> PteProgram:
-    """The registered runner over already verified bytes, or RunnerMissing naming what to install."""
+    """The registered runner over already verified bytes, or RunnerMissing naming what to install. It is called as
+    factory(data, config, shapes, bounds, where=, threads=): `config` the manifest's (the architecture's own dict,
+    which the program's embedded config must equal), `shapes` its contract.shapes."""
     found = [ep for ep in entry_points(group=RUNNERS_GROUP) if ep.name == GPT_PTE_RUNNER]
     if not found:
         raise RunnerMissing(f"{where}: running gpt.pte needs ExecuTorch: {INSTALL}")
@@ -66,4 +68,4 @@ def pte_program(data: bytes, config: GPTConfig, bounds: dict[str, int], *, where
     except ImportError as exc:
         raise RunnerMissing(f"{where}: running gpt.pte needs ExecuTorch: {INSTALL} (missing module "
                             f"{exc.name!r})") from None
-    return factory(data, config, bounds, where=where, threads=threads)
+    return factory(data, config, shapes, bounds, where=where, threads=threads)

@@ -11,16 +11,15 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mha_runtime.artifact.config_fields import check_own_config
 from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.artifact.manifest import read_verified
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import PTE_FORM, TOKENIZER_FILE, id_problem
-from mha_runtime.decoder.decoder import Decoder, decoder_for, make_session, own_config
+from mha_runtime.decoder.decoder import Decoder, check_own, check_signature, decoder_for, make_session, own_config
 from mha_runtime.decoder.executorch import PteProgram, check_bounds, check_request, pte_program
 from mha_runtime.decoder.forms import FASTEST, FORMS, PTE
 from mha_runtime.decoder.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.decoder.sampling import Sampler, check_sampling
+from mha_runtime.decoder.shapes import DecoderShapes
 from mha_runtime.decoder.tokenizer import GPTTokenizer
 
 MAX_BATCH = 64
@@ -56,7 +55,7 @@ class Generation:
         return later / rest if rest > 0 and later > 0 else 0.0
 
 
-def check_prompts(prompts: list[list[int]], config: GPTConfig) -> None:
+def check_prompts(prompts: list[list[int]], shapes: DecoderShapes) -> None:
     """One line for the first bad prompt: empty, not integers, an id outside the vocabulary, too long. The rule is
     `mha inspect`'s and every runner's, 1 <= prompt + new tokens <= context_length: a prompt leaves room for one new
     token (one of context_length tokens got one at position context_length + 1; serve, the C and Node runners
@@ -69,14 +68,14 @@ def check_prompts(prompts: list[list[int]], config: GPTConfig) -> None:
         where = "prompt" if len(prompts) == 1 else f"prompt {row}"
         if not isinstance(prompt, list) or not prompt:
             raise ContractError(f"{where}: expected at least one token id, got an empty prompt")
-        problem = id_problem(prompt, config.vocab_size, repr)
+        problem = id_problem(prompt, shapes.vocab_size, repr)
         if problem is not None:
             raise ContractError(f"{where}: {problem}")
-        if len(prompt) > config.context_length:
-            raise ContractError(f"{where}: {len(prompt)} tokens, longer than context_length {config.context_length}")
-        if len(prompt) == config.context_length:
-            raise ContractError(f"{where}: {len(prompt)} tokens fill context_length {config.context_length}, leaving "
-                                f"no room for a new token; give at most {config.context_length - 1}")
+        if len(prompt) > shapes.context_length:
+            raise ContractError(f"{where}: {len(prompt)} tokens, longer than context_length {shapes.context_length}")
+        if len(prompt) == shapes.context_length:
+            raise ContractError(f"{where}: {len(prompt)} tokens fill context_length {shapes.context_length}, leaving "
+                                f"no room for a new token; give at most {shapes.context_length - 1}")
 
 
 def take_token(ids: list[int], token: int, *, prompt_tokens: int, max_new_tokens: int, eos_id: EosIds,
@@ -94,13 +93,14 @@ def take_token(ids: list[int], token: int, *, prompt_tokens: int, max_new_tokens
 
 
 class Generator:
-    """Generate from a GPT folder made by `mha export --gpt`: its manifest and files are verified first."""
+    """Generate from a decoder folder made by `mha export --gpt`: its manifest and files are verified first; every
+    shape is the manifest's contract.shapes (`shapes`)."""
 
     def __init__(self, folder: str | Path, *, form: str | None = None, provider: str = "cpu",
                  threads: int | None = None) -> None:
         self.folder = Path(folder)
         self.manifest: GPTManifest = load_gpt_manifest(self.folder)
-        self.config = self.manifest.config
+        self.shapes = self.manifest.shapes
         listed = [f for f in [*FORMS, PTE_FORM] if f in self.manifest.artifacts]
         self.form = form if form is not None else (FASTEST if FASTEST in listed else (listed[0] if listed else ""))
         if self.form not in listed:
@@ -112,23 +112,24 @@ class Generator:
         if self.kind == PTE.kind:  # ExecuTorch, through the export package's registered runner
             if provider != "cpu":
                 raise ContractError(f"{where}: runs on the CPU (XNNPACK); --provider {provider} is for the ONNX forms")
-            self.bounds = check_bounds(self.manifest.artifacts[self.form].bounds or {}, self.config, str(where))
-            self.pte = pte_program(read_verified(self.folder, self.form, self.manifest), self.config, self.bounds,
-                                   where=str(where), threads=threads)
+            self.bounds = check_bounds(self.manifest.artifacts[self.form].bounds or {}, self.shapes, str(where))
+            self.pte = pte_program(read_verified(self.folder, self.form, self.manifest), self.manifest.config,
+                                   self.shapes, self.bounds, where=str(where), threads=threads)
         else:
             self.session = make_session(read_verified(self.folder, self.form, self.manifest), provider=provider,
                                         threads=threads, where=str(where))
-            check_own_config(self.config, own_config(self.session), str(where))
+            check_own(self.manifest.config, own_config(self.session), str(where))
+            check_signature(self.session, self.kind, self.shapes, str(where))
         self.tokenizer: GPTTokenizer | None = None
         if self.manifest.tokenizer is not None:
             data = read_verified(self.folder, TOKENIZER_FILE, self.manifest)
-            self.tokenizer = GPTTokenizer(data, vocab_size=self.config.vocab_size,
+            self.tokenizer = GPTTokenizer(data, vocab_size=self.shapes.vocab_size,
                                           where=str(self.folder / TOKENIZER_FILE))
 
     def decoder(self) -> Decoder:
         if self.pte is not None:
             return self.pte.decoder()  # type: ignore[no-any-return]
-        return decoder_for(self.kind, self.session, self.config, self.folder / self.form)
+        return decoder_for(self.kind, self.session, self.shapes, self.folder / self.form)
 
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
@@ -139,18 +140,18 @@ class Generator:
     def check(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 0.0,
               top_k: int | None = None, eos_id: EosIds = None, seed: int | None = None) -> None:
         """Refuse a request in one line before anything runs."""
-        check_prompts(prompts, self.config)
+        check_prompts(prompts, self.shapes)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ContractError(f"seed: expected an integer >= 0, got {seed!r}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ContractError(f"max_new_tokens: expected an integer >= 1, got {max_new_tokens!r}")
         if self.pte is not None:  # gpt.pte's bounds, before ExecuTorch loads the program
             check_request(prompts, max_new_tokens, self.bounds)
-        check_sampling(temperature, top_k, self.config.vocab_size)
+        check_sampling(temperature, top_k, self.shapes.vocab_size)
         bad = [i for i in stop_set(eos_id) if isinstance(i, bool) or not isinstance(i, int)
-               or not 0 <= i < self.config.vocab_size]
+               or not 0 <= i < self.shapes.vocab_size]
         if bad:
-            raise ContractError(f"eos_id: expected token ids below {self.config.vocab_size}, got {bad[0]!r}")
+            raise ContractError(f"eos_id: expected token ids below {self.shapes.vocab_size}, got {bad[0]!r}")
         if self.pte is not None:  # loaded only for a request it can take, and outside the timings
             self.pte.load()
 
@@ -162,13 +163,13 @@ class Generator:
         self.check(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id,
                    seed=seed)
         sampler = Sampler(len(prompts), temperature=temperature, top_k=top_k, seed=seed,
-                          vocab_size=self.config.vocab_size)
+                          vocab_size=self.shapes.vocab_size)
         out = Generation(prompt_ids=[list(p) for p in prompts], ids=[[] for _ in prompts],
                          stops=["" for _ in prompts], seed=sampler.seed)
         start = time.perf_counter()
         decoder = self.decoder()
         logits = decoder.prefill(out.prompt_ids)
-        context = self.config.context_length
+        context = self.shapes.context_length
         while True:
             live = [r for r, s in enumerate(out.stops) if not s]
             chosen = sampler.next_ids(logits[live], live)

@@ -105,11 +105,11 @@ def load_generations(folder: Path, manifest: GPTManifest, file: str = GENERATION
             problem: str | None = f"name: expected printable text, got {case.name!r}"
         elif not case.prompt_ids:
             problem = "expected at least one prompt id, got none"
-        elif len(case.prompt_ids) > manifest.config.context_length:  # the model has no position past it
-            problem = (f"expected at most context_length {manifest.config.context_length} prompt ids, got "
+        elif len(case.prompt_ids) > manifest.shapes.context_length:  # the model has no position past it
+            problem = (f"expected at most context_length {manifest.shapes.context_length} prompt ids, got "
                        f"{len(case.prompt_ids)}")
         else:
-            problem = id_problem(case.prompt_ids, manifest.config.vocab_size, repr)
+            problem = id_problem(case.prompt_ids, manifest.shapes.vocab_size, repr)
         if problem is not None:
             raise ArtifactError(f"{where}: cases[{i}]: {problem}")
     return GoldenGenerations(Tolerance.from_dict(get(doc, "tolerance", dict, where)), cases, doc)

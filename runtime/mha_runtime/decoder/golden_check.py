@@ -145,7 +145,7 @@ def _golden_for(manifest: GPTManifest, form: str) -> str:
 
 def _load(folder: Path, manifest: GPTManifest, file: str) -> tuple[GoldenGenerations, dict[str, np.ndarray]]:
     golden = load_generations(folder, manifest, file)
-    return golden, {c.name: first_logits(folder, manifest, c, manifest.config.vocab_size) for c in golden.cases}
+    return golden, {c.name: first_logits(folder, manifest, c, manifest.shapes.vocab_size) for c in golden.cases}
 
 
 def check_generations(folder: Path, *, provider: str = "cpu", threads: int | None = None) -> list[CaseResult]:

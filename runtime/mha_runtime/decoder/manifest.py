@@ -2,18 +2,20 @@
 contract, shapes, weights, tokenizer, artifacts, files (torch-free).
 
 Every file is listed with its size and sha256 and is checked before it is parsed, as in the attention folders.
+The manifest's `config` is the architecture's own dict: carried, shown and compared with each model's metadata,
+never read for a shape; every shape a runtime allocates is `contract.shapes` (GPTManifest.shapes).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from mha_runtime.artifact.errors import ArtifactError, first_line
 from mha_runtime.artifact.fields import Record, get, keyed, obj, plain_name, record
 from mha_runtime.artifact.manifest import DECODER_KIND, FileRecord, kind_named, read_manifest_json, read_verified
-from mha_runtime.decoder.config import GPTConfig
+from mha_runtime.decoder.shapes import DecoderShapes, read_shapes
 
 GPT_MANIFEST_FORMAT = 1
 # Most eos ids a folder holds: the C runner's fixed array (runtime/native/c/gpt.h, GPT_MAX_EOS).
@@ -60,8 +62,8 @@ class GPTArtifact(Record):
 class GPTManifest(Record):
     name: str
     created: str
-    config: GPTConfig
-    contract: dict[str, Any]
+    config: dict[str, Any]  # the architecture's own config (GPT-2: the book's keys), carried and compared
+    contract: dict[str, Any]  # its "shapes" are `shapes`
     versions: dict[str, str]
     weights: dict[str, Any]  # source, sha256, layout, tied
     tokenizer: dict[str, Any] | None  # file, vocab_size, source; None: the folder works on token ids
@@ -70,6 +72,13 @@ class GPTManifest(Record):
     files: dict[str, FileRecord]
     # Every id generation stops at (Hugging Face allows several); None in a folder made before it (then eos_id).
     eos_ids: list[int] | None = None
+    # contract.shapes, checked (a folder made before it: derived from its config, read_shapes); not written again.
+    shapes: DecoderShapes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, dict):  # a writer may hand the architecture's config object: its dict
+            object.__setattr__(self, "config", self.config.to_dict())
+        object.__setattr__(self, "shapes", read_shapes(self.contract, self.config, "manifest"))
 
     @property
     def stop_ids(self) -> tuple[int, ...]:
@@ -80,32 +89,34 @@ class GPTManifest(Record):
         return () if self.eos_id is None else (self.eos_id,)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": GPT_MANIFEST_FORMAT, "kind": DECODER_KIND} | super().to_dict()
+        written = {k: v for k, v in super().to_dict().items() if k != "shapes"}  # shapes: inside the contract
+        return {"format": GPT_MANIFEST_FORMAT, "kind": DECODER_KIND} | written
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> GPTManifest:
         data = obj(data, where)
         if kind_named(data.get("kind")) != DECODER_KIND or data.get("format") != GPT_MANIFEST_FORMAT or isinstance(
                 data.get("format"), bool):  # true == 1
-            raise ArtifactError(f"{where}: expected a GPT manifest (kind {DECODER_KIND!r}, format "
+            raise ArtifactError(f"{where}: expected a decoder manifest (kind {DECODER_KIND!r}, format "
                                 f"{GPT_MANIFEST_FORMAT}), got kind {data.get('kind')!r}, format "
                                 f"{data.get('format')!r} (export GPT folders with `mha export --gpt`)")
-        config = GPTConfig.from_document(data, where)
+        config, contract = get(data, "config", dict, where), get(data, "contract", dict, where)
+        vocab_size = read_shapes(contract, config, where).vocab_size
         tokenizer = data.get("tokenizer")
         if tokenizer is not None and not isinstance(tokenizer, dict):
             raise ArtifactError(f"{where}: 'tokenizer' must be an object or null")
         eos = data.get("eos_id")
-        if eos is not None and not _token_id(eos, config.vocab_size):
+        if eos is not None and not _token_id(eos, vocab_size):
             raise ArtifactError(f"{where}: 'eos_id' must be a token id below vocab_size or null, got {eos!r}")
         eos_ids = data.get("eos_ids")
         if eos_ids is not None and (not isinstance(eos_ids, list) or len(eos_ids) > MAX_EOS_IDS
-                                    or not all(_token_id(i, config.vocab_size) for i in eos_ids)):
+                                    or not all(_token_id(i, vocab_size) for i in eos_ids)):
             raise ArtifactError(f"{where}: 'eos_ids' must be a list of at most {MAX_EOS_IDS} token ids below "
                                 f"vocab_size, got {first_line(json.dumps(eos_ids))[:60]}")
         if eos_ids is not None and eos != (eos_ids[0] if eos_ids else None):
             raise ArtifactError(f"{where}: 'eos_id' {eos!r} is not the first of 'eos_ids' {eos_ids[:4]!r}")
         return cls(name=get(data, "name", str, where), created=get(data, "created", str, where), config=config,
-                   contract=get(data, "contract", dict, where), versions=get(data, "versions", dict, where),
+                   contract=contract, versions=get(data, "versions", dict, where),
                    weights=get(data, "weights", dict, where), tokenizer=tokenizer, eos_id=eos,
                    artifacts=keyed(get(data, "artifacts", dict, where), f"{where}: artifacts", GPTArtifact.from_dict),
                    files=keyed(get(data, "files", dict, where), f"{where}: files", FileRecord.from_dict),
@@ -117,7 +128,7 @@ def _token_id(value: object, vocab_size: int) -> bool:
 
 
 def load_gpt_manifest(folder: Path) -> GPTManifest:
-    """Read folder/manifest.json as a GPT manifest, or raise ArtifactError naming what is wrong."""
+    """Read folder/manifest.json as a decoder manifest, or raise ArtifactError naming what is wrong."""
     path, data = read_manifest_json(folder, label="GPT folder", made_by="`mha export --gpt`")
     return GPTManifest.from_dict(data, str(path))
 

@@ -210,7 +210,7 @@ def load_windows(folder: Path, manifest: GPTManifest) -> Windows:
     where, doc = read_listed_json(folder, manifest, QUALITY_FILE, kind=QUALITY_KIND, fmt=QUALITY_FORMAT,
                                   what="quality windows")
     ids = get(doc, "windows", list, where)
-    vocab, context = manifest.config.vocab_size, manifest.config.context_length
+    vocab, context = manifest.shapes.vocab_size, manifest.shapes.context_length
     width = len(ids[0]) if ids and isinstance(ids[0], list) else 0
     good = width >= 2 and width <= context and all(
         isinstance(w, list) and len(w) == width

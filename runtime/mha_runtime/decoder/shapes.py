@@ -80,3 +80,29 @@ class DecoderShapes:
         if extra:
             raise ArtifactError(f"{where}: unknown key {extra[0]!r}")
         return cls(arch=arch, **values)
+
+
+def read_shapes(contract: dict[str, Any], config: dict[str, Any], where: str) -> DecoderShapes:
+    """A manifest's shapes: its `contract.shapes`, or for a folder exported before the contract recorded them, the
+    shapes its GPT-2 config implies (legacy_shapes)."""
+    if "shapes" in contract:
+        return DecoderShapes.from_dict(contract["shapes"], f"{where}: contract.shapes")
+    return legacy_shapes(config, f"{where}: config")
+
+
+def legacy_shapes(config: dict[str, Any], where: str) -> DecoderShapes:
+    """The one place the Python runtime reads an architecture's config keys: a folder exported before issue 57
+    has no `contract.shapes`, and then only the book's GPT-2 (keys vocab_size, context_length, emb_dim, n_heads,
+    n_layers; one key/value head per query head)."""
+    keys = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")
+    bad = [k for k in keys if isinstance(config.get(k), bool) or not isinstance(config.get(k), int) or config[k] < 1]
+    if bad:
+        raise ArtifactError(f"{where}: no contract.shapes (a folder exported before them) and {bad[0]!r} is not a "
+                            f"positive integer of the book's GPT config ({config.get(bad[0])!r}); re-export it")
+    heads, width = config["n_heads"], config["emb_dim"]
+    if width % heads:
+        raise ArtifactError(f"{where}: emb_dim {width} is not divisible by n_heads {heads}")
+    return DecoderShapes.from_dict({"arch": "gpt2", "n_layers": config["n_layers"], "n_heads": heads,
+                                    "kv_heads": heads, "head_dim": width // heads,
+                                    "vocab_size": config["vocab_size"],
+                                    "context_length": config["context_length"]}, where)

@@ -1,4 +1,5 @@
-"""GPT-2's byte-level BPE from the folder's tokenizer.json, through Hugging Face `tokenizers` (no hand-written BPE)."""
+"""The folder's tokenizer.json (a BPE model: GPT-2's byte-level today), through Hugging Face `tokenizers` (no
+hand-written BPE)."""
 from __future__ import annotations
 
 import json

@@ -1,13 +1,17 @@
-/* The GPT side of mha_check: a GPT folder (manifest.json of kind "gpt", made by `mha export --gpt`) driven through
- * its in-place decoder gpt.inplace.onnx with the ONNX Runtime C API and IO binding, token ids in and out.
+/* The decoder side of mha_check: a decoder folder (manifest.json of kind "decoder", "gpt" in folders exported before
+ * it was named so; made by `mha export --gpt`) driven through its in-place decoder gpt.inplace.onnx with the ONNX
+ * Runtime C API and IO binding, token ids in and out. It knows no architecture: every shape it allocates or checks
+ * is the manifest's contract.shapes (MhaGptShapes), and the manifest's config is compared with the model's own
+ * metadata as parsed JSON, whatever its keys.
  *
  *   mha_check generate DIR --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
  *                          [--no-eos] [--threads N] [--warmup N] [--json]
  *   mha_check check DIR [--json FILE]       (on a GPT folder: every golden generation of golden/generations.json)
  *
  * The contract (runtime/mha_runtime/decoder/contract.py, also manifest["contract"]): input_ids int64 [B, T],
- * past_tokens int32 [B], per layer past_key_values.{i}.key/.value float32 [B, H, C, D] in; next_token_logits
- * float32 [B, V] and present.{i}.key/.value [B, H, C, D] out. One preallocated buffer per layer and per key/value
+ * past_tokens int32 [B], per layer past_key_values.{i}.key/.value float32 [B, KV, C, D] in; next_token_logits
+ * float32 [B, V] and present.{i}.key/.value [B, KV, C, D] out (KV: kv_heads, fewer than the query heads under
+ * grouped-query attention). One preallocated buffer per layer and per key/value
  * is bound as both past_key_values.{i}.* and present.{i}.* (the same OrtValue over the same memory), so ONNX
  * Runtime writes each step's rows into it; the prompt is prefilled at batch 1, then one token per step.
  *
@@ -25,8 +29,10 @@
 #include <stdint.h>
 
 #include "artifact.h"
+#include "json.h"
 
-#define MHA_GPT_KIND "gpt"
+#define MHA_DECODER_KIND "decoder"
+#define MHA_DECODER_KIND_OLD "gpt"  /* its name in folders exported before issue 57: read, never written */
 #define MHA_GPT_FORMAT 1
 #define MHA_GPT_INPLACE "gpt.inplace.onnx"
 #define MHA_GPT_GENERATIONS "golden/generations.json"
@@ -39,18 +45,25 @@
 /* The forms `check` runs: gpt.inplace.onnx, then the lossy forms the folder lists, each with its own golden
  * generations (the manifest entry's "generations"). */
 #define MHA_GPT_MAX_FORMS 3
-#define MHA_GPT_MAX_CONTEXT 4096   /* the exporter's bounds (runtime/mha_runtime/decoder/config.py) */
+#define MHA_GPT_MAX_CONTEXT (1LL << 20)  /* contract.shapes' bounds (runtime/mha_runtime/decoder/shapes.py) */
 #define MHA_GPT_MAX_HEADS 256
 #define MHA_GPT_MAX_LAYERS 1024
 #define MHA_GPT_MAX_VOCAB (1LL << 22)
-#define MHA_GPT_MAX_EMB (1LL << 16)
+#define MHA_GPT_MAX_HEAD_DIM (1LL << 16)
+#define MHA_GPT_MAX_CACHE_FLOATS (1LL << 36)  /* one layer's keys [1, KV, C, D]: 256 GiB, refused before calloc */
 #define MHA_GPT_MAX_EOS 64          /* eos ids a folder holds (runtime/mha_runtime/decoder/manifest.py MAX_EOS_IDS) */
 
-typedef struct { long long vocab_size, context_length, emb_dim, n_heads, n_layers; } MhaGptConfig;
+/* The manifest's contract.shapes: every shape this runner allocates or checks. */
+typedef struct {
+    char arch[64];  /* the architecture that made the folder: shown, never used */
+    long long n_layers, n_heads, kv_heads, head_dim, vocab_size, context_length;
+} MhaGptShapes;
 
 typedef struct {
     MhaManifest files;  /* path and the files' sizes and sha256s (config unused) */
-    MhaGptConfig config;
+    MhaGptShapes shapes;
+    JsonValue *doc;            /* the parsed manifest, kept for config */
+    const JsonValue *config;   /* its "config": the architecture's own, compared with each model's metadata */
     long long eos_id;   /* -1: none; the first of eos_ids */
     /* Every id generation stops at: the manifest's eos_ids, or (a folder made before it) its one eos_id. The same
      * rule as Python's GPTManifest.stop_ids and Node's stop_ids. */
@@ -60,7 +73,10 @@ typedef struct {
     char forms[MHA_GPT_MAX_FORMS][64], generations[MHA_GPT_MAX_FORMS][256];
 } MhaGptManifest;
 
-/* Whether DIR/manifest.json says kind "gpt" (anything unreadable: no; the attention reader then names it). */
+/* Whether a manifest's "kind" names the decoder kind ("decoder", or its older name "gpt"): the one place the C
+ * runner reads the kind. */
+int mha_decoder_kind(const JsonValue *kind);
+/* Whether DIR/manifest.json is of the decoder kind (anything unreadable: no; the attention reader then names it). */
 int mha_is_gpt_folder(const char *dir);
 /* DIR/manifest.json as a GPT manifest, every field checked; MHA_MISSING when there is none. */
 int mha_gpt_manifest_load(const char *dir, MhaGptManifest *m, char *err, size_t n);

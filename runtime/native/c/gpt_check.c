@@ -57,8 +57,8 @@ static int id_array(const JsonValue *v, long long most, long long vocab, const c
     return 0;
 }
 
-/* cases[i] validated against the config; g->name is set as soon as it is known (for the FAIL line). */
-static int golden_get(const JsonValue *k, size_t index, const MhaGptConfig *c, Golden *g, char *why, size_t n) {
+/* cases[i] validated against the shapes; g->name is set as soon as it is known (for the FAIL line). */
+static int golden_get(const JsonValue *k, size_t index, const MhaGptShapes *c, Golden *g, char *why, size_t n) {
     memset(g, 0, sizeof *g);
     snprintf(g->name, sizeof g->name, "cases[%zu]", index);
     if (!k || k->type != JSON_OBJECT) { say(why, n, "expected an object, got %s", json_type_name(k)); return 1; }
@@ -120,7 +120,7 @@ static int golden_get(const JsonValue *k, size_t index, const MhaGptConfig *c, G
 static int check_golden(GptRun *r, const MhaGptManifest *m, const char *dir, const char *form, const Golden *g,
                         double atol, double rtol, int has_rel_l2, double rel_l2, void *scratch, MhaReport *report) {
     char why[2048] = "";
-    long long V = m->config.vocab_size;
+    long long V = m->shapes.vocab_size;
     float *first = malloc((size_t)V * sizeof(float)), *want = NULL;
     Result out = {calloc((size_t)g->max_new, sizeof(int64_t)), 0, "", 0, 0};
     MhaCompare cmp = {0, 0, 0};
@@ -207,11 +207,11 @@ static int check_form(const MhaGptManifest *m, const char *dir, size_t f, void *
         say(err, errn, "%s: expected kind \"gpt-generations\" format 1", path);
         goto done;
     }
-    if ((vocab && (vocab->type != JSON_NUMBER || !vocab->is_integer || vocab->integer != m->config.vocab_size)) ||
+    if ((vocab && (vocab->type != JSON_NUMBER || !vocab->is_integer || vocab->integer != m->shapes.vocab_size)) ||
         (context && (context->type != JSON_NUMBER || !context->is_integer ||
-                     context->integer != m->config.context_length))) {
+                     context->integer != m->shapes.context_length))) {
         say(err, errn, "%s: expected vocab_size %lld and context_length %lld (the manifest's); the golden "
-                 "generations do not belong to this folder", path, m->config.vocab_size, m->config.context_length);
+                 "generations do not belong to this folder", path, m->shapes.vocab_size, m->shapes.context_length);
         goto done;
     }
     int has_rel_l2 = rel_l2 && rel_l2->type != JSON_NULL;
@@ -247,7 +247,7 @@ static int check_form(const MhaGptManifest *m, const char *dir, size_t f, void *
     for (const JsonValue *k = cases->child; k; k = k->next, index++) {
         Golden g;
         char line[2048];
-        if (golden_get(k, index, &m->config, &g, line, sizeof line)) {
+        if (golden_get(k, index, &m->shapes, &g, line, sizeof line)) {
             print_c("FAIL %-20s %-16s %s\n", form, g.name, line);
             mha_report_case(report, g.name, NULL, line);
             (*failures)++;
@@ -271,7 +271,7 @@ int mha_gpt_check(const char *dir, const char *json_path) {
     MhaGptManifest m;
     char err[2048];
     if (mha_gpt_manifest_load(dir, &m, err, sizeof err)) return stop(dir, json_path, err);
-    void *scratch = malloc(mha_gpt_scratch_bytes(m.config.vocab_size));
+    void *scratch = malloc(mha_gpt_scratch_bytes(m.shapes.vocab_size));
     if (!scratch) {
         mha_gpt_manifest_free(&m);
         return stop(dir, json_path, "out of memory");

@@ -1,6 +1,7 @@
-/* The model against the in-place GPT contract (runtime/mha_runtime/decoder/contract.py, also manifest["contract"]):
- * each input and output of the session by name, element type, rank and fixed axes (check_contract), and its
- * "mha_export.gpt_config" / "mha_export.gpt_contract" metadata against the manifest (check_metadata). */
+/* The model against the in-place decoder contract (runtime/mha_runtime/decoder/contract.py, also
+ * manifest["contract"]): each input and output of the session by name, element type, rank and fixed axes, sized by
+ * the manifest's contract.shapes (check_contract), and its "mha_export.gpt_config" / "mha_export.gpt_contract"
+ * metadata against the manifest (check_metadata: the config as parsed JSON, whatever the architecture's keys). */
 #define _POSIX_C_SOURCE 200809L
 #include "gpt_private.h"
 
@@ -11,9 +12,9 @@
 typedef struct { char name[64]; ONNXTensorElementDataType type; size_t rank; int64_t dims[4]; } Port;
 
 /* The contract's inputs (out = 0) or outputs (out = 1) of gpt.inplace.onnx: -1 for a symbolic axis. */
-static size_t contract_ports(const MhaGptConfig *c, int out, Port *ports) {
+static size_t contract_ports(const MhaGptShapes *c, int out, Port *ports) {
     size_t k = 0;
-    int64_t H = c->n_heads, C = c->context_length, D = c->emb_dim / c->n_heads;
+    int64_t KV = c->kv_heads, C = c->context_length, D = c->head_dim;
     if (!out) {
         ports[k++] = (Port){"input_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, 2, {-1, -1, 0, 0}};
         ports[k++] = (Port){"past_tokens", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, 1, {-1, 0, 0, 0}};
@@ -27,14 +28,14 @@ static size_t contract_ports(const MhaGptConfig *c, int out, Port *ports) {
             p->type = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
             p->rank = 4;
             p->dims[0] = -1;
-            p->dims[1] = H;
+            p->dims[1] = KV;
             p->dims[2] = C;
             p->dims[3] = D;
         }
     return k;
 }
 
-int check_contract(OrtSession *s, const MhaGptConfig *c, const char *path, char *why, size_t n) {
+int check_contract(OrtSession *s, const MhaGptShapes *c, const char *path, char *why, size_t n) {
     size_t most = 2 + 2 * (size_t)c->n_layers;
     Port *ports = calloc(most, sizeof *ports);
     OrtAllocator *alloc = NULL;
@@ -44,7 +45,7 @@ int check_contract(OrtSession *s, const MhaGptConfig *c, const char *path, char 
         size_t want = contract_ports(c, out, ports), count = 0;
         bad = failed(out ? ort->SessionGetOutputCount(s, &count) : ort->SessionGetInputCount(s, &count), path, why, n);
         if (!bad && count != want) {
-            say(why, n, "%s: expected the in-place GPT contract's %zu %s (n_layers=%lld), the model has %zu", path,
+            say(why, n, "%s: expected the in-place contract's %zu %s (n_layers=%lld), the model has %zu", path,
                      want, out ? "outputs" : "inputs", c->n_layers, count);
             bad = 1;
         }
@@ -61,7 +62,7 @@ int check_contract(OrtSession *s, const MhaGptConfig *c, const char *path, char 
             for (size_t j = 0; !bad && j < want && !p; j++)
                 if (strcmp(ports[j].name, name) == 0) p = &ports[j];
             if (!bad && !p) {
-                say(why, n, "%s: %s '%.80s' is not in the in-place GPT contract (gpt/contract.py)", path,
+                say(why, n, "%s: %s '%.80s' is not in the in-place contract (decoder/contract.py)", path,
                          out ? "output" : "input", name);
                 bad = 1;
             }
@@ -82,7 +83,7 @@ int check_contract(OrtSession *s, const MhaGptConfig *c, const char *path, char 
             if (!bad) bad = failed(ort->GetDimensions(tensor, dims, rank), path, why, n);
             for (size_t a = 0; !bad && a < rank; a++)
                 if (p->dims[a] >= 0 && dims[a] >= 0 && dims[a] != p->dims[a]) {
-                    say(why, n, "%s: '%s': expected axis %zu of size %lld (the manifest's config), got %lld", path,
+                    say(why, n, "%s: '%s': expected axis %zu of size %lld (the manifest's contract.shapes), got %lld", path,
                              p->name, a, (long long)p->dims[a], (long long)dims[a]);
                     bad = 1;
                 }
@@ -94,7 +95,14 @@ int check_contract(OrtSession *s, const MhaGptConfig *c, const char *path, char 
     return bad;
 }
 
-int check_metadata(OrtSession *s, const MhaGptConfig *c, const char *path, char *why, size_t n) {
+/* The first member of object a whose value b does not have (NULL: none, or a is no object). */
+static const char *differing_key(const JsonValue *a, const JsonValue *b) {
+    for (const JsonValue *x = a && a->type == JSON_OBJECT ? a->child : NULL; x; x = x->next)
+        if (!json_equal(x, json_get(b, x->key))) return x->key;
+    return NULL;
+}
+
+int check_metadata(OrtSession *s, const JsonValue *c, const char *path, char *why, size_t n) {
     OrtModelMetadata *meta = NULL;
     OrtAllocator *alloc = NULL;
     char *config = NULL, *contract = NULL, what[4200];
@@ -113,18 +121,15 @@ int check_metadata(OrtSession *s, const MhaGptConfig *c, const char *path, char 
     if (!bad) {
         char err[512];
         JsonValue *root = json_parse(config, strlen(config), err, sizeof err);
-        MhaGptConfig own;
         say(what, sizeof what, "%s: metadata 'mha_export.gpt_config'", path);
         if (!root) {
             say(why, n, "%s: expected JSON (%s)", what, err);
             bad = 1;
-        } else if (gpt_config_from(root, what, &own, why, n)) {
-            bad = 1;
-        } else if (memcmp(&own, c, sizeof own) != 0) {
-            say(why, n, "%s says vocab_size=%lld context_length=%lld emb_dim=%lld n_heads=%lld n_layers=%lld, the "
-                     "manifest says %lld %lld %lld %lld %lld; the model does not belong to this folder", what,
-                     own.vocab_size, own.context_length, own.emb_dim, own.n_heads, own.n_layers, c->vocab_size,
-                     c->context_length, c->emb_dim, c->n_heads, c->n_layers);
+        } else if (!json_equal(root, c)) {
+            const char *key = differing_key(root, c);
+            if (!key) key = differing_key(c, root);
+            say(why, n, "%s differs from the manifest's config at %s%.60s%s; the model does not belong to this folder",
+                what, key ? "'" : "", key ? key : "its top level", key ? "'" : "");
             bad = 1;
         }
         json_free(root);

@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
     ok(ort->CreateSession(env, argc > 1 ? argv[1] : "gpt.inplace.onnx", opts, &s));
     ok(ort->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &cpu));
     ok(ort->GetAllocatorWithDefaultOptions(&alloc));
-    size_t inputs; int64_t cache[4], logits_shape[2];  // cache [1, H, C, D]; logits [1, V]
+    size_t inputs; int64_t cache[4], logits_shape[2];  // cache [1, KV, C, D] (key/value heads); logits [1, V]
     ok(ort->SessionGetInputCount(s, &inputs));
     ok(ort->SessionGetInputTypeInfo(s, 2, &info));  // past_key_values.0.key
     ok(ort->CastTypeInfoToTensorInfo(info, &t));
@@ -47,7 +47,8 @@ int main(int argc, char **argv) {
     cache[0] = logits_shape[0] = 1;
     if (n + new_tokens > C) { fprintf(stderr, "error: prompt + new tokens pass context_length %lld\n", (long long)C); return 1; }
     int64_t *ids = calloc((size_t)(n + new_tokens), sizeof *ids);  // the prompt, then the new ids
-    for (int64_t i = 0; i < n; i++) ids[i] = argc > 3 ? int_arg(argv[3 + i], 0, V - 1, "ID") : 6724;
+    // the prompt's ids, or id 0 (in every vocabulary)
+    for (int64_t i = 0; i < n; i++) ids[i] = argc > 3 ? int_arg(argv[3 + i], 0, V - 1, "ID") : 0;
     // one zeroed buffer per layer and per key/value, bound as BOTH past_key_values.{i}.* and present.{i}.*
     ok(ort->CreateIoBinding(s, &bind));
     size_t count = (size_t)(cache[1] * cache[2] * cache[3]);

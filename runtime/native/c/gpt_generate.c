@@ -110,7 +110,7 @@ int mha_gpt_generate(int argc, char **argv) {
 
     MhaGptManifest m;
     if (mha_gpt_manifest_load(dir, &m, why, sizeof why)) { fprintf(stderr, "error: %s\n", why); return 1; }
-    const MhaGptConfig *c = &m.config;
+    const MhaGptShapes *c = &m.shapes;
     long long C = c->context_length;
     int64_t *prompt = calloc((size_t)C + 1, sizeof *prompt);
     size_t T = 0;
@@ -151,26 +151,28 @@ int mha_gpt_generate(int argc, char **argv) {
     for (long long w = 0; w <= warmup && !failed_run; w++)
         failed_run = generate_ids(&r, prompt, (long long)T, &q, scratch, NULL, &out, why, sizeof why);
     if (!why[0] && !failed_run) {
-        size_t size = (size_t)out.count * 22 + 2;
-        char *line = malloc(size);
-        if (!line) say(why, sizeof why, "out of memory");
+        /* at most 21 bytes per id and its comma; the prompt's line on the heap (context_length may be 1 << 20) */
+        size_t size = (size_t)out.count * 22 + 2, prompt_size = T * 22 + 2;
+        char *line = malloc(size), *prompt_line = malloc(prompt_size);
+        if (!line || !prompt_line) say(why, sizeof why, "out of memory");
         else {
             put_ids(line, size, out.ids, out.count);
             if (as_json) {
-                char ttft[40], tps[40], prompt_line[4096 * 22];
+                char ttft[40], tps[40];
                 long long later = out.count > 1 ? out.count - 1 : 0;
                 double rest = out.seconds - out.ttft;
                 json_format_number(out.ttft, ttft, sizeof ttft);
                 json_format_number(later && rest > 0 ? later / rest : 0.0, tps, sizeof tps);
-                put_ids(prompt_line, sizeof prompt_line, prompt, (long long)T);
+                put_ids(prompt_line, prompt_size, prompt, (long long)T);
                 printf("{\"ids\": [%s], \"prompt_ids\": [%s], \"time_to_first_token_s\": %s, \"tokens_per_s\": %s, "
                        "\"stop\": \"%s\", \"seed\": %lld}\n", line, prompt_line, ttft, tps, out.stop, seed);
             } else {
                 printf("%s\n", line);
             }
-            free(line);
             rc = 0;
         }
+        free(line);
+        free(prompt_line);
     }
     if (rc) fprintf(stderr, "error: %s\n", why);
     run_close(&r);

@@ -1,5 +1,7 @@
-/* The GPT manifest (DIR/manifest.json of kind "gpt"): mha_is_gpt_folder, mha_gpt_manifest_load, and the config
- * reader the model's metadata is checked with too (gpt_config_from). */
+/* The decoder manifest (DIR/manifest.json of kind "decoder", or "gpt" before it was named so): mha_decoder_kind,
+ * mha_is_gpt_folder, mha_gpt_manifest_load. Its shapes are contract.shapes, every size checked before any buffer is
+ * sized from it (shapes_from); a folder exported before them is read by legacy_shapes alone. Its config is kept as
+ * parsed JSON, for the comparison with each model's metadata (gpt_contract.c). */
 #define _POSIX_C_SOURCE 200809L
 #include "gpt_private.h"
 
@@ -26,22 +28,71 @@ int int_field(const JsonValue *obj, const char *key, long long lo, long long hi,
     return MHA_OK;
 }
 
-int gpt_config_from(const JsonValue *c, const char *where, MhaGptConfig *cfg, char *err, size_t n) {
+/* What every shape must satisfy, whoever read it: kv_heads divides n_heads, one layer's cache fits the bound. */
+static int shapes_fit(const MhaGptShapes *s, const char *where, char *err, size_t n) {
+    if (s->n_heads % s->kv_heads) {
+        say(err, n, "%s: n_heads %lld is not a multiple of kv_heads %lld", where, s->n_heads, s->kv_heads);
+        return MHA_ERROR;
+    }
+    if (s->kv_heads * s->context_length > MHA_GPT_MAX_CACHE_FLOATS / s->head_dim) {  /* each factor is bounded */
+        say(err, n, "%s: a cache of [1, %lld, %lld, %lld] floats per layer is over the runner's bound of %lld", where,
+            s->kv_heads, s->context_length, s->head_dim, MHA_GPT_MAX_CACHE_FLOATS);
+        return MHA_ERROR;
+    }
+    return MHA_OK;
+}
+
+/* contract.shapes into s, every field checked (the Python reader's rules, DecoderShapes.from_dict). */
+static int shapes_from(const JsonValue *c, const char *where, MhaGptShapes *s, char *err, size_t n) {
+    const JsonValue *arch = json_get(c, "arch");
+    if (!c || c->type != JSON_OBJECT) {
+        say(err, n, "%s: expected an object of arch and the shapes, got %s", where, json_type_name(c));
+        return MHA_ERROR;
+    }
+    if (!arch || arch->type != JSON_STRING || arch->str_len == 0 || arch->str_len >= sizeof s->arch ||
+        strlen(arch->str) != arch->str_len) {
+        say(err, n, "%s: expected 'arch' an architecture name of 1 to %zu bytes", where, sizeof s->arch - 1);
+        return MHA_ERROR;
+    }
+    snprintf(s->arch, sizeof s->arch, "%s", arch->str);
+    if (int_field(c, "n_layers", 1, MHA_GPT_MAX_LAYERS, where, &s->n_layers, err, n) ||
+        int_field(c, "n_heads", 1, MHA_GPT_MAX_HEADS, where, &s->n_heads, err, n) ||
+        int_field(c, "kv_heads", 1, MHA_GPT_MAX_HEADS, where, &s->kv_heads, err, n) ||
+        int_field(c, "head_dim", 1, MHA_GPT_MAX_HEAD_DIM, where, &s->head_dim, err, n) ||
+        int_field(c, "vocab_size", 1, MHA_GPT_MAX_VOCAB, where, &s->vocab_size, err, n) ||
+        int_field(c, "context_length", 1, MHA_GPT_MAX_CONTEXT, where, &s->context_length, err, n))
+        return MHA_ERROR;
+    return shapes_fit(s, where, err, n);
+}
+
+/* The one place the C runner reads an architecture's config keys: a folder exported before issue 57 has no
+ * contract.shapes, and then only the book's GPT-2 (vocab_size, context_length, emb_dim, n_heads, n_layers; one
+ * key/value head per query head). */
+static int legacy_shapes(const JsonValue *c, const char *where, MhaGptShapes *s, char *err, size_t n) {
+    long long emb = 0;
     if (!c || c->type != JSON_OBJECT) {
         say(err, n, "%s: expected a config object, got %s", where, json_type_name(c));
         return MHA_ERROR;
     }
-    if (int_field(c, "vocab_size", 1, MHA_GPT_MAX_VOCAB, where, &cfg->vocab_size, err, n) ||
-        int_field(c, "context_length", 1, MHA_GPT_MAX_CONTEXT, where, &cfg->context_length, err, n) ||
-        int_field(c, "emb_dim", 1, MHA_GPT_MAX_EMB, where, &cfg->emb_dim, err, n) ||
-        int_field(c, "n_heads", 1, MHA_GPT_MAX_HEADS, where, &cfg->n_heads, err, n) ||
-        int_field(c, "n_layers", 1, MHA_GPT_MAX_LAYERS, where, &cfg->n_layers, err, n))
+    snprintf(s->arch, sizeof s->arch, "gpt2");
+    if (int_field(c, "vocab_size", 1, MHA_GPT_MAX_VOCAB, where, &s->vocab_size, err, n) ||
+        int_field(c, "context_length", 1, MHA_GPT_MAX_CONTEXT, where, &s->context_length, err, n) ||
+        int_field(c, "emb_dim", 1, MHA_GPT_MAX_HEADS * MHA_GPT_MAX_HEAD_DIM, where, &emb, err, n) ||
+        int_field(c, "n_heads", 1, MHA_GPT_MAX_HEADS, where, &s->n_heads, err, n) ||
+        int_field(c, "n_layers", 1, MHA_GPT_MAX_LAYERS, where, &s->n_layers, err, n))
         return MHA_ERROR;
-    if (cfg->emb_dim % cfg->n_heads) {
-        say(err, n, "%s: emb_dim %lld is not divisible by n_heads %lld", where, cfg->emb_dim, cfg->n_heads);
+    if (emb % s->n_heads) {
+        say(err, n, "%s: emb_dim %lld is not divisible by n_heads %lld", where, emb, s->n_heads);
         return MHA_ERROR;
     }
-    return MHA_OK;
+    s->kv_heads = s->n_heads;
+    s->head_dim = emb / s->n_heads;
+    return shapes_fit(s, where, err, n);
+}
+
+int mha_decoder_kind(const JsonValue *kind) {
+    return kind && kind->type == JSON_STRING &&
+           (strcmp(kind->str, MHA_DECODER_KIND) == 0 || strcmp(kind->str, MHA_DECODER_KIND_OLD) == 0);
 }
 
 /* The manifest's text (bounded), or MHA_MISSING. */
@@ -71,8 +122,7 @@ int mha_is_gpt_folder(const char *dir) {
     if (read_manifest_text(dir, path, sizeof path, &text, &len, err, sizeof err)) return 0;
     JsonValue *root = json_parse((const char *)text, len, err, sizeof err);
     free(text);
-    const JsonValue *kind = json_get(root, "kind");
-    int gpt = kind && kind->type == JSON_STRING && strcmp(kind->str, MHA_GPT_KIND) == 0;
+    int gpt = mha_decoder_kind(json_get(root, "kind"));
     json_free(root);
     return gpt;
 }
@@ -93,31 +143,39 @@ int mha_gpt_manifest_load(const char *dir, MhaGptManifest *m, char *err, size_t 
         say(err, n, "%s: expected JSON, got a parse error (%s)", path, why);
         return MHA_ERROR;
     }
+    m->doc = root;  /* freed with m: m->config points into it */
     rc = MHA_ERROR;
-    const JsonValue *kind = json_get(root, "kind"), *format = json_get(root, "format");
-    if (root->type != JSON_OBJECT || !kind || kind->type != JSON_STRING || strcmp(kind->str, MHA_GPT_KIND) != 0 ||
+    const JsonValue *format = json_get(root, "format");
+    if (root->type != JSON_OBJECT || !mha_decoder_kind(json_get(root, "kind")) ||
         !format || format->type != JSON_NUMBER || !format->is_integer || format->integer != MHA_GPT_FORMAT) {
-        say(err, n, "%s: expected a GPT manifest (kind \"%s\", format %d) (export GPT folders with `mha export "
-                 "--gpt`)", path, MHA_GPT_KIND, MHA_GPT_FORMAT);
+        say(err, n, "%s: expected a decoder manifest (kind \"%s\", format %d) (export decoder folders with `mha "
+                 "export --gpt`)", path, MHA_DECODER_KIND, MHA_GPT_FORMAT);
         goto done;
     }
-    snprintf(at, sizeof at, "%s: config", path);
-    if (gpt_config_from(json_get(root, "config"), at, &m->config, err, n)) goto done;
+    m->config = json_get(root, "config");
+    if (!m->config || m->config->type != JSON_OBJECT) {
+        say(err, n, "%s: expected 'config' an object, got %s", path, json_type_name(m->config));
+        goto done;
+    }
+    const JsonValue *shapes = json_get(json_get(root, "contract"), "shapes");
+    snprintf(at, sizeof at, "%s: %s", path, shapes ? "contract.shapes" : "config");
+    if (shapes ? shapes_from(shapes, at, &m->shapes, err, n) : legacy_shapes(m->config, at, &m->shapes, err, n))
+        goto done;
     const JsonValue *eos = json_get(root, "eos_id");
     if (eos && eos->type != JSON_NULL) {
-        if (int_field(root, "eos_id", 0, m->config.vocab_size - 1, path, &m->eos_id, err, n)) goto done;
+        if (int_field(root, "eos_id", 0, m->shapes.vocab_size - 1, path, &m->eos_id, err, n)) goto done;
     }
     const JsonValue *listed = json_get(root, "eos_ids");
     if (listed && listed->type != JSON_NULL) {
         int ok = listed->type == JSON_ARRAY;
         for (const JsonValue *v = ok ? listed->child : NULL; v && ok; v = v->next) {
             ok = m->neos < MHA_GPT_MAX_EOS && v->type == JSON_NUMBER && v->is_integer && v->integer >= 0 &&
-                 v->integer < m->config.vocab_size;
+                 v->integer < m->shapes.vocab_size;
             if (ok) m->eos_ids[m->neos++] = v->integer;
         }
         if (!ok) {
             say(err, n, "%s: expected 'eos_ids' a list of at most %d token ids from 0 to %lld", path, MHA_GPT_MAX_EOS,
-                m->config.vocab_size - 1);
+                m->shapes.vocab_size - 1);
             goto done;
         }
         if (m->eos_id != (m->neos ? m->eos_ids[0] : -1)) {
@@ -161,9 +219,13 @@ int mha_gpt_manifest_load(const char *dir, MhaGptManifest *m, char *err, size_t 
     if (mha_manifest_files(json_get(root, "files"), path, &m->files, err, n)) goto done;
     rc = MHA_OK;
 done:
-    json_free(root);
     if (rc != MHA_OK) mha_gpt_manifest_free(m);
     return rc;
 }
 
-void mha_gpt_manifest_free(MhaGptManifest *m) { mha_manifest_free(&m->files); }
+void mha_gpt_manifest_free(MhaGptManifest *m) {
+    mha_manifest_free(&m->files);
+    json_free(m->doc);
+    m->doc = NULL;
+    m->config = NULL;
+}

@@ -1,6 +1,6 @@
 /* What the files of the GPT side of mha_check share among themselves (gpt.h is what mha_check.c sees):
  *
- *   gpt_manifest.c   the GPT manifest and its config (also the model's "mha_export.gpt_config" metadata)
+ *   gpt_manifest.c   the decoder manifest: its contract.shapes, its config kept as JSON, its eos ids
  *   gpt_sample.c     numpy's PCG64 and SeedSequence, and the sampling rule (mha_gpt_next_id)
  *   gpt_contract.c   the model against the in-place contract: inputs, outputs and metadata
  *   gpt_session.c    the in-place decoder through IO binding, and the generation loop
@@ -23,27 +23,25 @@
 /* obj[key] an integer in lo..hi. */
 int int_field(const JsonValue *obj, const char *key, long long lo, long long hi, const char *where, long long *out,
               char *err, size_t n);
-/* A config object (the manifest's "config", the model's metadata) into cfg, every field checked. */
-int gpt_config_from(const JsonValue *c, const char *where, MhaGptConfig *cfg, char *err, size_t n);
 
 /* --- gpt_contract.c ---------------------------------------------------------------------------------------- */
 
 /* Every input and output of the session is the contract's: the same names, element types, ranks and fixed axes. */
-int check_contract(OrtSession *s, const MhaGptConfig *c, const char *path, char *why, size_t n);
-/* The model's "mha_export.gpt_config" metadata equals the manifest's config; "mha_export.gpt_contract" is
- * "inplace". */
-int check_metadata(OrtSession *s, const MhaGptConfig *c, const char *path, char *why, size_t n);
+int check_contract(OrtSession *s, const MhaGptShapes *c, const char *path, char *why, size_t n);
+/* The model's "mha_export.gpt_config" metadata is the manifest's config (`config`) as parsed JSON;
+ * "mha_export.gpt_contract" is "inplace". */
+int check_metadata(OrtSession *s, const JsonValue *config, const char *path, char *why, size_t n);
 
 /* --- gpt_session.c ----------------------------------------------------------------------------------------- */
 
 typedef struct {
     OrtSession *session;
     OrtIoBinding *bind;
-    MhaGptConfig cfg;
+    MhaGptShapes cfg;     /* the manifest's contract.shapes */
     size_t nbuf;          /* 2 * n_layers: key 0, value 0, key 1, ... */
-    float **buf;          /* each [1, H, C, D], bound as past_key_values.{i}.* and present.{i}.* */
+    float **buf;          /* each [1, KV, C, D], bound as past_key_values.{i}.* and present.{i}.* */
     OrtValue **bufv;
-    size_t cache_count;   /* H * C * D */
+    size_t cache_count;   /* KV * C * D */
     float *logits;        /* [1, V], bound as next_token_logits */
     OrtValue *logits_v;
     int64_t *ids;         /* [1, T] for T <= C */

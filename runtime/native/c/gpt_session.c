@@ -43,9 +43,10 @@ static OrtValue *float_tensor(float *data, const int64_t *shape, size_t rank, si
 
 /* A session over the verified bytes of gpt.inplace.onnx, its contract and metadata checked, and the cache, the
  * logits and past_tokens bound. */
-static int run_open(GptRun *r, const unsigned char *bytes, size_t len, const char *path, const MhaGptConfig *cfg,
+static int run_open(GptRun *r, const unsigned char *bytes, size_t len, const char *path, const MhaGptManifest *m,
                     long long threads, char *why, size_t n) {
     memset(r, 0, sizeof *r);
+    const MhaGptShapes *cfg = &m->shapes;
     r->cfg = *cfg;
     OrtSessionOptions *opts = NULL;
     char what[4200];
@@ -54,17 +55,17 @@ static int run_open(GptRun *r, const unsigned char *bytes, size_t len, const cha
               (threads > 0 && failed(ort->SetIntraOpNumThreads(opts, (int)threads), what, why, n)) ||
               failed(ort->CreateSessionFromArray(env, bytes, len, opts, &r->session), what, why, n);
     if (opts) ort->ReleaseSessionOptions(opts);
-    if (!bad) bad = check_metadata(r->session, cfg, path, why, n) || check_contract(r->session, cfg, path, why, n);
+    if (!bad) bad = check_metadata(r->session, m->config, path, why, n) || check_contract(r->session, cfg, path, why, n);
     if (bad) { run_close(r); return 1; }
-    long long H = cfg->n_heads, C = cfg->context_length, D = cfg->emb_dim / cfg->n_heads;
+    long long KV = cfg->kv_heads, C = cfg->context_length, D = cfg->head_dim;
     r->nbuf = 2 * (size_t)cfg->n_layers;
-    r->cache_count = (size_t)(H * C * D);  /* <= 256 * 4096 * 65536: fits */
+    r->cache_count = (size_t)(KV * C * D);  /* <= MHA_GPT_MAX_CACHE_FLOATS (the manifest reader's shapes_fit) */
     r->buf = calloc(r->nbuf, sizeof *r->buf);
     r->bufv = calloc(r->nbuf, sizeof *r->bufv);
     r->logits = calloc((size_t)cfg->vocab_size, sizeof(float));
     r->ids = calloc((size_t)C, sizeof(int64_t));
     if (!r->buf || !r->bufv || !r->logits || !r->ids) { say(why, n, "out of memory"); run_close(r); return 1; }
-    int64_t cache_shape[4] = {1, H, C, D}, logits_shape[2] = {1, cfg->vocab_size}, past_shape[1] = {1};
+    int64_t cache_shape[4] = {1, KV, C, D}, logits_shape[2] = {1, cfg->vocab_size}, past_shape[1] = {1};
     bad = failed(ort->CreateIoBinding(r->session, &r->bind), "IO binding", why, n);
     for (size_t i = 0; !bad && i < r->nbuf; i++) {
         char past[64], present[64];
@@ -165,7 +166,7 @@ int open_verified(GptRun *r, const MhaGptManifest *m, const char *dir, const cha
     char path[4400];
     if (mha_read_verified(&m->files, dir, form, &bytes, &len, why, n)) return 1;
     say(path, sizeof path, "%s/%s", dir, form);
-    int bad = run_open(r, bytes, len, path, &m->config, threads, why, n);
+    int bad = run_open(r, bytes, len, path, m, threads, why, n);
     free(bytes);
     return bad;
 }

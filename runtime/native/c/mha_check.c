@@ -5,9 +5,9 @@
  *   mha_check sha256 FILE...                              the digests it checks files with (like sha256sum)
  *   mha_check generate GPT_DIR --prompt-ids 1,2,3 [--max-new-tokens N] ...   new token ids of a GPT folder (gpt.h)
  *
- * On a GPT folder (manifest.json of kind "gpt"), `check` runs the golden generations of golden/generations.json
- * instead (gpt_check.c); every other folder gets the attention check below, unchanged. What this file shares with
- * the GPT side (the ONNX Runtime handles, one-line messages, "C"-locale lines, the ends of a check) is in cli.h.
+ * On a decoder folder (manifest.json of kind "decoder", or "gpt"), `check` runs the golden generations of
+ * golden/generations.json instead (gpt_check.c); every other folder gets the attention check below, unchanged. What
+ * this file shares with the decoder side (the ONNX Runtime handles, one-line messages, "C"-locale lines, the ends of a check) is in cli.h.
  *
  * `check` trusts nothing it has not verified: manifest.json is required, and cases.json, every golden
  * file and every model are checked against its size and sha256 before use (cases.json before it is

@@ -231,6 +231,34 @@ JsonValue *json_parse(const char *text, size_t len, char *err, size_t errlen) {
     return root;
 }
 
+static size_t json_count(const JsonValue *v) {
+    size_t k = 0;
+    for (const JsonValue *c = v->child; c; c = c->next) k++;
+    return k;
+}
+
+int json_equal(const JsonValue *a, const JsonValue *b) {
+    if (!a || !b || a->type != b->type) return a == b;
+    switch (a->type) {
+    case JSON_NULL: return 1;
+    case JSON_BOOL: return !a->boolean == !b->boolean;
+    case JSON_NUMBER: return a->is_integer && b->is_integer ? a->integer == b->integer : a->number == b->number;
+    case JSON_STRING: return a->str_len == b->str_len && memcmp(a->str, b->str, a->str_len) == 0;
+    case JSON_ARRAY: {
+        const JsonValue *x = a->child, *y = b->child;
+        for (; x && y; x = x->next, y = y->next)
+            if (!json_equal(x, y)) return 0;
+        return !x && !y;
+    }
+    case JSON_OBJECT:  /* keys are unique (json_parse refuses duplicates): same count, each found equal */
+        if (json_count(a) != json_count(b)) return 0;
+        for (const JsonValue *x = a->child; x; x = x->next)
+            if (!json_equal(x, json_get(b, x->key))) return 0;
+        return 1;
+    }
+    return 0;
+}
+
 void json_free(JsonValue *value) {
     while (value) {
         JsonValue *next = value->next;

@@ -35,6 +35,9 @@ JsonValue *json_parse(const char *text, size_t len, char *err, size_t errlen);
 void json_free(JsonValue *value);
 /* obj[key], or NULL when obj is not an object or has no such member. */
 const JsonValue *json_get(const JsonValue *obj, const char *key);
+/* Whether two parsed values are the same JSON: numbers by value (1 and 1.0 alike), strings by their bytes, arrays
+ * element by element, objects member by member whatever their order. */
+int json_equal(const JsonValue *a, const JsonValue *b);
 /* snprintf in the "C" locale ('.' as the decimal point, whatever setlocale chose), for JSON output and for
  * lines other programs parse; -1 (and "") when that locale cannot be had. Thread-safe (uselocale). */
 int json_snprintf_c(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

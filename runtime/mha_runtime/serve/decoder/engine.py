@@ -59,11 +59,11 @@ class BatchEngine:
 
     def __init__(self, decoder: InPlaceDecoder, *, max_batch: int, eos_id: EosIds,
                  tokenizer: GPTTokenizer | None) -> None:
-        self.decoder, self.config = decoder, decoder.config
+        self.decoder, self.shapes = decoder, decoder.shapes
         self.max_batch, self.eos_id, self.tokenizer = max_batch, eos_id, tokenizer
         decoder.allocate(max_batch)
         decoder.step_rows([0], [0])  # warm-up of every binding: the first requests are not slow
-        self.lanes = [InPlaceDecoder(decoder.session, decoder.config, decoder.where) for _ in range(PREFILL_LANES)]
+        self.lanes = [InPlaceDecoder(decoder.session, decoder.shapes, decoder.where) for _ in range(PREFILL_LANES)]
         for lane in self.lanes:  # each lane's own one-row cache, warmed up too
             lane.allocate(1)
             lane.prefill_row(0, [0])
@@ -159,7 +159,7 @@ class BatchEngine:
         generation already ended (its first token was eos, or max_new_tokens is 1)."""
         r = job.request
         job.sampler = Sampler(1, temperature=r.temperature, top_k=r.top_k, seed=r.seed,
-                              vocab_size=self.config.vocab_size)
+                              vocab_size=self.shapes.vocab_size)
         job.text = TextStream(self.tokenizer) if self.tokenizer is not None else None
         logits = lane.prefill_row(0, r.prompt_ids)[None]  # (1, V)
         job.past = len(r.prompt_ids)
@@ -229,7 +229,7 @@ class BatchEngine:
         token = job.sampler.next_ids(logits)[0]
         r = job.request
         job.stop = take_token(job.ids, token, prompt_tokens=len(r.prompt_ids), max_new_tokens=r.max_new_tokens,
-                              eos_id=self.eos_id, context_length=self.config.context_length)
+                              eos_id=self.eos_id, context_length=self.shapes.context_length)
         now = time.perf_counter()
         if not job.first:
             job.first = now

@@ -24,9 +24,9 @@ import numpy as np
 
 from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError
 from mha_runtime.artifact.manifest import DECODER_KIND, kind_named
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.generate import Generator
 from mha_runtime.decoder.manifest import load_gpt_manifest
+from mha_runtime.decoder.shapes import DecoderShapes
 from mha_runtime.serve.attention.loadtest import FAILURES, get_json, loopback_target, ms_text, percentiles_ms
 from mha_runtime.serve.decoder.answers import GenOutcome, check_generations, reference_for
 from mha_runtime.serve.decoder.wire import GENERATE, GenerateRequest
@@ -39,16 +39,16 @@ TEMPERATURES = (0.7, 1.0, 1.3)
 TOP_KS = (None, 40)
 
 
-def generate_requests(config: GPTConfig, *, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int], seed: int,
+def generate_requests(shapes: DecoderShapes, *, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int], seed: int,
                       stream_share: float, sample_share: float) -> Callable[[int], GenerateRequest]:
     """Request i, the same for a given (seed, i) whichever thread sends it (the check makes it again). Every draw
     happens in a fixed order, so the shares change only what they decide, not the prompts."""
-    top_ks = tuple(k if k is None else min(k, config.vocab_size) for k in TOP_KS)
+    top_ks = tuple(k if k is None else min(k, shapes.vocab_size) for k in TOP_KS)
 
     def request(i: int) -> GenerateRequest:
         rng = np.random.default_rng([seed, i])
         length, new = int(rng.choice(prompt_tokens)), int(rng.choice(max_new_tokens))
-        ids = [int(t) for t in rng.integers(0, config.vocab_size, length)]
+        ids = [int(t) for t in rng.integers(0, shapes.vocab_size, length)]
         stream, sample = bool(rng.random() < stream_share), bool(rng.random() < sample_share)
         temperature = float(TEMPERATURES[int(rng.integers(len(TEMPERATURES)))])
         top_k = top_ks[int(rng.integers(len(top_ks)))]
@@ -121,9 +121,9 @@ def summarize_generations(outcomes: list[GenOutcome], seconds: float, *, count: 
     }
 
 
-def check_lengths(config: GPTConfig, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int]) -> None:
+def check_lengths(shapes: DecoderShapes, prompt_tokens: Sequence[int], max_new_tokens: Sequence[int]) -> None:
     """Refuse, in one line and before anything is sent, lists that could ask for more than context_length."""
-    context = config.context_length
+    context = shapes.context_length
     if not prompt_tokens or min(prompt_tokens) < 1:
         raise BadValueError(f"--prompt-tokens: expected counts >= 1, got {list(prompt_tokens)}")
     if not max_new_tokens or min(max_new_tokens) < 1:
@@ -155,10 +155,10 @@ def gen_loadtest(url: str, artifact: Path, *, requests: int, concurrency: int, p
     else:  # the reference runs the decoder file the server runs, when the local folder lists it
         listed = load_gpt_manifest(artifact).artifacts
         local = Generator(artifact, form=info.get("model") if info.get("model") in listed else None, threads=threads)
-    check_lengths(local.config, prompt_tokens, max_new_tokens)
+    check_lengths(local.shapes, prompt_tokens, max_new_tokens)
     record = local.manifest.files.get(str(info.get("model")))
     same = record is not None and record.sha256 == info.get("sha256")
-    made = generate_requests(local.config, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens, seed=seed,
+    made = generate_requests(local.shapes, prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens, seed=seed,
                              stream_share=stream_share, sample_share=sample_share)
     outcomes, seconds = run_pool(host, port, made, send=_send, count=requests, concurrency=concurrency,
                                  max_seconds=max_seconds, timeout_s=REQUEST_TIMEOUT_S,

@@ -16,9 +16,9 @@ MAX_CACHE_BYTES = 4 << 30
 
 
 def cache_bytes(gen: Generator, slots: int) -> int:
-    """float32 keys and values of every layer for `slots` sequences of context_length tokens."""
-    c = gen.config
-    return slots * c.n_layers * 2 * c.n_heads * c.context_length * c.head_dim * 4
+    """float32 keys and values of every layer for `slots` sequences of context_length tokens (kv_heads of them)."""
+    c = gen.shapes
+    return slots * c.n_layers * 2 * c.kv_heads * c.context_length * c.head_dim * 4
 
 
 def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
@@ -33,7 +33,7 @@ def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]
     gen = Generator(folder, form=form, provider=options.provider, threads=options.threads)
     need = cache_bytes(gen, max_batch)
     if need > MAX_CACHE_BYTES:
-        raise ServeError(f"--max-batch {max_batch}: the cache of {max_batch} slots of {gen.config.context_length} "
+        raise ServeError(f"--max-batch {max_batch}: the cache of {max_batch} slots of {gen.shapes.context_length} "
                          f"tokens is {need / 2**30:.1f} GiB per replica, over the limit of "
                          f"{MAX_CACHE_BYTES / 2**30:.0f} GiB; lower --max-batch")
     try:
@@ -47,10 +47,11 @@ def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]
     for name in [form] + ([TOKENIZER_FILE] if m.tokenizer is not None else []):
         files[name] = read_verified(folder, name, m)
     info = {"name": m.name, "kind": DECODER_KIND, "model": form, "sha256": m.files[form].sha256,
-            "config": gen.config.to_dict(), "contract": m.contract, "tolerance": FORMS[form].tolerance.to_dict(),
+            "config": m.config, "contract": m.contract | {"shapes": gen.shapes.to_dict()},  # a legacy folder's too
+            "tolerance": FORMS[form].tolerance.to_dict(),
             "eos_id": m.eos_id, "eos_ids": list(m.stop_ids), "tokenizer": m.tokenizer is not None,
             "max_batch": max_batch,
-            "body_limit_bytes": generate_body_limit(gen.config),
+            "body_limit_bytes": generate_body_limit(gen.shapes),
             "generate": {"route": GENERATE, "keys": list(REQUEST_KEYS),
                          "default_max_new_tokens": DEFAULT_MAX_NEW_TOKENS}}
     return files, info

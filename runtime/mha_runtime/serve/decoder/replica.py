@@ -23,7 +23,7 @@ class GenerateReplica:
         self.engine = BatchEngine(decoder, max_batch=options.max_batch, eos_id=gen.manifest.stop_ids,
                                   tokenizer=gen.tokenizer)
         encode = gen.tokenizer.encode if gen.tokenizer is not None else None
-        self.service = GenerateService(config=gen.config, info=info, engine=self.engine, encode=encode)
+        self.service = GenerateService(shapes=gen.shapes, info=info, engine=self.engine, encode=encode)
 
     def close(self) -> None:
         self.engine.closed = True

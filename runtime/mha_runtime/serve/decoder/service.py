@@ -3,7 +3,7 @@ the answer or the stream. Ray Serve wraps it (gpt/replica.py); tests drive it di
 
     POST /v1/generate  wire.py's request -> one JSON answer, or Server-Sent Events with "stream": true
     GET  /v1/health    {"status": "ok", "running", "queued", "steps", "cancelled": counts of the engine}
-    GET  /v1/contract  the model's name, files, config, I/O contract, tolerance and server limits
+    GET  /v1/contract  the model's name, files, config, I/O contract (with its shapes), tolerance and server limits
 
 A malformed request is 400 and a body over the limit 413, each {"error": "<one line>"}, before the request takes a
 slot. A client that goes away (its stream cancelled) marks its generation cancelled: the engine frees the slot
@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from mha_runtime.artifact.errors import RequestError
-from mha_runtime.decoder.config import GPTConfig
+from mha_runtime.decoder.shapes import DecoderShapes
 from mha_runtime.serve.decoder.engine import BatchEngine
 from mha_runtime.serve.decoder.job import Event, Job
 from mha_runtime.serve.decoder.wire import (
@@ -39,11 +39,11 @@ class GenerateService(KindService):
 
     route = GENERATE
 
-    def __init__(self, *, config: GPTConfig, info: dict[str, Any], engine: BatchEngine,
+    def __init__(self, *, shapes: DecoderShapes, info: dict[str, Any], engine: BatchEngine,
                  encode: Callable[[str], list[int]] | None) -> None:
         super().__init__(info)
-        self.config, self.engine, self.encode = config, engine, encode
-        self.limit = generate_body_limit(config)
+        self.shapes, self.engine, self.encode = shapes, engine, encode
+        self.limit = generate_body_limit(shapes)
 
     def health(self) -> dict[str, Any]:
         return self.engine.status()
@@ -52,8 +52,8 @@ class GenerateService(KindService):
         kind = media_type(headers.get("content-type"))
         if kind not in ("", JSON):
             raise RequestError(f"Content-Type: expected {JSON}, got {kind!r}")
-        data = await read_limited(headers, body, self.limit, limit_reason(self.config))
-        request = parse_generate(data, self.encode, self.config)
+        data = await read_limited(headers, body, self.limit, limit_reason(self.shapes))
+        request = parse_generate(data, self.encode, self.shapes)
         if request.stream:
             return StreamReply(sse_event(event, answer) async for event, answer in self._events(request))
         [(event, answer)] = [item async for item in self._events(request) if item[0] != TOKEN_EVENT]  # done or error

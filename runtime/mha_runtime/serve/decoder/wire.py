@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mha_runtime.artifact.errors import RequestError, cut, first_line
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import id_problem
 from mha_runtime.decoder.sampling import TEMPERATURE_RULE, temperature_ok
+from mha_runtime.decoder.shapes import DecoderShapes
 from mha_runtime.serve.attention.wire import load_json
 
 GENERATE = "/v1/generate"
@@ -32,8 +32,8 @@ IDS, TEXT, STOP, PROMPT_TOKENS = "ids", "text", "stop", "prompt_tokens"
 TTFT, TOKENS_PER_S, SEED = "time_to_first_token_s", "tokens_per_s", "seed"
 ANSWER_KEYS = (IDS, TEXT, STOP, PROMPT_TOKENS, TTFT, TOKENS_PER_S, SEED)
 TOKEN_EVENT, DONE_EVENT, ERROR_EVENT = "token", "done", "error"
-# The body limit: room for a prompt of context_length ids (at most 7 bytes each, "50256, ") or of text, at most
-# TEXT_BYTES_PER_TOKEN bytes of UTF-8 per token of context, plus HEADER_BYTES for the other keys.
+# The body limit: room for a prompt of context_length ids (at most 9 bytes each: 7 digits, a comma, a space) or of
+# text, at most TEXT_BYTES_PER_TOKEN bytes of UTF-8 per token of context, plus HEADER_BYTES for the other keys.
 TEXT_BYTES_PER_TOKEN = 32
 HEADER_BYTES = 4096
 
@@ -54,12 +54,12 @@ class GenerateRequest:
         return asdict(self)
 
 
-def generate_body_limit(config: GPTConfig) -> int:
-    return HEADER_BYTES + config.context_length * TEXT_BYTES_PER_TOKEN
+def generate_body_limit(shapes: DecoderShapes) -> int:
+    return HEADER_BYTES + shapes.context_length * TEXT_BYTES_PER_TOKEN
 
 
-def limit_reason(config: GPTConfig) -> str:
-    return (f"context_length {config.context_length} x {TEXT_BYTES_PER_TOKEN} bytes of prompt per token, "
+def limit_reason(shapes: DecoderShapes) -> str:
+    return (f"context_length {shapes.context_length} x {TEXT_BYTES_PER_TOKEN} bytes of prompt per token, "
             f"plus {HEADER_BYTES}")
 
 
@@ -78,7 +78,7 @@ def _integer(doc: dict[str, Any], key: str, default: int | None, low: int) -> in
     return value
 
 
-def parse_generate(body: bytes, encode: Any, config: GPTConfig) -> GenerateRequest:
+def parse_generate(body: bytes, encode: Any, shapes: DecoderShapes) -> GenerateRequest:
     """A request body -> GenerateRequest, or RequestError (400) naming the first thing wrong. `encode` turns text
     into ids (None: the folder has no tokenizer). Ids, lengths and sampling settings are all checked here."""
     doc = load_json(body, "body")
@@ -110,10 +110,10 @@ def parse_generate(body: bytes, encode: Any, config: GPTConfig) -> GenerateReque
         ids = doc["prompt_ids"]
         if not isinstance(ids, list) or not ids:
             raise RequestError(f"'prompt_ids': expected a non-empty list of token ids, got {shown(ids)}")
-        problem = id_problem(ids, config.vocab_size, shown)
+        problem = id_problem(ids, shapes.vocab_size, shown)
         if problem is not None:
             raise RequestError(f"'prompt_ids': {problem}")
-    context = config.context_length
+    context = shapes.context_length
     if len(ids) > context:
         raise RequestError(f"prompt: {len(ids)} tokens, longer than context_length {context}")
     if len(ids) == context:
@@ -128,8 +128,8 @@ def parse_generate(body: bytes, encode: Any, config: GPTConfig) -> GenerateReque
     if not temperature_ok(temperature):
         raise RequestError(f"'temperature': expected {TEMPERATURE_RULE}, got {shown(temperature)}")
     top_k = _integer(doc, "top_k", None, 1)
-    if top_k is not None and top_k > config.vocab_size:
-        raise RequestError(f"'top_k': expected an integer in 1..{config.vocab_size}, got {shown(top_k)}")
+    if top_k is not None and top_k > shapes.vocab_size:
+        raise RequestError(f"'top_k': expected an integer in 1..{shapes.vocab_size}, got {shown(top_k)}")
     seed = _integer(doc, "seed", None, 0)
     if seed is not None and seed >= 1 << 63:
         raise RequestError(f"'seed': expected an integer below 2**63, got {shown(seed)}")
