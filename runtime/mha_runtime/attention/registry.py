@@ -6,11 +6,12 @@ judge each file with its row, and nothing else in the codebase spells a file nam
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mha_runtime.artifact.errors import BadValueError, ExportError, cut
+from mha_runtime.artifact.errors import BadValueError, ExportError
+from mha_runtime.artifact.forms import ALL, Chosen, FormRow, Table, closure, parse, select
 from mha_runtime.artifact.tolerance import Tolerance
 from mha_runtime.attention.config import MHAConfig
 
@@ -53,28 +54,26 @@ class ArtifactSpec:
         return tolerance_for(self.kind, "cpu")
 
 
-@dataclass(frozen=True)
-class Variant:
-    """A named way of building artifact files from the wrapper's weights.
+@dataclass(frozen=True, kw_only=True)
+class Variant(FormRow):
+    """A named way of building artifact files from the wrapper's weights: a row of the forms vocabulary
+    (mha_runtime.artifact.forms) whose `tolerance` is its CPU row.
 
     Its builder lives on the torch side, in `mha_export.attention.graphs.table.BUILDERS` under the same name (checked at
     import), so this table stays importable without torch. `needs` are the variants whose files it is built
-    from. `tolerances` are the rows of the tolerance table for `kind == name`, one per provider; a provider
+    from. `providers` are rows of the tolerance table for `kind == name` measured on another provider; a provider
     without its own row is judged by the CPU row (see `tolerance_for`).
     """
 
-    name: str
     summary: str
-    artifacts: tuple[ArtifactSpec, ...]
-    tolerances: dict[str, Tolerance] = field(default_factory=dict)
-    needs: tuple[str, ...] = ()
-    core: bool = False  # always built (the faithful pair), not a --variants choice
+    runtime: str = ONNX_RUNTIME
+    # A variant of several files lists them (the first is `file`); one file is `file`, its tolerance row its name's.
+    files: tuple[ArtifactSpec, ...] = ()
+    providers: dict[str, Tolerance] = field(default_factory=dict)
     low_precision: bool = False
     # ONNX Runtime's optimized graph of each file is saved beside it at export (artifact/optimized_records.py): the
     # fastest fp32 forms only, since each copy holds the weights again (docs/bench.md, "offline-optimized sessions").
     offline_optimized: bool = False
-    # Why a config's shape cannot be built (None: it can); `all` leaves such a variant out with a note.
-    refuses: Callable[[MHAConfig], str | None] | None = None
     # Python modules the builder needs beyond the export package, and the install that brings them: without
     # them `all` leaves the variant out with a note naming the install, and a variant asked for by name is refused.
     requires: tuple[str, ...] = ()
@@ -83,19 +82,19 @@ class Variant:
     # (docs/measurements/cuda.md). `--provider cuda` refuses it in one line, `auto` runs it on the CPU.
     cuda: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.files and self.files[0].file != self.file:
+            raise ValueError(f"variant {self.name!r}: its first file is not {self.file!r}")
+
+    @property
+    def artifacts(self) -> tuple[ArtifactSpec, ...]:
+        """Every file of the variant, each with its tolerance row and runtime."""
+        return self.files or (ArtifactSpec(self.file, self.name, self.runtime),)
+
     def missing(self) -> str | None:
         """What this environment lacks to build the variant, or None."""
         absent = [m for m in self.requires if importlib.util.find_spec(m) is None]
         return f"needs {', '.join(absent)}: {self.install}" if absent else None
-
-    @property
-    def file(self) -> str:
-        """The variant's (first) file."""
-        return self.artifacts[0].file
-
-
-def _one(file: str, kind: str, runtime: str = ONNX_RUNTIME) -> tuple[ArtifactSpec, ...]:
-    return (ArtifactSpec(file, kind, runtime),)
 
 
 def _gqa_head_size(config: MHAConfig) -> str | None:
@@ -105,54 +104,54 @@ def _gqa_head_size(config: MHAConfig) -> str | None:
 
 
 REGISTRY: tuple[Variant, ...] = (
-    Variant("onnx", "faithful trace of the wrapper (dynamo exporter), one self-contained file",
-            _one("mha.onnx", "onnx"), core=True, tolerances={"cpu": FP32}),
-    Variant("torchscript", "TorchScript (torch.jit.trace), config embedded",
-            _one("mha.pt", "torchscript", TORCHSCRIPT_RUNTIME), core=True, tolerances={"cpu": FP32}),
-    Variant("fused", "one Q/K/V projection, scaled_dot_product_attention, opset 18",
-            _one("mha.fused.onnx", "fused"), tolerances={"cpu": FP32}),
-    Variant("attention", "the fused form at opset 23: one ONNX Attention node",
-            _one("mha.attention.onnx", "attention"), tolerances={"cpu": FP32}),
-    Variant("contrib", "ONNX Runtime's com.microsoft.Attention, one node",
-            _one("mha.contrib.onnx", "contrib"), tolerances={"cpu": FP32}),
-    Variant("blocks", "fused projection + causal query blocks of com.microsoft.MultiHeadAttention",
-            _one("mha.blocks.onnx", "blocks"), tolerances={"cpu": FP32}, offline_optimized=True,
-            cuda=_CUDA_MHA_ONE_TOKEN),
-    Variant("qblocks", "the fastest fp32 form on CPU: causal query blocks of the ONNX Attention op (opset 23)",
-            _one("mha.qblocks.onnx", "qblocks"), tolerances={"cpu": FP32}, offline_optimized=True),
-    Variant("fp16", "float16 weights and compute, float32 I/O (onnxruntime's float16 converter)",
-            _one("mha.fp16.onnx", "fp16"), needs=("fused",), low_precision=True, tolerances={"cpu": FP16}),
-    Variant("int8", "onnxruntime dynamic quantization of the blocks graph (uint8 weights)",
-            _one("mha.int8.onnx", "int8"), needs=("blocks",), low_precision=True, tolerances={"cpu": INT8},
-            cuda=_CUDA_MHA_ONE_TOKEN),
+    Variant(name="onnx", file="mha.onnx", core=True, tolerance=FP32,
+            summary="faithful trace of the wrapper (dynamo exporter), one self-contained file"),
+    Variant(name="torchscript", file="mha.pt", runtime=TORCHSCRIPT_RUNTIME, core=True, tolerance=FP32,
+            summary="TorchScript (torch.jit.trace), config embedded"),
+    Variant(name="fused", file="mha.fused.onnx", tolerance=FP32,
+            summary="one Q/K/V projection, scaled_dot_product_attention, opset 18"),
+    Variant(name="attention", file="mha.attention.onnx", tolerance=FP32,
+            summary="the fused form at opset 23: one ONNX Attention node"),
+    Variant(name="contrib", file="mha.contrib.onnx", tolerance=FP32,
+            summary="ONNX Runtime's com.microsoft.Attention, one node"),
+    Variant(name="blocks", file="mha.blocks.onnx", tolerance=FP32, offline_optimized=True, cuda=_CUDA_MHA_ONE_TOKEN,
+            summary="fused projection + causal query blocks of com.microsoft.MultiHeadAttention"),
+    Variant(name="qblocks", file="mha.qblocks.onnx", tolerance=FP32, offline_optimized=True,
+            summary="the fastest fp32 form on CPU: causal query blocks of the ONNX Attention op (opset 23)"),
+    Variant(name="fp16", file="mha.fp16.onnx", needs=("fused",), low_precision=True, tolerance=FP16,
+            summary="float16 weights and compute, float32 I/O (onnxruntime's float16 converter)"),
+    Variant(name="int8", file="mha.int8.onnx", needs=("blocks",), low_precision=True, tolerance=INT8,
+            cuda=_CUDA_MHA_ONE_TOKEN, summary="onnxruntime dynamic quantization of the blocks graph (uint8 weights)"),
     # The .ort files hold the same fp32 arithmetic as their sources, so they share the sources' rows.
-    Variant("ort", "ORT format of mha.onnx and mha.fused.onnx (basic optimizations) for mobile builds",
-            (ArtifactSpec("mha.ort", "onnx", ONNX_RUNTIME), ArtifactSpec("mha.fused.ort", "fused", ONNX_RUNTIME)),
-            needs=("onnx", "fused")),
-    Variant("pte", f"ExecuTorch program with the XNNPACK delegate (batch <= {PTE_MAX_BATCH})",
-            _one("mha.pte", "pte", EXECUTORCH_RUNTIME), tolerances={"cpu": FP32},
-            requires=("executorch",), install="pip install './export[executorch]'"),
-    Variant("decode", "key/value-cache form for token-by-token generation (its own I/O)",
-            _one("mha.decode.onnx", "decode", DECODE_RUNTIME), tolerances={"cpu": FP32}),
-    Variant("decode-inplace", "decode with one preallocated cache of context_length written in place",
-            _one("mha.decode-inplace.onnx", "decode-inplace", DECODE_INPLACE_RUNTIME), tolerances={"cpu": FP32},
-            refuses=_gqa_head_size, cuda=_CUDA_INPLACE),
+    Variant(name="ort", file="mha.ort", needs=("onnx", "fused"),
+            files=(ArtifactSpec("mha.ort", "onnx", ONNX_RUNTIME), ArtifactSpec("mha.fused.ort", "fused", ONNX_RUNTIME)),
+            summary="ORT format of mha.onnx and mha.fused.onnx (basic optimizations) for mobile builds"),
+    Variant(name="pte", file="mha.pte", runtime=EXECUTORCH_RUNTIME, tolerance=FP32,
+            requires=("executorch",), install="pip install './export[executorch]'",
+            summary=f"ExecuTorch program with the XNNPACK delegate (batch <= {PTE_MAX_BATCH})"),
+    Variant(name="decode", file="mha.decode.onnx", runtime=DECODE_RUNTIME, tolerance=FP32,
+            summary="key/value-cache form for token-by-token generation (its own I/O)"),
+    Variant(name="decode-inplace", file="mha.decode-inplace.onnx", runtime=DECODE_INPLACE_RUNTIME, tolerance=FP32,
+            refuses=_gqa_head_size, cuda=_CUDA_INPLACE,
+            summary="decode with one preallocated cache of context_length written in place"),
 )
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in REGISTRY}
-CHOICES: tuple[str, ...] = tuple(v.name for v in REGISTRY if not v.core)
-# `--variants all`: every choice this config and environment can build; the rest left out with a note.
-ALL = "all"
-# What `--variants` gives: ALL, or the names asked for (each then refused when it cannot be built).
+# How `mha export --variants` reads (mha_runtime.artifact.forms.parse): the variants in build order, 'none' for the
+# core pair alone, needs built with what needs them, and combinations people ask for that cannot be built.
+TABLE: Table[Variant] = Table(
+    REGISTRY, unknown="unknown variant {name}; choose from {choices}, 'all' or 'none'", none=True, unbuildable={
+        "int8-attention": "int8 dynamic quantization of the opset-23 Attention node gives an invalid graph; "
+                          "int8 is built from the blocks form (variant 'int8')"})
+CHOICES: tuple[str, ...] = TABLE.choices
+UNBUILDABLE = TABLE.unbuildable
+# What `--variants` gives: ALL (every choice this config and environment can build; the rest left out with a note),
+# or the names asked for (each then refused when it cannot be built).
 Selection = tuple[str, ...] | Literal["all"]
-# Combinations people ask for that cannot be built, with the reason.
-UNBUILDABLE: dict[str, str] = {
-    "int8-attention": "int8 dynamic quantization of the opset-23 Attention node gives an invalid graph; "
-                      "int8 is built from the blocks form (variant 'int8')",
-}
 # One row per (artifact kind, provider), gathered from the declarations above.
 TOLERANCES: dict[tuple[str, str], Tolerance] = {
-    (v.name, provider): row for v in REGISTRY for provider, row in v.tolerances.items()}
+    (v.name, provider): row for v in REGISTRY
+    for provider, row in ({} if v.tolerance is None else {"cpu": v.tolerance} | v.providers).items()}
 
 
 def tolerance_for(kind: str, provider: str = "cpu") -> Tolerance:
@@ -170,48 +169,30 @@ def tolerance_for(kind: str, provider: str = "cpu") -> Tolerance:
 
 def parse_variants(text: str | Iterable[str]) -> Selection:
     """'fused,int8' -> ('fused', 'int8'); 'all' -> ALL; 'none' or '' -> (). Refuses before any work."""
-    names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
-    if names == [ALL]:
-        return ALL
-    if names in ([], ["none"]):
-        return ()
-    for name in names:
-        if name in UNBUILDABLE:
-            raise BadValueError(f"variant {name!r} cannot be built: {UNBUILDABLE[name]}")
-        if name not in CHOICES:
-            raise BadValueError(f"unknown variant {cut(name)!r}; choose from {', '.join(CHOICES)}, 'all' or 'none'")
-    return tuple(v for v in CHOICES if v in names)
+    chosen = parse(text, TABLE)
+    return ALL if chosen.every else chosen.names
+
+
+def _chosen(variants: Selection | Iterable[str]) -> Chosen:
+    return Chosen(True, ()) if variants == ALL else Chosen(False, tuple(variants))
 
 
 def with_needs(variants: Iterable[str]) -> tuple[Variant, ...]:
     """The core pair, the chosen variants and everything they are built from, in build order."""
-    chosen = {v.name for v in REGISTRY if v.core} | set(variants)
-    pending = list(chosen)
-    while pending:
-        for need in VARIANTS[pending.pop()].needs:
-            if need not in chosen:
-                chosen.add(need)
-                pending.append(need)
-    return tuple(v for v in REGISTRY if v.name in chosen)
+    return closure(TABLE, variants)
 
 
 def buildable(config: MHAConfig, variants: Selection) -> tuple[tuple[str, ...], list[str]]:
     """The variants this config's shape and this environment allow, and a note for each one left out. ALL leaves
     out what cannot be built; a variant asked for by name (itself or as another's need) is refused before any
     work."""
-    kept, notes = [], []
-    for variant in with_needs(CHOICES if variants == ALL else variants):
-        shape = variant.refuses(config) if variant.refuses is not None else None
-        reason = shape or variant.missing()
-        if reason is None:
-            kept.append(variant.name)
-        elif variants == ALL:
-            notes.append(f"variant {variant.name!r} left out: {reason}")
-        else:
-            if shape:  # the config's values rule it out: a usage error; a missing extra is not
-                raise BadValueError(f"variant {variant.name!r} cannot be built for this config: {reason}")
-            raise ExportError(f"variant {variant.name!r} cannot be built here: {reason}")
-    return tuple(v for v in kept if v in CHOICES), notes
+    selection = select(TABLE, _chosen(variants), config)
+    for variant, reason, shape in selection.refused[:1]:
+        if shape:  # the config's values rule it out: a usage error; a missing extra is not
+            raise BadValueError(f"variant {variant.name!r} cannot be built for this config: {reason}")
+        raise ExportError(f"variant {variant.name!r} cannot be built here: {reason}")
+    notes = [f"variant {variant.name!r} left out: {reason}" for variant, reason in selection.left_out]
+    return tuple(v.name for v in selection.rows if not v.core), notes
 
 
 def artifact_specs(variants: Iterable[str]) -> tuple[ArtifactSpec, ...]:
