@@ -12,8 +12,8 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from mha_export.model.example import example_tokens
 from mha_export.infer.torchscript_runner import torchscript_runner
+from mha_export.model.example import example_tokens
 from mha_export.pipeline.progress import steps
 from mha_runtime.artifact.errors import ValidationError
 from mha_runtime.artifact.manifest import ArtifactRecord
@@ -126,7 +126,7 @@ def sweep_cases(model: torch.nn.Module, config: MHAConfig) -> list[SweepCase]:
 
 def validate(folder: Path, model: torch.nn.Module, config: MHAConfig, artifacts: Sequence[ArtifactSpec], *,
              progress: bool = False, label: str = "validating",
-             sweep: list[SweepCase] | None = None) -> dict[str, ArtifactReport]:
+             sweep: Sequence[SweepCase] | None = None) -> dict[str, ArtifactReport]:
     """Run every artifact at every sweep shape and seed; raise ValidationError listing all failures.
 
     The eager outputs are computed once (`sweep`: already computed by the caller); then one artifact at a time is

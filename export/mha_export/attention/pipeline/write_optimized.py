@@ -8,7 +8,7 @@ the way the runtime loads them: graph optimizations disabled.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import onnxruntime as ort
@@ -57,8 +57,8 @@ def write_optimized(folder: Path, artifacts: Iterable[ArtifactSpec]) -> dict[str
     return copies
 
 
-def optimized_records(copies: dict[str, dict[str, ArtifactSpec]],
-                      reports: dict[str, ArtifactReport]) -> dict[str, OptimizedSet]:
+def optimized_records(copies: Mapping[str, Mapping[str, ArtifactSpec]],
+                      reports: Mapping[str, ArtifactReport]) -> dict[str, OptimizedSet]:
     """The manifest's `optimized` object from the copies and their validation reports (keyed by copy file)."""
     return {provider: OptimizedSet(
         onnxruntime=ort.__version__, level=LEVEL, fingerprint=cpu_fingerprint(),
