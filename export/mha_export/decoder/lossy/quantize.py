@@ -1,23 +1,18 @@
-"""The lossy forms: the fastest fp32 graph (gpt.inplace.onnx) with its MatMul weights in 8 or 4 bits.
+"""The lossy forms: the fastest fp32 graph (gpt.inplace.onnx) with its MatMul weights in 8 or 4 bits, as the form's
+method row says (mha_export.decoder.lossy.methods).
 
-onnxruntime's MatMulNBitsQuantizer turns each MatMul into com.microsoft.MatMulNBits (blocks along the input axis);
-accuracy_level 4 lets its kernel compute in int8 with activations quantized per block (level 1, fp32 compute,
-ran at 1.7 tokens/s on GPT_CONFIG_124M here: no fallback on this CPU). Chosen over quantize_dynamic (MatMulInteger
-with one activation scale per tensor): on GPT_CONFIG_124M that moved logits 17x further from fp32 for a similar
-speed (docs/gpt.md). The head is a MatMul on its own (E, V) copy in the graph handed to the quantizer
+The MatMulNBits quantizer (lossy/matmulnbits.py) turns each MatMul into com.microsoft.MatMulNBits (blocks along the
+input axis); accuracy_level 4 lets its kernel compute in int8 with activations quantized per block (level 1, fp32
+compute, ran at 1.7 tokens/s on GPT_CONFIG_124M here: no fallback on this CPU). Chosen over quantize_dynamic
+(MatMulInteger with one activation scale per tensor): on GPT_CONFIG_124M that moved logits 17x further from fp32 for a
+similar speed (docs/gpt.md). The head is a MatMul on its own (E, V) copy in the graph handed to the quantizer
 (graph.add_head); the token embedding is then quantized too (lossy/embedding.py: the head's own weights where they
 are tied); position embeddings, LayerNorms and attention stay fp32.
-
-A plan: the bits, block size and symmetry of most matrices; some kept at a higher precision (fp32 in the 8-bit
-form, 8 bits in the 4-bit form, at the plan's block size) and some in smaller blocks at the plan's bits. Each form
-has a fast plan and a fine one (FAST, FINE; what they cost and give is measured in docs/measurements/gpt.md); the
-export measures them in that order, then the fine plan with the matrices rounding moves most kept higher, and
-takes the first that meets the form's quality bar (mha_export.decoder.lossy.build).
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,67 +23,17 @@ from onnx import numpy_helper
 
 from mha_export.decoder.graphs.inplace import inplace_model
 from mha_export.decoder.lossy.embedding import TOKENS, quantize_embedding, whole_blocks
+from mha_export.decoder.lossy.methods import BLOCK, FP32, HEAD, METHODS, QUANTIZERS, QuantPlan
 from mha_export.onnx_file.check import check_model_light
 from mha_export.onnx_file.save import save_streamed
 from mha_runtime.decoder.config import GPTConfig
+from mha_runtime.decoder.forms import FORMS
 
-BLOCK = 32
-ACCURACY_LEVEL = 4  # int8 compute
-FP32 = "fp32"
-HEAD = "head.weight_t"  # graphs.shared.add_head's (E, V) MatMul weight
-
-
-@dataclass(frozen=True)
-class QuantPlan:
-    """How one lossy form is quantized, as the manifest records it: the bits, block size and symmetry of most
-    matrices; `kept`: weights at a higher precision (name -> "fp32" or "int8", at the plan's block size); `finer`:
-    weights in smaller blocks (name -> block size), at the plan's bits or at the higher precision they are kept at."""
-
-    bits: int  # 8 | 4
-    kept: dict[str, str] = field(default_factory=dict)
-    block_size: int = BLOCK
-    accuracy_level: int = ACCURACY_LEVEL
-    symmetric: bool = True
-    finer: dict[str, int] = field(default_factory=dict)
-    # The token embedding's storage (set by fit()): dtype, and where quantized its block_size and symmetry, and
-    # whether it is the head's own weights (tied).
-    embedding: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": "MatMulNBits (onnxruntime MatMulNBitsQuantizer)", "bits": self.bits,
-                "block_size": self.block_size, "symmetric": self.symmetric, "accuracy_level": self.accuracy_level,
-                "kept": dict(self.kept), "finer": dict(self.finer), "embedding": dict(self.embedding)}
-
-    def precision(self, name: str) -> tuple[int, int, bool] | None:
-        """(bits, block size, symmetric) of weight `name` under this plan (blocks as fit() leaves them), or None
-        where it is kept at fp32."""
-        kept = self.kept.get(name)
-        block = self.finer.get(name, self.block_size)
-        if kept == FP32:
-            return None
-        return (8, block, True) if kept == "int8" else (self.bits, block, self.symmetric)
-
-    def label(self) -> str:
-        """The plan in a few words, for the manifest's list of plans tried."""
-        parts = [f"{self.bits} bits in blocks of {self.block_size}", "symmetric" if self.symmetric else "asymmetric"]
-        parts += [f"{n} in blocks of {b}" for n, b in self.finer.items()]
-        if self.kept:
-            parts.append(f"{len(self.kept)} kept at {'/'.join(sorted(set(self.kept.values())))}")
-        if self.embedding:
-            shared = " (the head's)" if self.embedding.get("shared_with_head") else ""
-            parts.append(f"embedding {self.embedding['dtype']}{shared}")
-        return ", ".join(parts)
-
-
-# Each form's fast plan, measured first: larger blocks (fewer scales to apply per weight) decode faster on
-# MatMulNBits' int8-compute kernels; the head, the matrix rounding moves most, in blocks of 32 (in the 4-bit form
-# at 4 bits too: at 8 bits, as llama.cpp's Q4_0 keeps its output at Q6_K, the head and the embedding it shares made
-# the int4 file of an embedding-heavy model more than 0.2x the fp32 one; the ladder keeps it at 8 bits where the
-# bar needs it); asymmetric 4-bit blocks (a zero point each) round closer at the same speed. Then FINE (blocks of
-# 32, symmetric), then FINE with matrices kept.
-FAST = {8: QuantPlan(8, block_size=128, finer={HEAD: BLOCK}),
-        4: QuantPlan(4, block_size=256, symmetric=False, finer={HEAD: BLOCK})}
-FINE = {8: QuantPlan(8), 4: QuantPlan(4)}
+__all__ = ["FAST", "FINE", "FP32", "HEAD", "QuantPlan", "fit", "lossy_source", "matmul_weights", "quantize_to",
+           "weight_error"]
+# Each lossy form's fast and fine plans by its width, from the method row the form names (the search's first two).
+FAST = {form.bits: METHODS[form.method].fast() for form in FORMS.values() if form.bits and form.method}
+FINE = {form.bits: METHODS[form.method].fine() for form in FORMS.values() if form.bits and form.method}
 
 
 def lossy_source(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> onnx.ModelProto:
@@ -152,17 +97,6 @@ def fit(plan: QuantPlan, model: onnx.ModelProto, *, tied: bool) -> QuantPlan:
 
 
 
-def _quantizer(model: onnx.ModelProto, bits: int, block: int, symmetric: bool, level: int,
-               exclude: list[str]) -> onnx.ModelProto:
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-    quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block, is_symmetric=symmetric,
-                                     accuracy_level=level, nodes_to_exclude=exclude)
-    quantizer.process()
-    out: onnx.ModelProto = quantizer.model.model
-    return out
-
-
 def _passes(plan: QuantPlan, weights: list[str]) -> list[tuple[int, int, bool, set[str]]]:
     """(bits, block, symmetric, weights) of each quantizer pass the plan takes, its main one first."""
     main = {w for w in weights if w not in plan.kept and w not in plan.finer}
@@ -194,8 +128,9 @@ def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan, *, tied: b
         for bits, block, symmetric, group in _passes(plan, list(targets)):
             group &= set(targets)  # TOKENS is not a MatMul weight: quantize_embedding stores it
             if group:
-                model = _quantizer(model, bits, block, symmetric, plan.accuracy_level,
-                                   [n for w, n in targets.items() if w not in group])
+                model = QUANTIZERS[plan.quantizer].quantize(
+                    model, bits=bits, block_size=block, symmetric=symmetric, accuracy_level=plan.accuracy_level,
+                    exclude=[n for w, n in targets.items() if w not in group])
     finally:
         logger.setLevel(level)
     width = next(t.dims[1] for t in model.graph.initializer if t.name == TOKENS)  # (V, E)
