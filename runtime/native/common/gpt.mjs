@@ -1,4 +1,4 @@
-// The GPT generation contract in JavaScript, written once for every JavaScript runner: runtime/native/node (Node.js,
+// The decoder generation contract in JavaScript, written once for every JavaScript runner: runtime/native/node (Node.js,
 // onnxruntime-node: it require()s this file), runtime/native/web/check.mjs (onnxruntime-web's wasm backend in Node.js)
 // and the browser page runtime/native/web/gpt.html. Plain ES modules with no imports but rules.mjs: the caller passes
 // `ort` (onnxruntime-node or onnxruntime-web, the same Tensor/InferenceSession API), an `io` object and the tokenizer
@@ -12,16 +12,17 @@
 // - pcg64.mjs: numpy's random generator, PCG64 seeded through SeedSequence, random() = (next 64-bit output >> 11)
 //   * 2**-53, bit for bit numpy's;
 // - sampling.mjs: the sampling rule (top-k, / temperature, float32 softmax, the inverse-CDF draw);
-// - folder.mjs: the manifest (kind "gpt", format 1) and every file used, checked against its size and sha256 before
-//   it is parsed; the contract: a session's input and output names must be those of manifest.contract[kind].signature;
+// - folder.mjs: the manifest (kind "decoder", format 1) and every file used, checked against its size and sha256
+//   before it is parsed; its contract.shapes (every shape allocated); the contract a session's inputs and outputs must
+//   match, by name, dtype and fixed axes;
 // - tokenizer.mjs: the tokenizer (tokenizer.json through the caller's Tokenizer class) and the streamed text;
 // - decoders.mjs: the two decoder forms (gpt.onnx: Optimum names, a Concat-grown cache; gpt.inplace.onnx: one
-//   [1, H, C, D] buffer per layer and key/value, bound as past and present), batch 1, prefill then one token per step;
+//   [1, KV, C, D] buffer per layer and key/value, KV the key/value heads, bound as past and present), batch 1, prefill then one token per step;
 // - generate.mjs: one generation and its stop rule (max_new_tokens, eos, context_length);
 // - golden.mjs: the golden generations check;
 // - command.mjs: the command line of `generate` (Node and wasm-in-Node share it).
 export { compare } from './rules.mjs';
-export { ArtifactError, ContractError, GPT_KIND, GPT_MANIFEST_FORMAT, GENERATIONS_FILE, CONCAT_FORM, INPLACE_FORM,
+export { ArtifactError, ContractError, DECODER_KIND, GPT_MANIFEST_FORMAT, GENERATIONS_FILE, CONCAT_FORM, INPLACE_FORM,
   TOKENIZER_FILE, TOKENIZER_CONFIG, FP32_FORMS, LOSSY_FORMS, plainName } from './gpt/base.mjs';
 export { seedValue, seedSequencePool, generateState64, PCG64 } from './gpt/pcg64.mjs';
 export { TEMPERATURE_MIN, TEMPERATURE_MAX, TEMPERATURE_RULE, checkSampling, argmax, filteredLogits, probabilities, draw,

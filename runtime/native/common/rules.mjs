@@ -3,6 +3,18 @@
 // module with no imports: attention.mjs and gpt.mjs import it, the pages through them, and Node's mha.js and gpt.js
 // require() those (Node >= 20.19 loads ES modules that way).
 
+// The kinds of folder, named by a manifest's "kind" (an attention manifest has none: it came first); "gpt" is the
+// decoder kind's name in folders exported before it was named for its task, read and never written. The one place
+// the JavaScript runners read a kind (mha_runtime.artifact.manifest.kind_named in Python): every other value, and a
+// manifest that is no object, is the attention's, whose loader then names what is wrong.
+export const ATTENTION_KIND = 'attention', DECODER_KIND = 'decoder';
+const KIND_ALIASES = { gpt: DECODER_KIND };
+
+export function kindOf(doc) {
+  const kind = doc !== null && typeof doc === 'object' ? doc.kind : undefined;
+  return kind === DECODER_KIND || (typeof kind === 'string' && Object.hasOwn(KIND_ALIASES, kind)) ? DECODER_KIND : ATTENTION_KIND;
+}
+
 // The same rule as mha_runtime.artifact.tolerance.compare (and the C runner): |got - want| <= atol + rtol * |want|
 // everywhere, all finite, and, where the row has one, relative L2 error <= rel_l2. The max abs error and the
 // relative L2 error are always over the whole output, never stopping at the first element out of bounds, so a FAIL

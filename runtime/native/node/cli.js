@@ -6,7 +6,7 @@
 //                                                      "runtime": "node"; {"runtime", "artifact_dir", "error"}
 //                                                      when the check stops before any case)
 // mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin    one input as raw little-endian float32
-// On a GPT folder (made by `mha export --gpt`, see gpt.js):
+// On a decoder folder (made by `mha export --gpt`, see gpt.js):
 // mha-node generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T --top-k K --seed S]
 //                   [--no-eos] [--form FILE] [--threads N] [--warmup N] [--json | --text]
 //                                                      the new ids as one line of comma-separated integers (greedy
@@ -21,13 +21,22 @@ const {
   MAX_MANIFEST_BYTES, checkUtf8Arg, exitAfterStdout, exitOnClosedStdout, readRegular, writeAtomically, writeJson,
 } = require('./files');
 
-// Whether DIR/manifest.json says kind "gpt" (its check is gpt.js's); anything unreadable is left to the loaders.
-function isGptFolder(dir) {
+const { ATTENTION_KIND, kindOf } = require('../common/rules.mjs');
+
+// What `check` runs per kind of folder (rules.mjs kindOf reads the manifest's kind): the attention's golden cases, or
+// a decoder's golden generations (gpt.js, loaded only for one).
+const KINDS = {
+  attention: { check: (dir) => check(dir), golden: 'golden/cases.json' },
+  decoder: { check: (dir) => require('./gpt').checkGpt(dir), golden: 'golden/generations.json' },
+};
+
+// The kind DIR/manifest.json names; anything unreadable is the attention's, whose loader then names what is wrong.
+function folderKind(dir) {
   try {
     const text = readRegular(path.join(dir, 'manifest.json'), MAX_MANIFEST_BYTES, (m) => new Error(m));
-    return JSON.parse(text.toString('utf8')).kind === 'gpt';
+    return KINDS[kindOf(JSON.parse(text.toString('utf8')))];
   } catch {
-    return false;
+    return KINDS[ATTENTION_KIND];
   }
 }
 
@@ -56,17 +65,17 @@ async function main(argv) {
   if (args) {
     const head = { runtime: 'node', artifact_dir: args.dir, onnxruntime: require('onnxruntime-node/package.json').version,
       errors: [] };  // as the C runners' (failures tied to no artifact): check() has none
-    const gpt = isGptFolder(args.dir) ? require('./gpt') : null;
+    const kind = folderKind(args.dir);
     let result;
     try {
-      result = gpt ? await gpt.checkGpt(args.dir) : await check(args.dir);
+      result = await kind.check(args.dir);
     } catch (e) {  // stopped before any case: the error is the result
       if (args.json) writeJson(args.json, { runtime: head.runtime, artifact_dir: args.dir, error: e.message.split('\n')[0] });
       throw e;
     }
     const { passed, failed } = result;
     console.log(`${passed} passed, ${failed} failed`);
-    if (passed + failed === 0) console.error(`error: ${args.dir}: no ONNX case found in ${gpt ? 'golden/generations.json' : 'golden/cases.json'}`);
+    if (passed + failed === 0) console.error(`error: ${args.dir}: no ONNX case found in ${kind.golden}`);
     if (args.json) writeJson(args.json, { ...head, ...result });
     return failed > 0 || passed === 0 ? 1 : 0;
   }
@@ -103,7 +112,7 @@ async function main(argv) {
     return 0;
   }
   console.error('usage: mha-node check ARTIFACT_DIR [--json FILE] | mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin'
-    + ' | mha-node generate GPT_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T]'
+    + ' | mha-node generate DECODER_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T]'
     + ' [--top-k K] [--seed S] [--no-eos] [--form FILE] [--threads N] [--warmup N] [--json | --text]');
   return 2;
 }

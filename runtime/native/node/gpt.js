@@ -51,7 +51,7 @@ async function openSession(bytes, form, threads = null) {
 
 function checkFolder(dir) {
   if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) {
-    throw new ArtifactError(`GPT folder ${dir}: expected a folder made by \`mha export --gpt\`, found none`);
+    throw new ArtifactError(`decoder folder ${dir}: expected a folder made by \`mha export --gpt\`, found none`);
   }
 }
 

@@ -6,7 +6,7 @@
 // --json FILE writes the same results (pass counts, max errors, median ms per case) for the portability
 // table (docs/portability.md) and `mha bench`, with "runtime": "wasm": the format the other runners' `check DIR --json FILE` write too
 // (runtime/native/common/report.h).
-// On a GPT folder (manifest kind "gpt", made by `mha export --gpt`) the check runs every golden generation
+// On a decoder folder (manifest kind "decoder", or "gpt" before it was named so; made by `mha export --gpt`) the check runs every golden generation
 // (golden/generations.json) on gpt.onnx and gpt.inplace.onnx through runtime/native/common/gpt.mjs, and
 // node check.mjs generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T --top-k K
 //   --seed S] [--no-eos] [--form FILE] [--warmup N] [--json | --text]
@@ -17,6 +17,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { ArtifactError, checkArtifacts, openSession } from './core.mjs';
 import * as gpt from '../common/gpt.mjs';
+import { ATTENTION_KIND, kindOf } from '../common/rules.mjs';
 import nodeFiles from '../node/files.js';
 
 // writeJson: a unique temporary name renamed into place, removed when the write fails (a fixed '<file>.tmp' was
@@ -86,12 +87,14 @@ async function loadTokenizerClass() {
   }
 }
 
-function isGptFolder(dir) {
+// The kind DIR/manifest.json names (rules.mjs kindOf); anything unreadable is the attention's, whose loader then
+// names what is wrong.
+function folderKind(dir) {
   try {
     const text = readRegular(path.join(dir, 'manifest.json'), MAX_MANIFEST_BYTES, (m) => new Error(m));
-    return JSON.parse(text.toString('utf8')).kind === gpt.GPT_KIND;
+    return kindOf(JSON.parse(text.toString('utf8')));
   } catch {
-    return false;
+    return ATTENTION_KIND;
   }
 }
 
@@ -165,7 +168,7 @@ async function main(argv) {
   if (argv[0] === 'generate') {
     const o = gpt.parseGenerateArgs(argv.slice(1));
     if (!o || o.threads !== null) {
-      console.error(`${USAGE}\n       node check.mjs generate GPT_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] `
+      console.error(`${USAGE}\n       node check.mjs generate DECODER_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] `
         + '[--temperature T] [--top-k K] [--seed S] [--no-eos] [--form FILE] [--warmup N] [--json | --text]');
       return 2;
     }
@@ -178,7 +181,14 @@ async function main(argv) {
     return 2;
   }
   checkFolder(opts.dir);
-  if (isGptFolder(opts.dir)) return checkGpt(opts);
+  return KINDS[folderKind(opts.dir)](opts);
+}
+
+// What the check runs per kind of folder: the attention's golden cases, or a decoder's golden generations.
+const KINDS = { attention: checkAttention, decoder: checkGpt };
+
+// Every golden case of an attention folder's artifacts that onnxruntime-web can load.
+async function checkAttention(opts) {
   const ort = await loadOrt();
   const t0 = performance.now();
   const result = await checkArtifacts(ort, nodeIo(opts.dir), { repeats: opts.repeats, onLine: (l) => console.log(l) });

@@ -93,8 +93,9 @@ async function generatePage({ ort, Tokenizer }) {
   const listed = gpt.listedForms(manifest);
   const form = query.get('form') || (listed.includes(gpt.CONCAT_FORM) ? gpt.CONCAT_FORM : listed[0]);
   if (!form || !listed.includes(form)) throw new gpt.ArtifactError(`${io.where}: no decoder ${form || ''} listed in the manifest`);
-  $('info').textContent = `${manifest.name}: ${manifest.config.n_layers} layers, ${manifest.config.emb_dim} wide, context `
-    + `${manifest.config.context_length}; ${form} on onnxruntime-web ${ort.env.versions.web} (wasm, 1 thread)`;
+  const { arch, n_layers: layers, n_heads: heads, kv_heads: kv, context_length: context } = manifest.shapes;
+  $('info').textContent = `${manifest.name} (${arch}): ${layers} layers, ${heads} heads (${kv} key/value), context `
+    + `${context}; ${form} on onnxruntime-web ${ort.env.versions.web} (wasm, 1 thread)`;
   const bytes = await gpt.verifiedBytes(io, manifest, form);
   const tokenizer = await gpt.loadTokenizer(io, manifest, Tokenizer);
   if (!tokenizer) throw new gpt.ArtifactError(`${io.where}: this folder has no tokenizer (exported without --tokenizer): the page needs one`);

@@ -1,9 +1,9 @@
-// The GPT runner's shared names (runtime/native/common/gpt.mjs re-exports them): its two error classes, the manifest's
-// kind and format, the file names of a GPT folder, the decoder forms, and the small helpers every part uses.
+// The decoder runner's shared names (runtime/native/common/gpt.mjs re-exports them): its two error classes, the
+// manifest's kind and format, the file names of a decoder folder, the decoder forms, and the small helpers every part uses.
 export class ArtifactError extends Error {}
 export class ContractError extends Error {}
 
-export const GPT_KIND = 'gpt';
+export { DECODER_KIND } from '../rules.mjs';  // "gpt" in folders exported before it: rules.mjs kindOf
 export const GPT_MANIFEST_FORMAT = 1;
 export const GENERATIONS_FILE = 'golden/generations.json';
 export const CONCAT_FORM = 'gpt.onnx';

@@ -10,23 +10,26 @@ function runtimeError(where, e) {
   return new ArtifactError(`${where}: ONNX Runtime failed (${firstLine(e)})`);
 }
 
-// gpt.onnx: past_key_values.{i}.* [1, H, P, D] in, present.{i}.* [1, H, P + T, D] out (fed to the next step),
+// Every shape is the manifest's contract.shapes (`shapes`): KV its kv_heads (fewer than the query heads under
+// grouped-query attention), D its head_dim, C its context_length, V its vocab_size.
+
+// gpt.onnx: past_key_values.{i}.* [1, KV, P, D] in, present.{i}.* [1, KV, P + T, D] out (fed to the next step),
 // attention_mask all ones and position_ids P .. P + T - 1.
 export class ConcatDecoder {
-  constructor(ort, session, config, where = CONCAT_FORM) {
-    Object.assign(this, { ort, session, config, where, length: 0, past: null });
+  constructor(ort, session, shapes, where = CONCAT_FORM) {
+    Object.assign(this, { ort, session, shapes, where, length: 0, past: null });
   }
 
   async run(ids) {
-    const { ort, config } = this;
+    const { ort, shapes } = this;
     const p = this.length, t = ids.length;
     const feeds = {
       input_ids: int64(ort, ids),
       attention_mask: new ort.Tensor('int64', new BigInt64Array(p + t).fill(1n), [1, p + t]),
       position_ids: new ort.Tensor('int64', BigInt64Array.from({ length: t }, (_, i) => BigInt(p + i)), [1, t]),
     };
-    const empty = new ort.Tensor('float32', new Float32Array(0), [1, config.n_heads, 0, config.head_dim]);
-    for (let i = 0; i < config.n_layers; i++) {
+    const empty = new ort.Tensor('float32', new Float32Array(0), [1, shapes.kv_heads, 0, shapes.head_dim]);
+    for (let i = 0; i < shapes.n_layers; i++) {
       feeds[`past_key_values.${i}.key`] = this.past ? this.past[`present.${i}.key`] : empty;
       feeds[`past_key_values.${i}.value`] = this.past ? this.past[`present.${i}.value`] : empty;
     }
@@ -38,7 +41,7 @@ export class ConcatDecoder {
     }
     this.past = out;
     this.length = p + t;
-    const v = config.vocab_size;
+    const v = shapes.vocab_size;
     return out.logits.data.slice((t - 1) * v, t * v);
   }
 
@@ -47,15 +50,15 @@ export class ConcatDecoder {
   async step(token) { return this.run([token]); }
 }
 
-// gpt.inplace.onnx: one [1, H, C, D] buffer per layer and key/value, zeroed, fed as past_key_values.{i}.* with
+// gpt.inplace.onnx: one [1, KV, C, D] buffer per layer and key/value, zeroed, fed as past_key_values.{i}.* with
 // past_tokens = the tokens already in it. alias: true (onnxruntime-node) passes the same tensors as the preallocated
 // present.{i}.* outputs, so GroupQueryAttention writes only the new rows into them, in place; the first run checks
 // that the rows landed there. alias: false (onnxruntime-web: its wasm backend copies tensors into its own memory and
 // leaves preallocated outputs unwritten) feeds each run's present.{i}.* back as the next run's past.
 export class InPlaceDecoder {
-  constructor(ort, session, config, { alias, where = INPLACE_FORM } = {}) {
-    Object.assign(this, { ort, session, config, where, alias: Boolean(alias), length: 0, checked: false });
-    const { n_heads: h, context_length: c, head_dim: d, n_layers: layers, vocab_size: v } = config;
+  constructor(ort, session, shapes, { alias, where = INPLACE_FORM } = {}) {
+    Object.assign(this, { ort, session, shapes, where, alias: Boolean(alias), length: 0, checked: false });
+    const { kv_heads: h, context_length: c, head_dim: d, n_layers: layers, vocab_size: v } = shapes;
     this.buffers = {};
     for (let i = 0; i < layers; i++) {
       for (const kv of ['key', 'value']) this.buffers[`${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(h * c * d), [1, h, c, d]);
@@ -64,9 +67,9 @@ export class InPlaceDecoder {
   }
 
   async run(ids) {
-    const { ort, config } = this;
+    const { ort, shapes } = this;
     const p = this.length, t = ids.length;
-    if (p + t > config.context_length) throw new ContractError(`input_ids: ${p + t} tokens, longer than context_length ${config.context_length}`);
+    if (p + t > shapes.context_length) throw new ContractError(`input_ids: ${p + t} tokens, longer than context_length ${shapes.context_length}`);
     const feeds = { input_ids: int64(ort, ids), past_tokens: new ort.Tensor('int32', Int32Array.of(p), [1]) };
     const fetches = this.alias ? { next_token_logits: this.logits } : undefined;
     for (const [name, buffer] of Object.entries(this.buffers)) {
@@ -80,7 +83,7 @@ export class InPlaceDecoder {
       throw runtimeError(this.where, e);
     }
     if (this.alias && !this.checked) {  // the new rows of every buffer are the ones the run returned
-      const { n_heads: h, context_length: c, head_dim: d } = config;
+      const { kv_heads: h, context_length: c, head_dim: d } = shapes;
       for (const name of Object.keys(this.buffers)) {
         const mine = this.buffers[name].data, theirs = out[`present.${name}`].data;
         for (let head = 0; head < h; head++) {
@@ -107,6 +110,6 @@ export class InPlaceDecoder {
 
 export function makeDecoder(ort, session, manifest, form, { alias = false } = {}) {
   checkContract(session, manifest, form);
-  return formKind(form) === 'inplace' ? new InPlaceDecoder(ort, session, manifest.config, { alias, where: form })
-    : new ConcatDecoder(ort, session, manifest.config, form);
+  return formKind(form) === 'inplace' ? new InPlaceDecoder(ort, session, manifest.shapes, { alias, where: form })
+    : new ConcatDecoder(ort, session, manifest.shapes, form);
 }

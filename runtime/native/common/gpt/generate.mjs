@@ -10,26 +10,26 @@ export function stopIds(eosId) {
 
 // The rule of `mha inspect` and every runner: 1 <= prompt + new tokens <= context_length, so a prompt leaves room for
 // one new token (a prompt of context_length tokens got one new token at position context_length + 1).
-export function checkPrompt(prompt, config) {
+export function checkPrompt(prompt, shapes) {
   if (!Array.isArray(prompt) || !prompt.length) throw new ContractError('prompt: expected at least one token id, got an empty prompt');
   const bad = prompt.find((t) => !Number.isInteger(t));
   if (bad !== undefined) throw new ContractError(`prompt: expected integer token ids, got ${JSON.stringify(bad)}`);
-  const out = prompt.find((t) => t < 0 || t >= config.vocab_size);
-  if (out !== undefined) throw new ContractError(`prompt: token id ${out} is outside the vocabulary (0..${config.vocab_size - 1})`);
-  if (prompt.length > config.context_length) {
-    throw new ContractError(`prompt: ${prompt.length} tokens, longer than context_length ${config.context_length}`);
+  const out = prompt.find((t) => t < 0 || t >= shapes.vocab_size);
+  if (out !== undefined) throw new ContractError(`prompt: token id ${out} is outside the vocabulary (0..${shapes.vocab_size - 1})`);
+  if (prompt.length > shapes.context_length) {
+    throw new ContractError(`prompt: ${prompt.length} tokens, longer than context_length ${shapes.context_length}`);
   }
-  if (prompt.length === config.context_length) {
-    throw new ContractError(`prompt: ${prompt.length} tokens fill context_length ${config.context_length}, leaving no room for a new token; give at most ${config.context_length - 1}`);
+  if (prompt.length === shapes.context_length) {
+    throw new ContractError(`prompt: ${prompt.length} tokens fill context_length ${shapes.context_length}, leaving no room for a new token; give at most ${shapes.context_length - 1}`);
   }
 }
 
-export function checkRequest(prompt, config, { maxNewTokens, temperature = 0, topK = null, eosId = null }) {
-  checkPrompt(prompt, config);
+export function checkRequest(prompt, shapes, { maxNewTokens, temperature = 0, topK = null, eosId = null }) {
+  checkPrompt(prompt, shapes);
   if (!Number.isInteger(maxNewTokens) || maxNewTokens < 1) throw new ContractError(`max_new_tokens: expected an integer >= 1, got ${JSON.stringify(maxNewTokens)}`);
-  checkSampling(temperature, topK, config.vocab_size);
-  const bad = stopIds(eosId).find((i) => !Number.isInteger(i) || i < 0 || i >= config.vocab_size);
-  if (bad !== undefined) throw new ContractError(`eos_id: expected token ids below ${config.vocab_size}, got ${bad}`);
+  checkSampling(temperature, topK, shapes.vocab_size);
+  const bad = stopIds(eosId).find((i) => !Number.isInteger(i) || i < 0 || i >= shapes.vocab_size);
+  if (bad !== undefined) throw new ContractError(`eos_id: expected token ids below ${shapes.vocab_size}, got ${bad}`);
 }
 
 // Append the next token unless it is an eos id; why the generation stops now ('' if it goes on). As Python's take_token.
@@ -48,9 +48,9 @@ const clock = () => (globalThis.performance ? performance.now() : Date.now());
 // tokens_per_s counts the tokens after the first over the time after it (the decode speed, as Python's).
 export async function generate(decoder, prompt, { maxNewTokens, temperature = 0, topK = null, seed = null, eosId = null,
   onToken = null, now = clock } = {}) {
-  const config = decoder.config;
-  checkRequest(prompt, config, { maxNewTokens, temperature, topK, eosId });
-  const sampler = new Sampler({ temperature, topK, seed, vocabSize: config.vocab_size });
+  const { shapes } = decoder;
+  checkRequest(prompt, shapes, { maxNewTokens, temperature, topK, eosId });
+  const sampler = new Sampler({ temperature, topK, seed, vocabSize: shapes.vocab_size });
   const ids = [];
   const t0 = now();
   let logits = await decoder.prefill(prompt);
@@ -58,7 +58,7 @@ export async function generate(decoder, prompt, { maxNewTokens, temperature = 0,
   let ttft = null, stop = '';
   for (;;) {
     const token = sampler.next(logits);
-    stop = takeToken(ids, token, { promptTokens: prompt.length, maxNewTokens, eosId, contextLength: config.context_length });
+    stop = takeToken(ids, token, { promptTokens: prompt.length, maxNewTokens, eosId, contextLength: shapes.context_length });
     if (ttft === null) ttft = (now() - t0) / 1000;
     if (stop !== 'eos' && onToken) await onToken(token);
     if (stop) break;

@@ -1,7 +1,7 @@
 // The golden generations check (runtime/mha_runtime/decoder/golden.py; runtime/native/common/gpt.mjs re-exports it): every
 // golden generation on every decoder form the folder lists, in the check format every runner writes.
 import { compare } from '../rules.mjs';
-import { ArtifactError, CONTRACT_TOLERANCE, ContractError, FP32_FORMS, GENERATIONS_FILE, GPT_KIND, LOSSY_FORMS, firstLine, isObject,
+import { ArtifactError, CONTRACT_TOLERANCE, ContractError, FP32_FORMS, GENERATIONS_FILE, DECODER_KIND, LOSSY_FORMS, firstLine, isObject,
   plainName } from './base.mjs';
 import { formKind, listedForms, readGptManifest, verifiedBytes, verifiedJson } from './folder.mjs';
 import { loadTokenizer } from './tokenizer.mjs';
@@ -114,7 +114,7 @@ export async function checkGenerations(ort, io, { openSession, alias = false, To
     const golden = await loadGenerations(io, manifest, file);
     const wants = {};
     for (const c of golden.cases) {
-      wants[c.name] = floats(await verifiedBytes(io, manifest, `golden/${c.first_logits_bin}`), manifest.config.vocab_size,
+      wants[c.name] = floats(await verifiedBytes(io, manifest, `golden/${c.first_logits_bin}`), manifest.shapes.vocab_size,
         `${io.where}/golden/${c.first_logits_bin}`);
     }
     goldens[file] = { golden, wants };
@@ -159,6 +159,6 @@ export async function checkGenerations(ort, io, { openSession, alias = false, To
     }
     if (decoder?.session?.release) await decoder.session.release();
   }
-  return { name: manifest.name, kind: GPT_KIND, config: manifest.config, tokenizer: Boolean(tokenizer), passed, failed,
+  return { name: manifest.name, kind: DECODER_KIND, config: manifest.config, shapes: manifest.shapes, tokenizer: Boolean(tokenizer), passed, failed,
     not_loadable: artifacts.filter((a) => a.not_loadable).map((a) => ({ file: a.file, reason: a.not_loadable })), artifacts };
 }

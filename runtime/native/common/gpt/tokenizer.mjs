@@ -31,8 +31,8 @@ export async function loadTokenizer(io, manifest, Tokenizer) {
   const config = Object.hasOwn(manifest.files, TOKENIZER_CONFIG) ? await verifiedJson(io, manifest, TOKENIZER_CONFIG) : {};
   const ids = new Set(Object.values(json?.model?.vocab || {}));
   for (const t of json?.added_tokens || []) ids.add(t.id);
-  if (ids.size !== manifest.config.vocab_size) {
-    throw new ArtifactError(`${io.where}/${file}: a vocabulary of ${ids.size} tokens, expected the model's vocab_size ${manifest.config.vocab_size}`);
+  if (ids.size !== manifest.shapes.vocab_size) {
+    throw new ArtifactError(`${io.where}/${file}: a vocabulary of ${ids.size} tokens, expected the model's vocab_size ${manifest.shapes.vocab_size}`);
   }
   const problem = settingProblem(json);
   if (problem) throw new ArtifactError(`${io.where}/${file}: ${problem}`);
