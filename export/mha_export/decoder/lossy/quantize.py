@@ -23,14 +23,14 @@ from onnx import numpy_helper
 
 from mha_export.decoder.graphs.inplace import inplace_model
 from mha_export.decoder.lossy.embedding import TOKENS, quantize_embedding, whole_blocks
-from mha_export.decoder.lossy.methods import BLOCK, FP32, HEAD, METHODS, QUANTIZERS, QuantPlan
+from mha_export.decoder.lossy.methods import ACCURACY_LEVEL, BLOCK, FP32, HEAD, METHODS, QUANTIZERS, QuantPlan
 from mha_export.onnx_file.check import check_model_light
 from mha_export.onnx_file.save import save_streamed
 from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.forms import FORMS
 
-__all__ = ["FAST", "FINE", "FP32", "HEAD", "QuantPlan", "fit", "lossy_source", "matmul_weights", "quantize_to",
-           "weight_error"]
+__all__ = ["ACCURACY_LEVEL", "BLOCK", "FAST", "FINE", "FP32", "HEAD", "QuantPlan", "fit", "fitted_block",
+           "lossy_source", "matmul_weights", "quantize_to", "weight_error"]
 # Each lossy form's fast and fine plans by its width, from the method row the form names (the search's first two).
 FAST = {form.bits: METHODS[form.method].fast() for form in FORMS.values() if form.bits and form.method}
 FINE = {form.bits: METHODS[form.method].fine() for form in FORMS.values() if form.bits and form.method}
