@@ -156,7 +156,8 @@ def select(table: Table[F], chosen: Chosen, config: object) -> Selection[F]:
     left out, one asked for by name (or built for one that was) is refused; a form one of them is built from shares
     its fate."""
     named = closure(table, chosen.names) if table.pull_needs else tuple(table[n] for n in chosen.names)
-    asked = {r.name for r in named} | (set(table.default) if chosen.every else set())
+    core = {r.name for r in table.rows if r.core}
+    asked = core | {r.name for r in named} | (set(table.default) if chosen.every else set())
     rows = closure(table, asked) if table.pull_needs else tuple(r for r in table.rows if r.name in asked)
     kept: list[F] = []
     left: list[tuple[F, str]] = []
