@@ -1,47 +1,53 @@
-"""`mha export --gpt`: resolve config, weights and tokenizer from the flags, refuse before work, export, report."""
+"""The decoder's row of the export kinds (mha_export.kinds): `mha export --gpt` resolves config, weights and
+tokenizer from the flags, refuses before work, exports and reports; `mha validate` of a decoder folder."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import click
 
-from mha_export.decoder.checkpoint import checkpoint_config
-from mha_runtime.artifact.errors import ConfigError
-from mha_runtime.decoder.config import GPT_PRESETS, GPTConfig, gpt_preset
+from mha_export.decoder.checkpoint import Origin, checkpoint_config, origin_for
+from mha_export.kinds import CHECKPOINT, EXPORT_KINDS, ExportRequest, Job, resolve_jobs
+from mha_runtime.artifact.errors import BadValueError, ConfigError, ValidationError
+from mha_runtime.artifact.manifest import DECODER_KIND
+from mha_runtime.decoder.config import GPTConfig, gpt_preset
+
+# --weights with neither --preset nor --config nor a config.json beside it: the default preset would rarely fit.
+WEIGHTS_ALONE = ("--weights needs --config gpt.json (the book's GPT config keys), a config.json beside the checkpoint, "
+                 "or --preset")
+
+
+def decoder_preset(name: str) -> GPTConfig:
+    """The preset `name`; an unknown one is one line naming the presets there are (and the kind that has it)."""
+    try:
+        return gpt_preset(name)
+    except BadValueError as exc:
+        raise BadValueError(f"{exc}{EXPORT_KINDS[DECODER_KIND].elsewhere(name)}") from None
+
+
+def decoder_jobs(request: ExportRequest) -> list[Job[GPTConfig]]:
+    """(folder name, config, source) per job, by the rules both kinds share (mha_export.kinds.resolve_jobs). A
+    Hugging Face checkpoint's config.json beside --weights stands in for --config; a config the user named that
+    disagrees with it is refused."""
+    jobs = resolve_jobs(EXPORT_KINDS[DECODER_KIND], request, preset=decoder_preset, read_config=_read_config,
+                        beside=checkpoint_config, weights_alone=WEIGHTS_ALONE)
+    for job in jobs:
+        if job.source.startswith("--"):  # named by the user: --config or --preset (not the checkpoint's own)
+            check_beside(job.config, job.source, request.weights)
+    return jobs
 
 
 def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str | None,
                    weights: Path | None) -> list[tuple[str, GPTConfig]]:
-    """(folder name, config) per job. A Hugging Face checkpoint's config.json beside --weights stands in for
-    --config."""
-    if config_path is not None and presets:
-        raise click.UsageError("--preset and --config exclude each other: export a preset or your own config")
-    flag = "--config"
-    if config_path is None and not presets and checkpoint_config(weights) is not None:
-        config_path, flag = checkpoint_config(weights), CHECKPOINT  # not named by the user as --config
-    if config_path is not None:
-        if name is None:
-            raise click.UsageError("--config (or a checkpoint's config.json) needs --name NAME (the folder under "
-                                   "--out)")
-        config = _read_config(config_path, flag)
-        check_beside(config, f"--config {config_path}", weights)
-        return [(name, config)]
-    if weights is not None and not presets:
-        raise click.UsageError("--weights needs --config gpt.json (the book's GPT config keys), a config.json "
-                               "beside the checkpoint, or --preset")
-    names = list(presets) or ["gpt-mini"]
-    for p in names:
-        gpt_preset(p)  # one line naming the presets there are
-    if (weights is not None or name is not None) and len(names) != 1:
-        raise click.UsageError("--weights and --name fit one preset: add --preset NAME")
-    for p in names:
-        check_beside(GPT_PRESETS[p], f"--preset {p}", weights)
-    return [(p if name is None else name, GPT_PRESETS[p]) for p in names]  # '' is refused as a name
+    """(folder name, config) per job: decoder_jobs of these flags."""
+    request = ExportRequest(presets=presets, config_path=config_path, name=name, weights=weights)
+    return [(job.folder, job.config) for job in decoder_jobs(request)]
 
 
-CHECKPOINT = "the checkpoint's"
 # Fields of a Hugging Face config.json given as --config that the folder carries besides the shapes: one that
 # disagrees with the checkpoint's own would change where generation stops.
 CARRIED_IDS = ("eos_token_id", "bos_token_id")
@@ -121,46 +127,45 @@ def _tokenizer_source(tokenizer: Path | None, weights: Path | None) -> tuple[Pat
     return found.parent, f"the checkpoint's {found} (beside the weights; --tokenizer takes another)"
 
 
-def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
-                       weights: Path | None, variants: str | None, tokenizer: Path | None) -> None:
-    from mha_export.decoder.checkpoint import origin_for
+def prepare_export(request: ExportRequest) -> Callable[[], None]:
+    """Refuse everything the flags, configs, weights path and tokenizer can tell, for every job, before any work;
+    the work."""
     from mha_export.decoder.plan import check_gpt_budget, check_gpt_forms, parse_gpt_variants
     from mha_export.decoder.tokenizer import read_tokenizer
-    from mha_export.pipeline.preflight import check_weights_path
     from mha_export.pipeline.run import check_folder_name
     from mha_runtime.artifact.atomic import check_folder_target
+
+    chosen = parse_gpt_variants(request.variants)
+    jobs = decoder_jobs(request)
+    tokenizer, told = _tokenizer_source(request.tokenizer, request.weights)
+    for job in jobs:
+        check_folder_name(job.folder)  # everything that can be refused, before any work
+        check_folder_target(Path(request.out) / job.folder)
+        try:
+            check_gpt_budget(job.config)
+            check_gpt_forms(job.config, chosen)
+        except ConfigError as exc:  # the file or preset the values came from, first
+            raise type(exc)(f"{job.source}: {exc}") from None
+        if tokenizer is not None:
+            read_tokenizer(tokenizer, vocab_size=job.config.vocab_size, context_length=job.config.context_length,
+                           flag="--tokenizer" if told is None or told.startswith("--") else CHECKPOINT)
+    # eos ids and generation defaults
+    origins = {job.folder: origin_for(job.config, request.weights, request.config_path) for job in jobs}
+    return partial(_export, request, jobs, chosen, tokenizer, told, origins)
+
+
+def _export(request: ExportRequest, jobs: list[Job[GPTConfig]], chosen: tuple[str, ...],
+            tokenizer: Path | None, told: str | None, origins: dict[str, Origin]) -> None:
+    from mha_export.decoder.export import export_gpt  # torch: imported once nothing is left to refuse
     from mha_runtime.cli.tables import table
 
-    chosen = parse_gpt_variants(variants)
-    if weights is not None:  # nothing there, a folder, a device: said as such, not "--weights needs --config"
-        check_weights_path(weights)
-    jobs = resolve_config(presets, config_path, name, weights)
-    beside = None if config_path is not None or presets else checkpoint_config(weights)
-    tokenizer, told = _tokenizer_source(tokenizer, weights)
-    for (folder, config), preset in zip(jobs, presets or ("gpt-mini",) * len(jobs), strict=True):
-        check_folder_name(folder)  # everything that can be refused, before any work
-        check_folder_target(Path(out) / folder)
-        # where the values came from (a preset exported under --name is still that preset)
-        source = (f"--config {config_path}" if config_path is not None else str(beside) if beside is not None
-                  else f"--preset {preset}")
-        try:
-            check_gpt_budget(config)
-            check_gpt_forms(config, chosen)
-        except ConfigError as exc:  # the file or preset the values came from, first
-            raise type(exc)(f"{source}: {exc}") from None
-        if tokenizer is not None:
-            read_tokenizer(tokenizer, vocab_size=config.vocab_size, context_length=config.context_length,
-                           flag="--tokenizer" if told is None or told.startswith("--") else CHECKPOINT)
-    origins = {folder: origin_for(config, weights, config_path) for folder, config in jobs}  # eos, generation
-    from mha_export.decoder.export import export_gpt  # torch: imported once nothing is left to refuse
-
-    for folder, config in jobs:
-        def announce(folder: str = folder, config: GPTConfig = config) -> None:  # once the weights are read
+    for job in jobs:
+        def announce(folder: str = job.folder, config: GPTConfig = job.config) -> None:  # once the weights are read
             click.echo(f"exporting {folder} (GPT, {config.n_layers} layers, {config.parameters(tied=False):,} "
                        "parameters at most) ...", err=True)
 
-        result = export_gpt(folder, out, config=config, weights=weights, tokenizer=tokenizer, variants=chosen,
-                            progress=True, announce=announce, origin=origins[folder])
+        result = export_gpt(job.folder, request.out, config=job.config, weights=request.weights, tokenizer=tokenizer,
+                            variants=chosen, progress=True, announce=announce, origin=origins[job.folder])
         rows = [[f, a.dtype, f"{result.manifest.files[f].size / 1e6:.1f} MB", a.cases, f"{a.max_abs_error:.2e}",
                  f"{a.greedy_agreement:.2f}", "-" if a.quality is None else f"{a.quality['mean_kl']:.2e}",
                  f"{a.export_seconds:.1f} s"]
@@ -169,10 +174,23 @@ def export_gpt_command(presets: tuple[str, ...], config_path: Path | None, name:
                           "build"], rows))
         for note in result.notes:
             click.echo(f"note: left out {note}", err=True)
-        for note in origins[folder].notes:  # generation defaults the runtimes do not apply
+        for note in origins[job.folder].notes:  # generation defaults the runtimes do not apply
             click.echo(f"note: {note}", err=True)
         if told is not None:
             click.echo(f"tokenizer: {told}", err=True)
         if result.manifest.tokenizer is None:
-            click.echo(f"note: {folder} has no tokenizer (no --tokenizer): it works on token ids", err=True)
-        click.echo(f"  {folder}: done in {result.seconds:.1f} s; artifacts in {result.folder}", err=True)
+            click.echo(f"note: {job.folder} has no tokenizer (no --tokenizer): it works on token ids", err=True)
+        click.echo(f"  {job.folder}: done in {result.seconds:.1f} s; artifacts in {result.folder}", err=True)
+
+
+def validate_folder(folder: Path) -> None:
+    """Every fp32 form against the eager model rebuilt from the folder's config and gpt.safetensors, each lossy
+    form's quality against its bar; a table, then `N passed, N failed` (ValidationError on a failure)."""
+    from mha_export.decoder.revalidate import report_lines, revalidate
+
+    result = revalidate(folder, progress=True)
+    for note in result.not_rerun:
+        click.echo(f"note: {note}", err=True)
+    click.echo("\n".join(report_lines(result)))
+    if result.failures:
+        raise ValidationError(result.failures)

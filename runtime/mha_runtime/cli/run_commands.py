@@ -26,11 +26,14 @@ def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, pro
     """Run one input through an ONNX artifact (folder or .onnx file) with ONNX Runtime."""
     from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
     from mha_runtime.attention.npy import load_npy, npy_bytes
-    from mha_runtime.attention.runner import OnnxRunner
+    from mha_runtime.kinds import kind_of
 
+    folder = artifact if artifact.is_dir() else artifact.parent  # a file: the folder it was exported into
+    kind = kind_of(folder)
+    runner_type = kind.needs(kind.runner, "run", folder)
     check_file_target(output_path, "--output")
     x = load_npy(input_path)
-    runner = OnnxRunner(artifact, model=model, provider=provider, threads=threads)
+    runner = runner_type(artifact, model=model, provider=provider, threads=threads)
     if not runner.verified:
         click.echo(f"note: {runner.path} has no manifest.json beside it: its sha256 is unverified", err=True)
     y = runner.run(x)  # checked finite: nothing is written otherwise
@@ -45,7 +48,7 @@ def run_cmd(artifact: Path, input_path: Path, output_path: Path, model: str, pro
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Also write the results as JSON (the format every runner's check writes).")
 def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path: Path | None) -> None:
-    """Run every golden case on every artifact (of a GPT folder: every golden generation); the last line is
+    """Run every golden case on every artifact (of a decoder folder: every golden generation); the last line is
     `N passed, N failed`."""
     from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
     from mha_runtime.attention.golden_check import results_json, summary_line
@@ -68,7 +71,7 @@ def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path:
 @click.argument("artifact_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def inspect_cmd(artifact_dir: Path, as_json: bool) -> None:
-    """Show the contract, files, sizes and validation results of a folder (attention or GPT)."""
+    """Show the contract, files, sizes and validation results of a folder (of either kind)."""
     from mha_runtime.kinds import kind_of
 
     kind_of(artifact_dir).inspect(artifact_dir, as_json=as_json)

@@ -141,8 +141,10 @@ def loadtest_cmd(ctx: click.Context, url: str, artifact_dir: Path, requests: int
 def triton_cmd(artifact_dir: Path, repo: Path, name: str | None, model: str, max_batch: int) -> None:
     """Write a Triton Inference Server model repository: <name>_onnx and <name>_torchscript."""
     from mha_runtime.artifact.atomic import check_folder_target, staged_folder
-    from mha_runtime.triton import triton_models
+    from mha_runtime.kinds import kind_of
 
+    kind = kind_of(artifact_dir)
+    triton_models = kind.needs(kind.triton, "triton", artifact_dir)
     models = triton_models(artifact_dir, name=name, model=model, max_batch=max_batch)
     for triton_model in models:  # every model's place first: a refusal of the second left the first written
         check_folder_target(repo / triton_model.name)

@@ -177,9 +177,9 @@ def _serve(options: ServeOptions, files: dict[str, bytes], info: dict[str, Any],
         ray.shutdown()
         error = HAProxyStartError if "HAProxyManager" in first_line(exc) else ServeError
         raise error(f"cannot start the Serve application: {cause_line(exc)}") from None
-    route = kind_of(options.artifact).route
-    wait = "" if options.gpt else f", batch wait {options.batch_wait_ms:g} ms"
-    print(f"serving {info['name']} ({info['model']}) at {options.url}{route}: {options.replicas} replica(s), "
+    kind = kind_of(options.artifact)
+    wait = f", batch wait {options.batch_wait_ms:g} ms" if kind.batch_wait else ""
+    print(f"serving {info['name']} ({info['model']}) at {options.url}{kind.route}: {options.replicas} replica(s), "
           f"max batch {options.max_batch}{wait}{', behind HAProxy' if options.ingress == 'haproxy' else ''}",
           file=out, flush=True)
     while not stop.wait(0.5):

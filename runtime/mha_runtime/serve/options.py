@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mha_runtime.kinds import DECODER_KIND, kind_of
+from mha_runtime.kinds import kind_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -12,7 +12,7 @@ class ServeOptions:
     """What `mha serve` was asked for."""
 
     artifact: Path
-    model: str | None = None  # None: mha.onnx for an attention artifact, the fastest in-place form for a GPT
+    model: str | None = None  # None: the kind's default (mha.onnx; a decoder's fastest in-place form)
     replicas: int = 1
     max_batch: int = 16
     batch_wait_ms: float = 0.0
@@ -25,11 +25,11 @@ class ServeOptions:
 
     @property
     def chosen_ingress(self) -> str:
-        """`ingress`, or by default HAProxy for a GPT folder on a local Ray instance (its streamed tokens skip the
-        Python proxy: docs/measurements/serving.md, "Which ingress"), else the proxy."""
+        """`ingress`, or by default the kind's own on a local Ray instance (HAProxy for a decoder: mha_runtime.kinds),
+        else the proxy."""
         if self.ingress is not None:
             return self.ingress
-        return "haproxy" if self.gpt and self.address is None else "proxy"
+        return kind_of(self.artifact).local_ingress if self.address is None else "proxy"
 
     @property
     def url(self) -> str:
@@ -37,8 +37,3 @@ class ServeOptions:
         `mha loadtest` refused it as not loopback."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
-
-    @property
-    def gpt(self) -> bool:
-        """A GPT folder (manifest kind "gpt"): served on /v1/generate."""
-        return kind_of(self.artifact).name == DECODER_KIND

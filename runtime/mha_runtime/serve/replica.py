@@ -17,7 +17,7 @@ from mha_runtime.serve.http import KindService, Reply, StreamReply
 
 
 class KindReplica(Protocol):
-    """A kind's model in one replica (attention/replica.py, gpt/replica.py), made by the kinds table's `replica`
+    """A kind's model in one replica (attention/replica.py, decoder/replica.py), made by the kinds table's `replica`
     from the shipped files, the server's options and /v1/contract's answer; every request goes to its service."""
 
     service: KindService
