@@ -1,14 +1,17 @@
-"""What a Hugging Face checkpoint says beside its weights besides the shapes: its eos and bos ids, its dropouts
-(config.json), its generation defaults (generation_config.json), and its tokenizer (tokenizer.json).
+"""What comes with the weights: the config (a Hugging Face checkpoint's config.json, whose model_type names the
+architecture; the book's config dict, whose keys name it; a GGUF's metadata, whose general.architecture names it)
+and, from a Hugging Face checkpoint, its eos and bos ids, the config.json fields its architecture carries (GPT-2's
+dropouts), its generation defaults (generation_config.json), and its tokenizer (tokenizer.json).
 
 Decisions:
 - The eos ids are generation_config.json's `eos_token_id` when it has one (transformers' generate reads that file
-  first), else config.json's; one id or a list (Hugging Face allows both). A key that is absent is GPT2Config's
-  default, GPT-2's 50256; `null` is none. Ids outside the vocabulary are dropped from what the runtimes stop at:
-  the model can never produce them (transformers' GPT2Config writes 50256 into the config.json of a smaller
-  vocabulary), and the folder's config files still say what the checkpoint said.
-- Without a checkpoint (a preset, gpt.json, the book's .pth) the folder says what it always said: GPT-2's 50256
-  when the vocabulary has it (`default_origin`), byte for byte.
+  first), else config.json's; one id or a list (Hugging Face allows both). A key that is absent is the
+  architecture's Hugging Face default (its HF_DEFAULTS: GPT2Config's 50256); `null` is none. Ids outside the
+  vocabulary are dropped from what the runtimes stop at: the model can never produce them (transformers' GPT2Config
+  writes 50256 into the config.json of a smaller vocabulary), and the folder's config files still say what the
+  checkpoint said.
+- Without a checkpoint (a preset, gpt.json, the book's .pth) the folder says what it always said: the
+  architecture's default (GPT-2's 50256) when the vocabulary has it (`default_origin`), byte for byte.
 - A generation default the runtimes do not implement is one note at export, not a failure: the exported forms
   are exact, Hugging Face's clients read the setting from the folder's generation_config.json as transformers reads
   the checkpoint's, and `mha generate`, serve and the native runners say in that note what they do instead.
@@ -20,16 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mha_export.decoder.archs import arch_of, by_gguf_arch, config_from_dict, hf_arch
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_runtime.artifact.config_fields import read_config_json
 from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.artifact.manifest import DECODER_KIND, folder_kind
-from mha_runtime.decoder.config import GPT2_EOS_ID, GPTConfig
 from mha_runtime.decoder.contract import GENERATION_CONFIG, HF_CONFIG, TOKENIZER_FILE
 from mha_runtime.decoder.manifest import MAX_EOS_IDS
 
-# config.json fields carried into the folder's config.json as the checkpoint said them (when it says them).
-CARRIED = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "initializer_range", "bos_token_id",
-           "eos_token_id", "pad_token_id")
+# What --config expects, for the line when nothing is there.
+CONFIG_WHAT = "a JSON file of the book's config keys (gpt.json) or a Hugging Face config.json"
 
 
 @dataclass(frozen=True)
@@ -50,31 +53,35 @@ class Origin:
         return self.eos_ids[0] if self.eos_ids else None
 
 
-def default_origin(cfg: GPTConfig) -> Origin:
-    """A model with no checkpoint config: GPT-2's eos (<|endoftext|>) as bos and eos when the vocabulary has it."""
-    eos = GPT2_EOS_ID if cfg.vocab_size > GPT2_EOS_ID else None
+def default_origin(cfg: DecoderConfig) -> Origin:
+    """A model with no checkpoint config: the architecture's default eos (GPT-2's <|endoftext|>) as bos and eos when
+    the vocabulary has it."""
+    eos: int | None = arch_of(cfg).HF_DEFAULTS["eos_token_id"]
+    eos = eos if eos is not None and cfg.vocab_size > eos else None
     return Origin(eos_ids=() if eos is None else (eos,), bos_id=eos)
 
 
-def read_origin(hf_config: Path, cfg: GPTConfig, *, flag: str) -> Origin:
+def read_origin(hf_config: Path, cfg: DecoderConfig, *, flag: str) -> Origin:
     """The origin of a model whose config came from the Hugging Face `hf_config` (a checkpoint's config.json, or
     --config naming one: `flag`), with the generation_config.json beside it. A bad file is one ConfigError
     (exit 1)."""
     own = read_json(hf_config, flag)
+    arch = arch_of(cfg)
+    defaults = arch.HF_DEFAULTS
     gen_path = hf_config.parent / GENERATION_CONFIG
     generation = read_json(gen_path, "the checkpoint's") if gen_path.is_file() else None
     from_gen = generation is not None and "eos_token_id" in generation
     said, where = (generation or {}, gen_path) if from_gen else (own, hf_config)
-    eos = said.get("eos_token_id", GPT2_EOS_ID)
+    eos = said.get("eos_token_id", defaults["eos_token_id"])
     listed = [] if eos is None else eos if isinstance(eos, list) else [eos]
     if not all(_is_id(i) for i in listed) or len(listed) > MAX_EOS_IDS:
         raise ConfigError(f"{where}: eos_token_id {json.dumps(eos)[:60]}; expected a token id, a list of at most "
                           f"{MAX_EOS_IDS} token ids, or null")
-    bos_said = (generation or {}).get("bos_token_id", own.get("bos_token_id", GPT2_EOS_ID))
+    bos_said = (generation or {}).get("bos_token_id", own.get("bos_token_id", defaults["bos_token_id"]))
     bos = bos_said if _is_id(bos_said) and bos_said < cfg.vocab_size else None
     eos_ids = tuple(dict.fromkeys(i for i in listed if i < cfg.vocab_size))
     notes = [] if generation is None else [n for n in [unhonoured(generation, gen_path)] if n]
-    return Origin(eos_ids=eos_ids, bos_id=bos, carried={k: own[k] for k in CARRIED if k in own},
+    return Origin(eos_ids=eos_ids, bos_id=bos, carried={k: own[k] for k in arch.HF_CARRIED if k in own},
                   generation=generation if generation is not None else
                   {k: own[k] for k in ("bos_token_id", "eos_token_id") if k in own}, notes=tuple(notes))
 
@@ -101,7 +108,7 @@ def unhonoured(generation: dict[str, Any], where: Path) -> str | None:
 
 
 def checkpoint_config(weights: Path | None) -> Path | None:
-    """The checkpoint's own config.json beside --weights; not the one in a folder of `mha export --gpt` (its
+    """The checkpoint's own config.json beside --weights; not the one in a decoder folder of `mha export` (its
     gpt.safetensors has the book's keys, its config.json is Optimum's and transformers.js' view of gpt.onnx:
     mha_export.decoder.hf_files), whose weights take --config or --preset as before."""
     if weights is None or not (Path(weights).parent / HF_CONFIG).is_file():
@@ -110,21 +117,45 @@ def checkpoint_config(weights: Path | None) -> Path | None:
 
 
 def beside_tokenizer(weights: Path | None) -> Path | None:
-    """The tokenizer.json save_pretrained wrote beside the weights, taken as their config.json is (not a GPT
+    """The tokenizer.json save_pretrained wrote beside the weights, taken as their config.json is (not a decoder
     folder's own, as its config.json is not)."""
     if weights is None or not (Path(weights).parent / TOKENIZER_FILE).is_file():
         return None
     return None if folder_kind(Path(weights).parent) == DECODER_KIND else Path(weights).parent / TOKENIZER_FILE
 
 
-def origin_for(cfg: GPTConfig, weights: Path | None, config_path: Path | None) -> Origin:
+def origin_for(cfg: DecoderConfig, weights: Path | None, config_path: Path | None) -> Origin:
     """The folder's generation facts: from the checkpoint's own config.json beside the weights, else from a
-    Hugging Face config.json given as --config, else GPT-2's (default_origin)."""
+    Hugging Face config.json given as --config, else the architecture's default (default_origin)."""
     own = checkpoint_config(weights)
     path, flag = (own, "the checkpoint's") if own is not None else (config_path, "--config")
-    if path is None or "n_embd" not in read_json(path, flag):  # the book's keys (gpt.json)
+    if path is None or hf_arch(read_json(path, flag)) is None:  # the book's keys (gpt.json)
         return default_origin(cfg)
     return read_origin(path, cfg, flag=flag)
+
+
+def read_config(path: Path, *, flag: str, own: bool = False) -> DecoderConfig:
+    """The decoder config in `path`: a Hugging Face config.json (its model_type names the architecture) or the
+    book's config dict (its keys name it). `own`: the checkpoint's config.json beside the weights, which the user did
+    not name, so a file that is not JSON or has a duplicate key is a bad file (exit 1) alike; a value the
+    architecture cannot take keeps its kind (a bad value, exit 2), as does an unknown architecture."""
+    data = read_json(path, flag) if own else read_config_json(path, flag=flag, what=CONFIG_WHAT)
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        raise type(exc)(f"{flag} {path}: {exc}") from None
+
+
+def gguf_config(fields: dict[str, Any], *, where: str) -> DecoderConfig:
+    """The config of a GGUF file from its metadata (gguf/read.py's read_metadata): general.architecture names the
+    architecture, which reads its own keys."""
+    name = fields.get("general.architecture")
+    try:
+        if not isinstance(name, str):
+            raise ConfigError(f"no general.architecture in its metadata (got {name!r})")
+        return by_gguf_arch(name).config_from_gguf(fields)
+    except ConfigError as exc:
+        raise type(exc)(f"{where}: {exc}") from None
 
 
 def read_json(path: Path, flag: str) -> dict[str, Any]:

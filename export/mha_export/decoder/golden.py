@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from mha_export.decoder.eager import GPTModel, eager_at
+from mha_export.decoder.archs import arch_of
+from mha_export.decoder.archs.protocol import DecoderConfig
+from mha_export.decoder.eager import Eager, eager_at
 from mha_export.decoder.tokenizer import TEXT_PROMPT
 from mha_runtime.artifact.tolerance import Tolerance
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.decoder import Decoder
 from mha_runtime.decoder.golden import (
     GENERATIONS_FILE,
@@ -31,7 +32,7 @@ GOLDEN_NEW = 16
 SAMPLED = ((0.8, 40, 123), (1.0, None, 7))
 
 
-def eager_generation(model: GPTModel, prompt: list[int], new: int, temperature: float, top_k: int | None,
+def eager_generation(model: Eager, prompt: list[int], new: int, temperature: float, top_k: int | None,
                      seed: int | None, vocab_size: int) -> tuple[list[int], np.ndarray]:
     """New ids from eager logits recomputed over the whole sequence each step (no cache, as the book's
     generate_text_simple), and the (V,) logits of the first step."""
@@ -45,7 +46,7 @@ def eager_generation(model: GPTModel, prompt: list[int], new: int, temperature: 
     return ids[len(prompt):], first
 
 
-def golden_generations(model: GPTModel, cfg: GPTConfig, encode: Callable[[str], list[int]] | None
+def golden_generations(model: Eager, cfg: DecoderConfig, encode: Callable[[str], list[int]] | None
                        ) -> tuple[list[GoldenGeneration], dict[str, np.ndarray]]:
     """The cases and their first-step logits by file name (written by write_generations)."""
     new = min(GOLDEN_NEW, cfg.context_length - 1)
@@ -96,7 +97,7 @@ def form_generations(decoder: Callable[[], Decoder], cases: list[GoldenGeneratio
 
 
 def write_generations(stage: Path, cases: list[GoldenGeneration], logits: dict[str, np.ndarray],
-                      cfg: GPTConfig, tolerance: Tolerance, *, form: str | None = None) -> str:
+                      cfg: DecoderConfig, tolerance: Tolerance, *, form: str | None = None) -> str:
     """golden/generations.json (a lossy form's: golden/generations.FORM.json, its reference that form) and each
     case's logits as raw little-endian float32 and as .npy; returns the generations file's name."""
     file = GENERATIONS_FILE if form is None else generations_file(form)
@@ -105,7 +106,7 @@ def write_generations(stage: Path, cases: list[GoldenGeneration], logits: dict[s
     for case in cases:
         (folder / case.first_logits_bin).write_bytes(logits[case.name].tobytes())
         np.save(folder / case.first_logits_npy, logits[case.name], allow_pickle=False)
-    reference = ("eager PyTorch: the book's GPTModel (llms_from_scratch ch04), no cache, float32" if form is None
+    reference = (f"eager PyTorch: {arch_of(cfg).REFERENCE}, no cache, float32" if form is None
                  else f"{form} through {'llama.cpp' if form.endswith('.gguf') else 'ONNX Runtime'} (CPU) at export: a "
                       "lossy form reproduces its own generations")
     doc: dict[str, Any] = {

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnxruntime as ort
 
-from mha_export.decoder.eager import GPTModel, eager_at
+from mha_export.decoder.archs.protocol import DecoderConfig
+from mha_export.decoder.eager import Eager, eager_at
 from mha_export.decoder.golden import eager_generation
 from mha_runtime.artifact.tolerance import Tolerance, compare
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.decoder import decoder_for
 from mha_runtime.decoder.forms import Form
+from mha_runtime.decoder.shapes import Shaped
 
 VALIDATION_SEED = 7
 STEPS = 4  # single steps after each prefill
@@ -53,18 +54,18 @@ class FormReport:
     failures: tuple[str, ...]
 
 
-def prompt_lengths(cfg: GPTConfig) -> list[int]:
+def prompt_lengths(cfg: DecoderConfig) -> list[int]:
     return sorted({1, max(1, cfg.context_length // 2), cfg.context_length})
 
 
-def golden_prompts(cfg: GPTConfig, rng: np.random.Generator) -> list[list[int]]:
+def golden_prompts(cfg: DecoderConfig, rng: np.random.Generator) -> list[list[int]]:
     """Three prompts of different lengths with room for GREEDY_NEW new tokens (a short context repeats a length)."""
     room = max(1, cfg.context_length - GREEDY_NEW)
     lengths = sorted([1, max(1, min(room, 7)), max(1, min(room, cfg.context_length // 3))])
     return [rng.integers(0, cfg.vocab_size, n).tolist() for n in lengths]
 
 
-def greedy_new(cfg: GPTConfig, prompts: list[list[int]]) -> int:
+def greedy_new(cfg: Shaped, prompts: list[list[int]]) -> int:
     """GREEDY_NEW, or fewer where the longest prompt leaves less room (a context under GREEDY_NEW + 1)."""
     return min(GREEDY_NEW, cfg.context_length - max(len(p) for p in prompts))
 
@@ -92,7 +93,7 @@ class References:
     greedy: list[list[int]]  # GREEDY_NEW greedy ids per prompt
 
 
-def references(model: GPTModel, cfg: GPTConfig) -> References:
+def references(model: Eager, cfg: DecoderConfig) -> References:
     rng = np.random.default_rng(VALIDATION_SEED)
     cases = []
     for n in prompt_lengths(cfg):
@@ -106,7 +107,7 @@ def references(model: GPTModel, cfg: GPTConfig) -> References:
     return References(cases, prompts, np.stack([first for _, first in runs]), [ids for ids, _ in runs])
 
 
-def validate_form(session: ort.InferenceSession, form: Form, refs: References, cfg: GPTConfig, *,
+def validate_form(session: ort.InferenceSession, form: Form, refs: References, cfg: DecoderConfig, *,
                   tolerance: Tolerance) -> FormReport:
     # A lossy form's logits are recorded, not judged: its quality bar is (lossy/build.py).
     tally = Tally(form.file, tolerance, judged=not form.lossy)

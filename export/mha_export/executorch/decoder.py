@@ -1,9 +1,10 @@
-"""gpt.pte: the GPT as an ExecuTorch program (XNNPACK delegate) with its key/value cache inside the program.
+"""gpt.pte: the decoder as an ExecuTorch program (XNNPACK delegate) with its key/value cache inside the program.
 
-The cache is one registered buffer per layer for keys and one for values, [1, H, C, D] (batch 1, C =
-context_length), written in place by `index_copy_` as ExecuTorch's own LLM export does (examples/models/llama
-KVCache with enable_dynamic_shape): torch.export records them as mutated buffers, ExecuTorch plans them once in
-the program's memory and they persist between calls of the loaded `forward`. Why mutable buffers and not an
+The module lowered is the architecture's own cached form (its `pte_module`: GPT-2's is archs/gpt2_torch.CachedGPT):
+one registered buffer per layer for keys and one for values, [1, K, C, D] (batch 1, C = context_length), written in
+place by `index_copy_` as ExecuTorch's own LLM export does (examples/models/llama KVCache with
+enable_dynamic_shape): torch.export records them as mutated buffers, ExecuTorch plans them once in the program's
+memory and they persist between calls of the loaded `forward`. Why mutable buffers and not an
 explicit cache in/out: through `executorch.runtime` every input and output crosses the Python binding as a
 tensor (an explicit cache would carry 2 * n_layers * [1, H, C, D] into and out of every step: 75 MB each way
 for GPT_CONFIG_124M), and the program would then own nothing about the cache layout; mutable buffers keep the step's
@@ -12,10 +13,8 @@ I/O at input_ids, input_pos and the logits.
 forward(input_ids [1, T] int64, input_pos [1] int64) -> logits [1, V] of the last token, writing the T new
 keys/values at positions input_pos .. input_pos + T - 1. T is dynamic (1 .. max_prefill_tokens = C), so one
 call prefills a whole prompt; every query attends over the whole cache with an additive mask built from the
-positions (keys after the query, stale rows of an earlier generation included, get -1e30, so exp gives exactly
-0): a new generation is just a call at input_pos 0. The attention is plain Linear / matmul / softmax, which
-XNNPACK takes; the embedding lookups, the cache writes and the position arithmetic run in ExecuTorch's portable
-kernels.
+positions: a new generation is just a call at input_pos 0. The matmuls, norms and softmax run in XNNPACK; the
+embedding lookups, the cache writes and the position arithmetic in ExecuTorch's portable kernels.
 
 Bounds (batch 1, input_pos + T <= C) are recorded in the program (constant methods) and in the manifest; the
 runner (mha_export.infer.decoder_pte_runner) refuses anything beyond them before the runtime sees it: the portable
@@ -23,101 +22,28 @@ index_copy would fail or write out of the planned buffer.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from mha_export.decoder.eager import GPTModel
+from mha_export.decoder.archs import arch_of
+from mha_export.decoder.archs.protocol import DecoderConfig
+from mha_export.decoder.eager import Eager
 from mha_export.decoder.golden import form_generations
 from mha_export.decoder.validate import FormReport, References, Tally, agreement, greedy_new
-from mha_export.executorch.lower import causal_mask, lower
+from mha_export.executorch.lower import lower
 from mha_export.infer.decoder_pte_runner import BOUNDS_METHOD, CONFIG_METHOD, PteGPT
 from mha_export.infer.pte_runner import quiet
 from mha_runtime.artifact.errors import ExportError
 from mha_runtime.artifact.tolerance import Tolerance
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import PTE_FORM, pte_bounds
 from mha_runtime.decoder.forms import PTE
 from mha_runtime.decoder.golden import GoldenGeneration
 from mha_runtime.decoder.manifest import GPTArtifact
-
-PTE_BATCH = 1  # pte_bounds' batch: the cache buffers are planned for one sequence
-
-
-class LayerNorm4D(nn.Module):
-    """The book's LayerNorm (population variance, eps 1e-5) in ops XNNPACK takes: the mean over the last axis as
-    a mean over axes 2, 3 of a (1, T, E, 1) view (XNNPACK's global average pooling takes only that form)."""
-
-    def __init__(self, norm: nn.Module) -> None:
-        super().__init__()
-        self.scale, self.shift, self.eps = norm.scale, norm.shift, norm.eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (1, T, E)
-        b, t, e = x.shape
-        x4 = x.view(b, t, e, 1)
-        centred = x4 - x4.mean(dim=(2, 3), keepdim=True)
-        var = (centred * centred).mean(dim=(2, 3), keepdim=True)
-        return self.scale * (centred / torch.sqrt(var + self.eps)).view(b, t, e) + self.shift
-
-
-def gelu(x: torch.Tensor) -> torch.Tensor:
-    """The book's tanh GELU with x**3 as x * x * x (XNNPACK's pow takes only the power 2)."""
-    return 0.5 * x * (1 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
-
-
-class CachedBlock(nn.Module):
-    """The book's TransformerBlock over a [1, H, C, D] cache per key/value, written at `positions`."""
-
-    def __init__(self, block: nn.Module, cfg: GPTConfig) -> None:
-        super().__init__()
-        att, ff = block.att, block.ff.layers
-        self.h, self.d, self.e, self.c = cfg.n_heads, cfg.head_dim, cfg.emb_dim, cfg.context_length
-        self.W_query, self.W_key, self.W_value, self.out_proj = att.W_query, att.W_key, att.W_value, att.out_proj
-        self.fc, self.proj = ff[0], ff[2]
-        self.norm1, self.norm2 = LayerNorm4D(block.norm1), LayerNorm4D(block.norm2)
-        shape = (PTE_BATCH, cfg.n_heads, cfg.context_length, cfg.head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape  # (1, T, E)
-        a = self.norm1(x)
-        q, k, v = (w(a).view(b, t, self.h, self.d).transpose(1, 2) for w in (self.W_query, self.W_key, self.W_value))
-        self.k_cache.index_copy_(2, positions, k)  # (1, H, C, D): rows positions[0] .. positions[-1]
-        self.v_cache.index_copy_(2, positions, v)
-        keys = self.k_cache.view(self.h, self.c, self.d)  # batch 1: rank-3 bmm, which XNNPACK takes
-        values = self.v_cache.view(self.h, self.c, self.d)
-        scores = torch.bmm(q.reshape(self.h, t, self.d), keys.transpose(1, 2)) * (self.d ** -0.5) + mask  # (H, T, C)
-        context = torch.bmm(torch.softmax(scores, dim=-1), values)  # (H, T, D)
-        x = x + self.out_proj(context.transpose(0, 1).reshape(b, t, self.e))
-        return x + self.proj(gelu(self.fc(self.norm2(x))))
-
-
-class CachedGPT(nn.Module):
-    """The eager GPTModel's weights (shared, not copied) with a cache per layer; eval only (no dropout)."""
-
-    def __init__(self, model: GPTModel, cfg: GPTConfig) -> None:
-        super().__init__()
-        self.tok_emb, self.pos_emb, self.out_head = model.tok_emb, model.pos_emb, model.out_head
-        self.final_norm = LayerNorm4D(model.final_norm)
-        self.blocks = nn.ModuleList(CachedBlock(b, cfg) for b in model.trf_blocks)
-        self.register_buffer("key_pos", torch.arange(cfg.context_length, dtype=torch.float32), persistent=False)
-
-    def forward(self, input_ids: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
-        t = input_ids.shape[1]
-        positions = input_pos + torch.arange(t, dtype=torch.int64)  # (T,)
-        mask = causal_mask(self.key_pos, positions.to(torch.float32))  # (T, C)
-        x = self.tok_emb(input_ids) + self.pos_emb(positions)  # (1, T, E)
-        for block in self.blocks:
-            x = block(x, positions, mask)
-        last = x[:, -1:]  # (1, 1, E): only the last token reaches the head
-        return self.out_head(self.final_norm(last)).view(1, -1)  # (1, V)
-
+from mha_runtime.decoder.shapes import DecoderShapes
 
 # What may stay outside the XNNPACK delegate (ExecuTorch's portable kernels): the embedding lookups, the cache
 # writes (index_copy_ becomes index_put, made in place by run_reinplace_pass), the int64 position arithmetic, its
@@ -133,7 +59,7 @@ def _op_name(target: object) -> str:
     return text.split(": ")[1].rstrip(">") if text.startswith("<EdgeOpOverload: ") else text
 
 
-def pte_bytes(model: GPTModel, cfg: GPTConfig) -> bytes:
+def pte_bytes(model: Eager, cfg: DecoderConfig) -> bytes:
     """torch.export with dynamic T (1 .. context_length), lowered to XNNPACK, the cache as mutable buffers."""
     from torch.export import Dim
 
@@ -149,7 +75,7 @@ def pte_bytes(model: GPTModel, cfg: GPTConfig) -> bytes:
     t = min(3, cfg.context_length)
     example = (torch.zeros(1, t, dtype=torch.int64), torch.zeros(1, dtype=torch.int64))
     dynamic = {"input_ids": {1: Dim("tokens", min=1, max=cfg.context_length)}, "input_pos": None}
-    return lower(CachedGPT(model, cfg).eval(), example, dynamic,
+    return lower(arch_of(cfg).pte_module(model, cfg).eval(), example, dynamic,
                  {CONFIG_METHOD: cfg.to_json(), BOUNDS_METHOD: list(pte_bounds(cfg).values())}, refuse,
                  ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
                                          run_reinplace_pass=True))
@@ -175,7 +101,7 @@ def validate_pte(program: PteGPT, refs: References, golden: tuple[list[GoldenGen
         logits = program.forward(prompt, 0)
         check(logits, first, f"prefill T={len(prompt)}")
         ids = [int(np.argmax(logits))]
-        for _ in range(greedy_new(program.config, refs.prompts) - 1):  # as many as the references have
+        for _ in range(greedy_new(program.shapes, refs.prompts) - 1):  # as many as the references have
             ids.append(int(np.argmax(program.forward([ids[-1]], len(prompt) + len(ids) - 1))))
         shares.append(agreement(ids, expected))
     share = float(np.mean(shares))
@@ -197,14 +123,14 @@ class PteResult:
     failures: tuple[str, ...]
 
 
-def build_pte(model: GPTModel, cfg: GPTConfig, refs: References,
+def build_pte(model: Eager, cfg: DecoderConfig, refs: References,
               golden: tuple[list[GoldenGeneration], dict[str, np.ndarray]]) -> PteResult:
     """gpt.pte's bytes, judged by ExecuTorch's runtime against the eager references and the golden generations."""
     start = time.perf_counter()
     data = pte_bytes(model, cfg)
     seconds = time.perf_counter() - start
     bounds = pte_bounds(cfg)
-    report = validate_pte(PteGPT(data, cfg, bounds), refs, golden, PTE.tolerance)
+    report = validate_pte(PteGPT(data, cfg.to_dict(), DecoderShapes.of(cfg), bounds), refs, golden, PTE.tolerance)
     artifact = GPTArtifact(kind=PTE.kind, dtype=PTE.dtype, tolerance=PTE.tolerance.to_dict(), cases=report.cases,
                            max_abs_error=report.max_abs_error, greedy_agreement=report.greedy_agreement,
                            passed=report.passed, export_seconds=round(seconds, 3), bounds=bounds)

@@ -26,12 +26,12 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType
 
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.lossy.build import _counts
 from mha_export.decoder.validate import agreement
 from mha_export.gguf.write import HIGHER, Written, candidates, gguf_tensors, quant_refusal, vocabulary, write_gguf
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.artifact.tolerance import compare
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import GGUF_FORM
 from mha_runtime.decoder.forms import GGUF, GGUF_FORMS, GGUF_QUANTS, Form
 from mha_runtime.decoder.golden import GoldenGeneration
@@ -63,7 +63,7 @@ class _Ran:
     tries: tuple[dict[str, object], ...] = ()
 
 
-def build_ggufs(stage: Path, state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool, name: str,
+def build_ggufs(stage: Path, state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bool, name: str,
                 tokenizer_json: bytes | None, lossy: list[str], cases: list[GoldenGeneration],
                 eager: dict[str, np.ndarray], windows: Windows | None, eos_ids: tuple[int, ...] | None = None,
                 bos_id: int | None = None) -> GGUFOutcome:

@@ -1,13 +1,11 @@
-"""A GGUF of the book's GPTModel state (either source: the weights loaders map both onto it) under llama.cpp's
-`gpt2` architecture, written with gguf-py (PyPI `gguf`, the library of llama.cpp's own converter).
+"""A GGUF of the book's state (any source: the weights loaders map each onto it) under the llama.cpp architecture
+of the config's (its GGUF_ARCH: `gpt2`), written with gguf-py (PyPI `gguf`, the library of llama.cpp's own
+converter).
 
-The tensors, as llama.cpp's gpt2 loader reads them (src/models/gpt2.cpp of the pinned tree; numpy shapes, rows
-first): token_embd (V, E), position_embd (C, E), per block N blk.N.attn_norm / ffn_norm weight and bias (E,),
-blk.N.attn_qkv weight (3E, E) = the book's W_query, W_key, W_value stacked, and bias (3E,), blk.N.attn_output
-(E, E) + (E,), blk.N.ffn_up (4E, E) + (4E,), blk.N.ffn_down (E, 4E) + (E,), output_norm weight and bias, and
-output (V, E) only where the head is not the token embedding (llama.cpp then uses token_embd for both, as
-Hugging Face GPT-2 ties them). The loader requires the qkv bias: a model without one (qkv_bias false) gets zeros,
-which adds exactly nothing.
+The architecture names the tensors as llama.cpp's loader for it reads them (its gguf_tensors: GPT-2's token_embd,
+position_embd, blk.N.attn_qkv, ..., output only where the head is not the token embedding) and writes its
+metadata keys (its gguf_metadata); this module writes the file: the name, those keys, the file type, the
+tokenizer and the tensors at the file's type.
 
 The quant types are the converter's policy (`--outtype q8_0`): every 2-D weight but position_embd in the type,
 norms, biases and position_embd in F32, quantized by gguf.quants (bit-exact with ggml's reference quantizers:
@@ -28,11 +26,12 @@ import gguf
 import numpy as np
 import torch
 
+from mha_export.decoder.archs import arch_of
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_runtime.artifact.errors import ExportError
-from mha_runtime.decoder.config import GPT2_EOS_ID, LAYER_NORM_EPS, GPTConfig
+from mha_runtime.decoder.config import GPT2_EOS_ID
 from mha_runtime.decoder.forms import Form
 
-ARCH = "gpt2"
 BLOCK = 32  # the Q8_0 and Q4_0 block: rows must be a multiple of it
 Q8_0, Q4_0, F32 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.F32
 FILE_TYPES = {"fp32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
@@ -64,29 +63,9 @@ class Written:
                 "kept": dict(self.kept)}
 
 
-def gguf_tensors(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> dict[str, np.ndarray]:
-    """GGUF name -> float32 array (rows first), from the book's GPTModel keys."""
-    def a(key: str) -> np.ndarray:
-        return state[key].detach().to(torch.float32).contiguous().numpy()
-
-    e = cfg.emb_dim
-    out = {"token_embd.weight": a("tok_emb.weight"), "position_embd.weight": a("pos_emb.weight")}
-    for i in range(cfg.n_layers):
-        b, g = f"trf_blocks.{i}.", f"blk.{i}."
-        qkv = [f"{b}att.{w}" for w in ("W_query", "W_key", "W_value")]
-        out |= {f"{g}attn_norm.weight": a(f"{b}norm1.scale"), f"{g}attn_norm.bias": a(f"{b}norm1.shift"),
-                f"{g}attn_qkv.weight": np.concatenate([a(f"{k}.weight") for k in qkv], axis=0),
-                f"{g}attn_qkv.bias": (np.concatenate([a(f"{k}.bias") for k in qkv]) if cfg.qkv_bias
-                                      else np.zeros(3 * e, dtype=np.float32)),
-                f"{g}attn_output.weight": a(f"{b}att.out_proj.weight"),
-                f"{g}attn_output.bias": a(f"{b}att.out_proj.bias"),
-                f"{g}ffn_norm.weight": a(f"{b}norm2.scale"), f"{g}ffn_norm.bias": a(f"{b}norm2.shift"),
-                f"{g}ffn_up.weight": a(f"{b}ff.layers.0.weight"), f"{g}ffn_up.bias": a(f"{b}ff.layers.0.bias"),
-                f"{g}ffn_down.weight": a(f"{b}ff.layers.2.weight"), f"{g}ffn_down.bias": a(f"{b}ff.layers.2.bias")}
-    out |= {"output_norm.weight": a("final_norm.scale"), "output_norm.bias": a("final_norm.shift")}
-    if not tied:
-        out["output.weight"] = a("out_head.weight")
-    return out
+def gguf_tensors(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bool) -> dict[str, np.ndarray]:
+    """GGUF name -> float32 array (rows first), from the book's keys: the architecture's tensor map."""
+    return arch_of(cfg).gguf_tensors(state, cfg, tied=tied)
 
 
 def head_tensor(tensors: dict[str, np.ndarray]) -> str:
@@ -131,7 +110,7 @@ def quantize(array: np.ndarray, qtype: gguf.GGMLQuantizationType) -> np.ndarray:
     return np.concatenate([quant.quantize_rows(array[i:i + rows]) for i in range(0, array.shape[0], rows)])
 
 
-def quant_refusal(cfg: GPTConfig) -> str | None:
+def quant_refusal(cfg: DecoderConfig) -> str | None:
     """Why this config cannot have the quant types, or None."""
     if cfg.emb_dim % BLOCK:
         return f"emb_dim {cfg.emb_dim} is not a multiple of {BLOCK}, the Q8_0 and Q4_0 block"
@@ -188,18 +167,14 @@ class _Writer(gguf.GGUFWriter):
         return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
-def write_gguf(path: Path, tensors: dict[str, np.ndarray], cfg: GPTConfig, *, dtype: str, name: str,
+def write_gguf(path: Path, tensors: dict[str, np.ndarray], cfg: DecoderConfig, *, dtype: str, name: str,
                vocab: Vocabulary | None, keep: dict[str, gguf.GGMLQuantizationType] | None = None) -> Written:
-    """One GGUF file: GPT-2's architecture keys, the tokenizer (or, without one, llama.cpp's "none" vocabulary of
+    """One GGUF file: the architecture's keys, the tokenizer (or, without one, llama.cpp's "none" vocabulary of
     vocab_size ids) and the tensors at `dtype` ("fp32", "q8_0", "q4_0"), those named in `keep` at the type given."""
-    w = _Writer(str(path), ARCH)  # general.architecture = gpt2
+    arch = arch_of(cfg)
+    w = _Writer(str(path), arch.GGUF_ARCH)  # general.architecture
     w.add_name(name)
-    w.add_context_length(cfg.context_length)
-    w.add_embedding_length(cfg.emb_dim)
-    w.add_block_count(cfg.n_layers)
-    w.add_feed_forward_length(4 * cfg.emb_dim)
-    w.add_head_count(cfg.n_heads)
-    w.add_layer_norm_eps(LAYER_NORM_EPS)
+    arch.gguf_metadata(w, cfg)
     w.add_file_type(FILE_TYPES[dtype])
     if vocab is None:
         w.add_tokenizer_model("none")

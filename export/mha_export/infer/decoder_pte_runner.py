@@ -19,8 +19,8 @@ import torch
 
 from mha_export.infer.pte_runner import load_program, loading
 from mha_runtime.artifact.errors import ArtifactError, ContractError, first_line
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import PTE_FORM
+from mha_runtime.decoder.shapes import DecoderShapes
 
 # The program's constant methods (written by mha_export.executorch.decoder).
 CONFIG_METHOD, BOUNDS_METHOD = "gpt_config", "gpt_bounds"
@@ -46,9 +46,12 @@ def one_torch_thread() -> Iterator[None]:
 class PteGPT:
     """One loaded gpt.pte: its forward Method holds the cache, so one sequence at a time (a lock guards it)."""
 
-    def __init__(self, data: bytes, config: GPTConfig, bounds: dict[str, int], *, where: str = PTE_FORM,
-                 threads: int | None = None) -> None:
-        self.data, self.config, self.bounds, self.where, self.threads = data, config, bounds, where, threads
+    def __init__(self, data: bytes, config: dict[str, Any], shapes: DecoderShapes, bounds: dict[str, int], *,
+                 where: str = PTE_FORM, threads: int | None = None) -> None:
+        """`config`: the manifest's (the architecture's own dict, which the program's embedded one must equal);
+        `shapes`: its contract.shapes."""
+        self.data, self.config, self.shapes, self.bounds = data, config, shapes, bounds
+        self.where, self.threads = where, threads
         self._method: Any = None
         self.lock = threading.Lock()
 
@@ -61,7 +64,7 @@ class PteGPT:
             bounds = list(self._program.load_method(BOUNDS_METHOD).execute([]))
             method = self._program.load_method("forward")
         expected = [self.bounds["batch"], self.bounds["context_length"], self.bounds["max_prefill_tokens"]]
-        if json.loads(text) != self.config.to_dict() or bounds != expected:
+        if json.loads(text) != self.config or bounds != expected:
             raise ArtifactError(f"{self.where}: the program was built for another config or bounds (config "
                                 f"{text}, bounds {bounds}; the manifest says bounds {expected})")
         self._method = method
@@ -110,11 +113,12 @@ class PteDecoder:
     def step(self, tokens: list[int], active: list[bool]) -> np.ndarray:
         self._one(len(tokens))
         if not active[0]:  # a stopped row: nothing to compute (batch 1), its cache stays as it is
-            return np.zeros((1, self.program.config.vocab_size), np.float32)
+            return np.zeros((1, self.program.shapes.vocab_size), np.float32)
         logits = self.program.forward([tokens[0]], self.lengths[0])[None]
         self.lengths = [self.lengths[0] + 1]
         return logits
 
 
-# The `mha.runners` entry point `gpt-executorch` (export/pyproject.toml): gpt.pte from bytes the caller has verified.
+# The `mha.runners` entry point `gpt-executorch` (export/pyproject.toml): gpt.pte from bytes the caller has verified,
+# called as factory(data, config, shapes, bounds, where=, threads=) (mha_runtime.decoder.executorch.pte_program).
 gpt_pte_program = PteGPT

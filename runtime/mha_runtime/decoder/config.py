@@ -1,4 +1,5 @@
-"""The GPT config: the book's GPT_CONFIG_124M keys, read from gpt.json or from a Hugging Face config.json."""
+"""The GPT-2 architecture's config (export/mha_export/decoder/archs/gpt2.py): the book's GPT_CONFIG_124M keys, read
+from gpt.json or from a Hugging Face config.json. Torch-free: the CLI and the runtime read it too."""
 from __future__ import annotations
 
 import json
@@ -76,6 +77,11 @@ class GPTConfig(ConfigFile):
         """The book's keys, or a Hugging Face GPT-2 config.json (recognised by `n_embd`)."""
         if "n_embd" in data:
             return cls.from_hf(data)
+        return cls.from_book(data)
+
+    @classmethod
+    def from_book(cls, data: dict[str, Any]) -> GPTConfig:
+        """The book's GPT_CONFIG_124M keys (gpt.json; every artifact's metadata)."""
         return from_fields(cls, data, label="gpt config", noun="key", expected="expected the book's keys")
 
     @classmethod

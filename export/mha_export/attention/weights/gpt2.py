@@ -2,7 +2,10 @@
 and the split of the fused q|k|v, declared once."""
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the split is torch's slicing; importing the names needs no torch (the export's CLI imports them)
+    import torch
 
 C_ATTN_WEIGHT, C_ATTN_BIAS = "attn.c_attn.weight", "attn.c_attn.bias"
 C_PROJ_WEIGHT, C_PROJ_BIAS = "attn.c_proj.weight", "attn.c_proj.bias"

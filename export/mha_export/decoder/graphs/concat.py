@@ -1,7 +1,12 @@
-"""gpt.onnx: the whole decoder with a Concat-grown cache and Optimum's GPT-2 names, in standard ONNX ops only.
+"""gpt.onnx: the whole decoder with a Concat-grown cache and Optimum's names, in standard ONNX ops only.
 
-Per block: LayerNormalization -> MatMul (q|k|v) -> heads -> Concat(past, new) -> scores -> Where(allowed) ->
-Softmax -> context -> MatMul + residual -> LayerNormalization -> MatMul -> Gelu(tanh) -> MatMul + residual.
+Per block: norm -> MatMul (q|k|v) -> heads -> the architecture's per-head step (rotary positions; GPT-2 has none)
+-> Concat(past, new) -> scores -> Where(allowed) -> Softmax -> context -> MatMul + residual -> norm -> MLP +
+residual; the norms, the embedding and the MLP are the architecture's pieces (archs/protocol.py). With fewer
+key/value heads K than query heads H (grouped-query attention), each key/value head serves H / K query heads in
+turn (query head j reads key/value head j // (H / K), as Hugging Face's repeat_kv): q is viewed as K groups of
+(H / K) * T rows, so no key or value is copied.
+
 `allowed` (B, 1, T, P + T) is computed once: key s is visible to query t when attention_mask[b, s] is 1 and
 s <= P + t. Masked scores are set to float32's lowest finite value, not -inf, so that a row with nothing to
 attend to (left padding) stays finite instead of turning the cache into NaN.
@@ -12,16 +17,9 @@ import numpy as np
 import onnx
 import torch
 
-from mha_export.decoder.graphs.shared import (
-    Built,
-    Graph,
-    add_embeddings,
-    add_head,
-    add_weights,
-    make_model,
-    numpy_state,
-)
-from mha_runtime.decoder.config import LAYER_NORM_EPS, GPTConfig
+from mha_export.decoder.archs import arch_of
+from mha_export.decoder.archs.protocol import DecoderConfig
+from mha_export.decoder.graphs.shared import Built, Graph, add_bias, add_head, make_model, numpy_state, project
 from mha_runtime.decoder.contract import (
     ATTENTION_MASK,
     INPUT_IDS,
@@ -50,40 +48,50 @@ def _mask(g: Graph) -> str:
     return g.one("And", [causal, real])  # (B, 1, T, S)
 
 
-def concat_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> Built:
-    """The Optimum-named decoder of `state` (the book's GPTModel keys)."""
+def concat_model(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bool) -> Built:
+    """The Optimum-named decoder of `state` (the book's keys of the config's architecture)."""
     w = numpy_state(state)
     g = Graph()
-    e, h, d = cfg.emb_dim, cfg.n_heads, cfg.head_dim
-    layers = add_weights(g, w, cfg)
-    x = add_embeddings(g, w, INPUT_IDS, POSITION_IDS)  # (B, T, E)
+    h, kv, d = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+    arch = arch_of(cfg).graph_pieces(g, w, cfg, fused=False)
+    layers = arch.add_weights()
+    x = arch.embed(INPUT_IDS, POSITION_IDS)  # (B, T, E)
     allowed = _mask(g)
-    g.i64("split3", [e, e, e])
+    g.i64("split3", [h * d, kv * d, kv * d])
     g.i64("heads_shape", [0, 0, h, d])
-    g.i64("merge_shape", [0, 0, e])
+    kv_shape = "heads_shape" if kv == h else g.i64("kv_heads_shape", [0, 0, kv, d])
+    g.i64("merge_shape", [0, 0, h * d])
     g.init("scale", np.array(1.0 / np.sqrt(d), np.float32))
     g.init("lowest", np.array(np.finfo(np.float32).min, np.float32))
+    grouped = kv != h  # grouped-query attention: q, the scores and the weights viewed by key/value head
+    if grouped:
+        g.i64("groups_shape", [0, kv, -1, d])  # (B, H, T, D) -> (B, K, (H / K) T, D)
+        g.i64("scores_shape", [0, h, -1, 0])  # (B, K, (H / K) T, S) -> (B, H, T, S)
+        g.i64("weights_shape", [0, kv, -1, 0])  # and back
+        g.i64("context_shape", [0, h, -1, d])  # (B, K, (H / K) T, D) -> (B, H, T, D)
     for i, layer in enumerate(layers):
-        a = g.one("LayerNormalization", [x, *layer.ln1], axis=-1, epsilon=LAYER_NORM_EPS)
-        qkv = g.one("MatMul", [a, layer.qkv])  # (B, T, 3E)
-        if layer.qkv_bias:
-            qkv = g.one("Add", [qkv, layer.qkv_bias])
-        q, k, v = g.op("Split", [qkv, "split3"], outputs=3, axis=2)  # each (B, T, E)
-        q, k, v = (g.one("Transpose", [g.one("Reshape", [t, "heads_shape"])], perm=[0, 2, 1, 3])
-                   for t in (q, k, v))  # (B, H, T, D)
-        keys = g.one("Concat", [past_key(i), k], out=[present_key(i)], axis=2)  # (B, H, S, D)
+        a = arch.norm(x, layer.norm1)
+        qkv = add_bias(g, project(g, a, layer.qkv))  # (B, T, (H + 2K) D)
+        q, k, v = g.op("Split", [qkv, "split3"], outputs=3, axis=2)  # (B, T, HD), (B, T, KD), (B, T, KD)
+        q, k, v = (g.one("Transpose", [g.one("Reshape", [t, shape])], perm=[0, 2, 1, 3])
+                   for t, shape in ((q, "heads_shape"), (k, kv_shape), (v, kv_shape)))  # (B, H or K, T, D)
+        q, k = arch.heads(q, k, layer, POSITION_IDS)
+        keys = g.one("Concat", [past_key(i), k], out=[present_key(i)], axis=2)  # (B, K, S, D)
         values = g.one("Concat", [past_value(i), v], out=[present_value(i)], axis=2)
+        q = g.one("Reshape", [q, "groups_shape"]) if grouped else q
         scores = g.one("Mul", [g.one("MatMul", [q, g.one("Transpose", [keys], perm=[0, 1, 3, 2])]), "scale"])
+        scores = g.one("Reshape", [scores, "scores_shape"]) if grouped else scores
         scores = g.one("Where", [allowed, scores, "lowest"])  # (B, H, T, S)
-        context = g.one("MatMul", [g.one("Softmax", [scores], axis=-1), values])  # (B, H, T, D)
-        context = g.one("Reshape", [g.one("Transpose", [context], perm=[0, 2, 1, 3]), "merge_shape"])  # (B, T, E)
-        x = g.one("Add", [x, g.one("Add", [g.one("MatMul", [context, layer.out[0]]), layer.out[1]])])
-        m = g.one("LayerNormalization", [x, *layer.ln2], axis=-1, epsilon=LAYER_NORM_EPS)
-        f = g.one("Gelu", [g.one("Add", [g.one("MatMul", [m, layer.fc[0]]), layer.fc[1]])], approximate="tanh")
-        x = g.one("Add", [x, g.one("Add", [g.one("MatMul", [f, layer.proj[0]]), layer.proj[1]])])
-    final = g.one("LayerNormalization", [x, g.init("final.scale", w["final_norm.scale"]),
-                                         g.init("final.shift", w["final_norm.shift"])], axis=-1, epsilon=LAYER_NORM_EPS)
-    flat = g.one("Reshape", [final, g.i64("rows_shape", [-1, e])])  # (B * T, E)
+        weights = g.one("Softmax", [scores], axis=-1)
+        weights = g.one("Reshape", [weights, "weights_shape"]) if grouped else weights
+        context = g.one("MatMul", [weights, values])  # (B, H, T, D); grouped (B, K, (H / K) T, D)
+        context = g.one("Reshape", [context, "context_shape"]) if grouped else context
+        context = g.one("Reshape", [g.one("Transpose", [context], perm=[0, 2, 1, 3]), "merge_shape"])  # (B, T, HD)
+        x = g.one("Add", [x, add_bias(g, project(g, context, layer.out))])
+        m = arch.norm(x, layer.norm2)
+        x = g.one("Add", [x, add_bias(g, arch.mlp(m, layer))])
+    final = arch.norm(x, arch.final_norm())
+    flat = g.one("Reshape", [final, g.i64("rows_shape", [-1, cfg.emb_dim])])  # (B * T, E)
     logits = add_head(g, w, flat, tied=tied)  # (B * T, V)
     out_shape = g.one("Concat", [g.one("Shape", [INPUT_IDS]), g.i64("vocab", [cfg.vocab_size])], axis=0)
     g.one("Reshape", [logits, out_shape], out=[LOGITS])  # (B, T, V)

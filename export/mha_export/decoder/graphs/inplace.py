@@ -1,10 +1,11 @@
 """gpt.inplace.onnx: the decoder over one preallocated cache per layer, written in place, in fused ONNX Runtime ops.
 
-Per block: SkipLayerNormalization (residual + bias + LayerNorm in one op) -> MatMul (q|k|v) -> Add ->
-GroupQueryAttention over past/present buffers of context_length rows (bound to one OrtValue, so the kernel
-writes only the new rows; each row has its own past_tokens, so batched rows need no padding) -> MatMul ->
-SkipLayerNormalization -> MatMul -> FastGelu (bias + tanh GELU) -> MatMul. Positions are past_tokens + 0..T-1
-per row. Only each row's last token reaches the head: decoding needs nothing else. The last block keeps every
+Per block: the architecture's skip norm (residual + bias + norm in one op: GPT-2's SkipLayerNormalization) -> MatMul
+(q|k|v) -> Add -> GroupQueryAttention (its query and key/value head counts; rotary positions where the
+architecture has them) over past/present buffers of context_length rows (bound to one OrtValue, so the kernel
+writes only the new rows; each row has its own past_tokens, so batched rows need no padding) -> MatMul -> skip norm
+-> the architecture's MLP (GPT-2: MatMul -> FastGelu, bias + tanh GELU -> MatMul). Positions are past_tokens +
+0..T-1 per row. Only each row's last token reaches the head: decoding needs nothing else. The last block keeps every
 token up to its attention (GroupQueryAttention writes every prompt position's keys and values into the cache),
 then gathers the last token: its out projection, feed-forward and the head are position-wise, so the other rows
 could only be thrown away. A 128-token prefill skips 127 of 128 rows of the head and of the last block's out
@@ -17,16 +18,19 @@ import onnx
 import onnx.helper as oh
 import torch
 
+from mha_export.decoder.archs import arch_of
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.graphs.shared import (
+    MS,
     Built,
     Graph,
-    add_embeddings,
+    Projected,
+    add_bias,
     add_head,
-    add_weights,
     make_model,
     numpy_state,
+    project,
 )
-from mha_runtime.decoder.config import LAYER_NORM_EPS, GPTConfig
 from mha_runtime.decoder.contract import (
     INPUT_IDS,
     NEXT_LOGITS,
@@ -38,15 +42,14 @@ from mha_runtime.decoder.contract import (
     present_value,
 )
 
-MS = "com.microsoft"
 
-
-def inplace_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool,
+def inplace_model(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bool,
                   head_matmul: bool = False) -> Built:
     """The in-place decoder of `state`; `head_matmul` for the graph the int8 form quantizes (graph.add_head)."""
     w = numpy_state(state)
     g = Graph()
-    layers = add_weights(g, w, cfg)
+    arch = arch_of(cfg).graph_pieces(g, w, cfg, fused=True)
+    layers = arch.add_weights()
     # Positions and the kernel's sequence lengths from past_tokens (B,) int32 and T.
     t = g.one("Shape", [INPUT_IDS], start=1, end=2)  # (1,) int64
     t32 = g.one("Cast", [t], to=onnx.TensorProto.INT32)
@@ -56,32 +59,31 @@ def inplace_model(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool,
     offsets = g.one("Range", [g.i64("zero", 0), g.one("Squeeze", [t]), g.i64("one", 1)])  # (T,)
     past64 = g.one("Unsqueeze", [g.one("Cast", [PAST_TOKENS], to=onnx.TensorProto.INT64), g.i64("axis_1", [1])])
     positions = g.one("Add", [past64, offsets])  # (B, T)
-    x = add_embeddings(g, w, INPUT_IDS, positions)  # (B, T, E)
+    x = arch.embed(INPUT_IDS, positions)  # (B, T, E)
     last_index = g.one("Sub", [t, g.i64("one_1d", [1])])  # (1,) the last token's position within this call
-    skip = None  # the previous block's last MatMul output and its bias, folded into the next SkipLayerNorm
+    skip: Projected | None = None  # the previous block's last MatMul output and its bias, folded into the next norm
     for i, layer in enumerate(layers):
         if skip is None:
-            a = g.one("LayerNormalization", [x, *layer.ln1], axis=-1, epsilon=LAYER_NORM_EPS)
+            a = arch.norm(x, layer.norm1)
         else:
-            a, _, _, x = g.op("SkipLayerNormalization", [x, skip[0], *layer.ln1, skip[1]], outputs=4, domain=MS,
-                              epsilon=LAYER_NORM_EPS)  # a = LN(x + skip + bias); x = x + skip + bias
-        qkv = g.one("MatMul", [a, layer.qkv])  # (B, T, 3E)
-        if layer.qkv_bias:
-            qkv = g.one("Add", [qkv, layer.qkv_bias])
-        attention = g.one("GroupQueryAttention", [qkv, "", "", past_key(i), past_value(i), seqlens, total_max],
+            a, summed = arch.skip_norm(x, skip, layer.norm1)  # a = norm(x + skip + bias); x = x + skip + bias
+            assert summed is not None
+            x = summed
+        qkv = add_bias(g, project(g, a, layer.qkv))  # (B, T, (H + 2K) D)
+        given = arch.attention_inputs(qkv, layer)
+        attention = g.one("GroupQueryAttention", [*given.qkv, past_key(i), past_value(i), seqlens, total_max,
+                                                  *given.rotary],
                           out=[f"h{i}.attention", present_key(i), present_value(i)], domain=MS,
-                          num_heads=cfg.n_heads, kv_num_heads=cfg.n_heads)  # (B, T, E); scale 1/sqrt(D), causal
+                          num_heads=cfg.n_heads, kv_num_heads=cfg.kv_heads, **given.attrs)  # (B, T, HD); causal
         if i == cfg.n_layers - 1:  # the rest of the block is position-wise: only the last token goes on
-            attention = g.one("Gather", [attention, last_index], axis=1)  # (B, 1, E)
+            attention = g.one("Gather", [attention, last_index], axis=1)  # (B, 1, HD)
             x = g.one("Gather", [x, last_index], axis=1)  # (B, 1, E) the residual, skip and bias added in
-        m, _, _, x = g.op("SkipLayerNormalization", [x, g.one("MatMul", [attention, layer.out[0]]), *layer.ln2,
-                                                     layer.out[1]], outputs=4, domain=MS, epsilon=LAYER_NORM_EPS)
-        f = g.one("FastGelu", [g.one("MatMul", [m, layer.fc[0]]), layer.fc[1]], domain=MS)  # (B, T, 4E)
-        skip = (g.one("MatMul", [f, layer.proj[0]]), layer.proj[1])
+        m, summed = arch.skip_norm(x, project(g, attention, layer.out), layer.norm2)
+        assert summed is not None
+        x = summed
+        skip = arch.mlp(m, layer)
     assert skip is not None
-    final = g.op("SkipLayerNormalization", [x, skip[0], g.init("final.scale", w["final_norm.scale"]),
-                                            g.init("final.shift", w["final_norm.shift"]), skip[1]],
-                 outputs=1, domain=MS, epsilon=LAYER_NORM_EPS)[0]  # (B, 1, E)
+    final, _ = arch.skip_norm(x, skip, arch.final_norm(), summed=False)  # (B, 1, E)
     flat = g.one("Squeeze", [final, "axis_1"])  # (B, E)
     logits = add_head(g, w, flat, tied=tied, matmul=head_matmul)  # (B, V)
     g.nodes.append(oh.make_node("Identity", [logits], [NEXT_LOGITS], name="next_token_logits"))

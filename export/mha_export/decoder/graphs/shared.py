@@ -1,7 +1,9 @@
-"""What both decoder graphs share: the weights as initializers, the embeddings and the output head.
+"""What both decoder graphs share: the Graph being written, the names an architecture's pieces and the builders
+agree on (Linear, Layer, the token embedding), projections, the output head and the model's stamp.
 
-Graphs are written node by node with onnx.helper: every op is chosen (LayerNormalization, one MatMul for q|k|v,
-the head as Gemm on the token embedding so that a tied matrix is stored once), so nothing is left to a tracer.
+Graphs are written node by node with onnx.helper: every op is chosen (one MatMul for q|k|v, the head as Gemm on the
+token embedding so that a tied matrix is stored once; the architecture's pieces choose theirs: archs/protocol.py),
+so nothing is left to a tracer.
 """
 from __future__ import annotations
 
@@ -15,10 +17,16 @@ import torch
 from onnx import numpy_helper
 
 from mha_export.attention.graphs.contrib import stamped_model
-from mha_runtime.decoder.config import GPTConfig
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_runtime.decoder.contract import META_GPT_CONFIG, META_GPT_CONTRACT, n_inputs
 
 OPSET = 20  # Gelu(approximate="tanh") is opset 20
+MS = "com.microsoft"
+# The token embedding's (V, E) initializer in every graph: the lossy forms find its Gather by this name
+# (lossy/embedding.py), and a tied head reads it. The book's models all call it tok_emb; the head out_head.
+TOKENS = "tok_emb"
+HEAD_KEY = "out_head.weight"  # the head's key in the book's state_dict
+HEAD_MATMUL = "head.weight_t"  # the head as its own (E, V) MatMul weight: add_head's `matmul` (int8 quantizes it)
 
 
 @dataclass
@@ -55,53 +63,47 @@ def numpy_state(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 
 
 @dataclass(frozen=True)
+class Linear:
+    """A projection's initializers: its weight (in, out) for MatMul and its bias (None without one)."""
+
+    weight: str
+    bias: str | None = None
+
+
+# A projection's MatMul output and its bias, not yet added: the in-place form folds the bias into the op that
+# follows (SkipLayerNormalization, FastGelu), the portable form adds it (add_bias).
+Projected = tuple[str, str | None]
+
+
+@dataclass(frozen=True)
 class Layer:
-    """One block's initializer names, weights as (in, out) for MatMul."""
+    """One block's initializer names, as an architecture's pieces made them (Pieces.add_weights)."""
 
-    ln1: tuple[str, str]
-    qkv: str
-    qkv_bias: str | None
-    out: tuple[str, str]
-    ln2: tuple[str, str]
-    fc: tuple[str, str]
-    proj: tuple[str, str]
-
-
-def add_weights(g: Graph, w: dict[str, np.ndarray], cfg: GPTConfig) -> list[Layer]:
-    """Every block's weights as initializers: q|k|v fused on the output axis (all q heads, all k, all v)."""
-    layers = []
-    for i in range(cfg.n_layers):
-        p = f"trf_blocks.{i}."
-        qkv = np.concatenate([w[f"{p}att.W_{n}.weight"].T for n in ("query", "key", "value")], axis=1)  # (E, 3E)
-        bias = (g.init(f"h{i}.qkv.bias", np.concatenate([w[f"{p}att.W_{n}.bias"] for n in ("query", "key", "value")]))
-                if cfg.qkv_bias else None)
-        layers.append(Layer(
-            ln1=(g.init(f"h{i}.ln1.scale", w[f"{p}norm1.scale"]), g.init(f"h{i}.ln1.shift", w[f"{p}norm1.shift"])),
-            qkv=g.init(f"h{i}.qkv.weight", qkv), qkv_bias=bias,
-            out=(g.init(f"h{i}.out.weight", w[f"{p}att.out_proj.weight"].T),
-                 g.init(f"h{i}.out.bias", w[f"{p}att.out_proj.bias"])),
-            ln2=(g.init(f"h{i}.ln2.scale", w[f"{p}norm2.scale"]), g.init(f"h{i}.ln2.shift", w[f"{p}norm2.shift"])),
-            fc=(g.init(f"h{i}.fc.weight", w[f"{p}ff.layers.0.weight"].T),
-                g.init(f"h{i}.fc.bias", w[f"{p}ff.layers.0.bias"])),
-            proj=(g.init(f"h{i}.proj.weight", w[f"{p}ff.layers.2.weight"].T),
-                  g.init(f"h{i}.proj.bias", w[f"{p}ff.layers.2.bias"]))))
-    return layers
+    norm1: tuple[str, ...]  # the norm before attention: its parameters
+    qkv: Linear  # q|k|v fused on the output axis: (E, (H + 2K) * D)
+    out: Linear  # (H * D, E)
+    norm2: tuple[str, ...]  # the norm before the MLP
+    mlp: tuple[Linear, ...]  # the MLP's projections, in the architecture's order
+    extra: tuple[str, ...] = ()  # anything else its pieces read (a q/k norm's parameters)
 
 
-def add_embeddings(g: Graph, w: dict[str, np.ndarray], input_ids: str, positions: str) -> str:
-    """tok_emb[input_ids] + pos_emb[positions]: (B, T, E)."""
-    g.init("tok_emb", w["tok_emb.weight"])  # (V, E)
-    g.init("pos_emb", w["pos_emb.weight"])  # (C, E)
-    return g.one("Add", [g.one("Gather", ["tok_emb", input_ids]), g.one("Gather", ["pos_emb", positions])])
+def project(g: Graph, x: str, linear: Linear) -> Projected:
+    """x @ weight, the bias left to the caller."""
+    return g.one("MatMul", [x, linear.weight]), linear.bias
+
+
+def add_bias(g: Graph, projected: Projected) -> str:
+    out, bias = projected
+    return out if bias is None else g.one("Add", [out, bias])
 
 
 def add_head(g: Graph, w: dict[str, np.ndarray], hidden: str, *, tied: bool, matmul: bool = False) -> str:
     """hidden (N, E) -> logits (N, V). Gemm with transB reads the (V, E) matrix as it is stored, so a head tied
-    to tok_emb is the same initializer; `matmul` stores the head as its own (E, V) MatMul weight instead (the
-    int8 form: onnxruntime's dynamic quantization covers MatMul, not Gemm)."""
+    to the token embedding (TOKENS) is the same initializer; `matmul` stores the head as its own (E, V) MatMul
+    weight instead (the int8 form: onnxruntime's dynamic quantization covers MatMul, not Gemm)."""
     if matmul:
-        return g.one("MatMul", [hidden, g.init("head.weight_t", w["out_head.weight"].T)])
-    head = "tok_emb" if tied else g.init("out_head.weight", w["out_head.weight"])
+        return g.one("MatMul", [hidden, g.init(HEAD_MATMUL, w[HEAD_KEY].T)])
+    head = TOKENS if tied else g.init(HEAD_KEY, w[HEAD_KEY])
     return g.one("Gemm", [hidden, head], transB=1)
 
 
@@ -137,7 +139,7 @@ class Built:
                                            for n, a in self.arrays))
 
 
-def make_model(g: Graph, name: str, cfg: GPTConfig, kind: str, signature: dict[str, tuple[str, list[object]]], *,
+def make_model(g: Graph, name: str, cfg: DecoderConfig, kind: str, signature: dict[str, tuple[str, list[object]]], *,
                contrib: bool) -> Built:
     """The graph as the `kind` ("concat" | "inplace") model: the signature's inputs (its first n_inputs entries)
     and outputs, the config and the kind in metadata_props."""

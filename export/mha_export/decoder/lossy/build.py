@@ -24,6 +24,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.lossy.embedding import TOKENS, whole_blocks
 from mha_export.decoder.lossy.quantize import (
     FAST,
@@ -36,7 +37,6 @@ from mha_export.decoder.lossy.quantize import (
     quantize_to,
     weight_error,
 )
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.decoder import Decoder, decoder_for, make_session
 from mha_runtime.decoder.forms import Form
 from mha_runtime.decoder.quality import Quality, Windows, measure
@@ -51,7 +51,7 @@ CORPUS_NAME = "mha_export.gpt.corpus"
 KEEP_SHARE = 4  # at most 1 / KEEP_SHARE of the MatMuls kept at a higher precision
 
 
-def quality_windows(cfg: GPTConfig, encode: Callable[[str], list[int]] | None) -> Windows:
+def quality_windows(cfg: DecoderConfig, encode: Callable[[str], list[int]] | None) -> Windows:
     """WINDOWS windows of min(WIDTH, context_length) tokens (at least 2): held-out text where a tokenizer is
     given and the text is long enough, seeded random ids otherwise."""
     width = max(2, min(WIDTH, cfg.context_length))
@@ -122,7 +122,7 @@ def plans(bits: int, ranking: list[str]) -> list[QuantPlan]:
     return [FAST[bits], *kept]
 
 
-def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: GPTConfig, path: Path, *, tied: bool,
+def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: DecoderConfig, path: Path, *, tied: bool,
                 reference: Callable[[], Decoder], windows: Windows) -> LossyOutcome:
     """Write the first plan that meets the form's bar to `path` (or, when none does, the last tried: the caller
     deletes it)."""

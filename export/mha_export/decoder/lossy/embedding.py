@@ -28,8 +28,9 @@ import onnx
 import onnx.helper as oh
 from onnx import numpy_helper
 
-TOKENS = "tok_emb"  # graphs.shared.add_embeddings' (V, E) initializer
-MS = "com.microsoft"
+from mha_export.decoder.graphs.shared import MS, TOKENS  # every architecture's (V, E) token embedding initializer
+
+__all__ = ["TOKENS", "quantize_embedding", "whole_blocks"]
 
 
 def _node(model: onnx.ModelProto, match: Any) -> onnx.NodeProto:
