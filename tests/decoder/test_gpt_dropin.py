@@ -268,7 +268,7 @@ def test_clients_on_the_made_folders_write_the_portability_results(preset: str, 
                       tmp_path)[0]
         records = []
         for case, ids, file in zip(cases, answer["solo"], answer["logits"], strict=True):
-            expected = first_logits(folder, manifest, case, manifest.config.vocab_size)
+            expected = first_logits(folder, manifest, case, manifest.shapes.vocab_size)
             near = compare(np.fromfile(file, dtype="<f4"), expected, golden.tolerance)
             records.append({"name": case.name, "ok": ids == case.ids and near.ok, "ids_equal": ids == case.ids,
                             "max_abs": near.max_abs, "error": None})

@@ -124,7 +124,7 @@ def test_every_runner_stops_at_context_length_exactly(book_gpt: tuple[object, Pa
     """A prompt of context_length - 2 ids leaves room for 2 new ids, then the stop is context_length."""
     folder = book_gpt[1]
     gen = Generator(folder)
-    prompt = [(7 * i + 11) % 50000 for i in range(gen.manifest.config.context_length - 2)]
+    prompt = [(7 * i + 11) % 50000 for i in range(gen.shapes.context_length - 2)]
     python = gen.generate([prompt], max_new_tokens=10)
     assert len(python.ids[0]) == 2 and python.stops[0] == "context_length"
     for command in (NODE, WASM):

@@ -31,7 +31,7 @@ def book_greedy(model: torch.nn.Module, prompt: list[int], new: int, context: in
 def test_greedy_ids_equal_the_books_generate_text_simple(book_gpt: tuple[torch.nn.Module, Path], form: str) -> None:
     model, folder = book_gpt
     gen = Generator(folder, form=form)
-    expected = [book_greedy(model, p, NEW, gen.config.context_length) for p in PROMPTS]
+    expected = [book_greedy(model, p, NEW, gen.shapes.context_length) for p in PROMPTS]
     for prompt, ids in zip(PROMPTS, expected, strict=True):
         alone = gen.generate([prompt], max_new_tokens=NEW)
         assert alone.ids == [ids] and alone.stops == ["max_new_tokens"]
@@ -121,7 +121,7 @@ def test_a_seed_gives_the_same_tokens_and_rows_equal_their_solo_runs(book_gpt: t
 
 def test_generation_stops_at_context_length_and_eos(book_gpt: tuple[torch.nn.Module, Path]) -> None:
     gen = Generator(book_gpt[1])
-    c = gen.config.context_length
+    c = gen.shapes.context_length
     long = list(range(100, 100 + c - 2))
     result = gen.generate([long, PROMPTS[0]], max_new_tokens=10)
     assert [len(r) for r in result.ids] == [2, 10] and result.stops == ["context_length", "max_new_tokens"]

@@ -89,7 +89,7 @@ def test_llama_cpp_reproduces_the_golden_generations(source: str, request: pytes
     assert len(texts) == (manifest.tokenizer is not None)  # "Every effort moves you", by the GGUF's tokenizer
     assert all(got.encoded[c.name] == c.prompt_ids for c in texts)
     for case in llama_cpp.greedy_cases(golden.cases):
-        expected = first_logits(folder, manifest, case, manifest.config.vocab_size)
+        expected = first_logits(folder, manifest, case, manifest.shapes.vocab_size)
         assert np.abs(got.first[case.name] - expected).max() <= GGUF.tolerance.atol
     results = [r for r in check_generations(folder) if r.artifact.endswith(".gguf")]
     assert results and all(r.ok for r in results), [r.line() for r in results]
@@ -139,7 +139,7 @@ def test_each_gguf_says_what_its_tensors_are(source: str, request: pytest.Fixtur
 def test_metadata_read_back_is_gpt2s(source: str, request: pytest.FixtureRequest) -> None:
     model, folder = request.getfixturevalue(source)
     manifest = load_gpt_manifest(folder)
-    cfg = manifest.config
+    cfg = GPTConfig.from_dict(manifest.config)  # GPT-2's own keys, as the GGUF metadata holds them
     reader = gguf.GGUFReader(folder / GGUF_FORM)
     fields = {k: f.contents() for k, f in reader.fields.items()}
     assert fields["general.architecture"] == "gpt2" and fields["general.file_type"] == gguf.LlamaFileType.ALL_F32
@@ -425,7 +425,7 @@ def test_llama_cpp_on_the_made_folders_writes_the_portability_results(preset: st
     out.unlink(missing_ok=True)
     manifest = load_gpt_manifest(folder)
     config = tmp_path / "gpt.json"
-    config.write_text(json.dumps(manifest.config.to_dict()))
+    config.write_text(json.dumps(manifest.config))
     done = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(config), "--weights",
                                     str(folder / "gpt.safetensors"), "--tokenizer", str(vocab_dir()), "--name", preset,
                                     "--out", str(tmp_path), "--variants", "gguf"])
@@ -435,7 +435,7 @@ def test_llama_cpp_on_the_made_folders_writes_the_portability_results(preset: st
     got = llama_cpp.run_greedy(tmp_path / preset / GGUF_FORM, cases)
     records = []
     for case in cases:
-        expected = first_logits(folder, manifest, case, manifest.config.vocab_size)
+        expected = first_logits(folder, manifest, case, manifest.shapes.vocab_size)
         near, error = llama_cpp.judge_case(got, case, expected, GGUF.tolerance)
         records.append({"name": case.name, "ok": error is None, "ids_equal": got.ids[case.name] == case.ids,
                         "max_abs": near.max_abs, "error": error})

@@ -33,10 +33,10 @@ def test_greedy_golden_ids_are_the_books_generate_text_simple(book_gpt: tuple[An
     for case in greedy:
         with torch.no_grad():
             out = generate_text_simple(model, torch.tensor([case.prompt_ids]), case.max_new_tokens,
-                                       manifest.config.context_length)
+                                       manifest.shapes.context_length)
             logits = model(torch.tensor([case.prompt_ids]))[0, -1].numpy()
         assert out[0, len(case.prompt_ids):].tolist() == case.ids, case.name
-        np.testing.assert_allclose(first_logits(folder, manifest, case, manifest.config.vocab_size), logits,
+        np.testing.assert_allclose(first_logits(folder, manifest, case, manifest.shapes.vocab_size), logits,
                                    atol=1e-5, rtol=1e-5)
 
 

@@ -169,9 +169,9 @@ def test_generate_refuses_bad_arguments(runner: str, book_gpt: tuple[object, Pat
 
 
 def test_generate_refuses_a_folder_that_is_not_a_gpt(tmp_path: Path, seed_dir: Path) -> None:
-    _one_line_error(_c("c", "generate"), "expected a GPT folder")
+    _one_line_error(_c("c", "generate"), "expected a decoder folder")
     _one_line_error(_c("c", "generate", tmp_path, "--prompt-ids", "1"), "expected a manifest")
-    _one_line_error(_c("c", "generate", seed_dir, "--prompt-ids", "1"), 'expected a GPT manifest (kind "gpt"')
+    _one_line_error(_c("c", "generate", seed_dir, "--prompt-ids", "1"), 'expected a decoder manifest (kind "decoder"')
 
 
 def _flip(path: Path, at: int) -> None:
@@ -230,7 +230,13 @@ def test_generate_stops_at_any_of_the_folders_eos_ids(book_gpt: tuple[object, Pa
     (lambda m: m["files"]["gpt.inplace.onnx"].update(sha256="0" * 64), "differs from the manifest's 000000000000"),
     (lambda m: m["files"].pop("gpt.inplace.onnx"), "gpt.inplace.onnx: expected it listed in"),
     (lambda m: m["config"].update(n_layers=3), "the model does not belong to this folder"),
-    (lambda m: m["config"].update(vocab_size=0), "expected 'vocab_size' an integer from 1"),
+    # every size is contract.shapes', checked before a buffer; config is only compared (the line above)
+    (lambda m: m["contract"]["shapes"].update(vocab_size=0), "shapes: expected 'vocab_size' an integer from 1"),
+    (lambda m: m["contract"]["shapes"].update(kv_heads=3), "shapes: n_heads 4 is not a multiple of kv_heads 3"),
+    (lambda m: m["contract"]["shapes"].update(kv_heads=2), "'past_key_values.0.key': expected axis 1 of size 2 (the "
+                                                           "manifest's contract.shapes), got 4"),
+    (lambda m: m["contract"]["shapes"].update(head_dim=1 << 16, context_length=1 << 20),
+     "a cache of [1, 4, 1048576, 65536] floats per layer is over the runner's bound"),
     (lambda m: m["artifacts"].pop("gpt.inplace.onnx"), "expected gpt.inplace.onnx among the manifest's artifacts"),
     (lambda m: m.update(eos_id=60000), "expected 'eos_id' an integer from 0 to 50256"),
     (lambda m: m.update(eos_ids=[50256, 60000]), "expected 'eos_ids' a list of at most 64 token ids from 0 to 50256"),
@@ -242,9 +248,21 @@ def test_altered_manifest_is_refused(book_copy: Path, edit, message: str) -> Non
 
 
 def test_manifest_of_another_kind_is_refused(book_copy: Path) -> None:
-    """generate wants a GPT manifest; check reads an attention folder's golden cases, which this folder lacks."""
+    """generate wants a decoder manifest; check reads an attention folder's golden cases, which this folder lacks."""
     _edit_manifest(book_copy, lambda m: m.update(kind="attention"))
-    _assert_refused(book_copy, 'expected a GPT manifest (kind "gpt", format 1)', "expected golden fixtures")
+    _assert_refused(book_copy, 'expected a decoder manifest (kind "decoder", format 1)', "expected golden fixtures")
+
+
+def test_a_folder_exported_before_contract_shapes_still_runs(book_gpt: tuple[object, Path], book_copy: Path) -> None:
+    """Kind "gpt" and no contract.shapes (a folder exported before them): the shapes come from its GPT-2 config, in
+    the one legacy reader, and the ids are the same."""
+    args = ("--prompt-ids", "15496,11,314", "--max-new-tokens", "6", "--no-eos")
+    want = _c("c", "generate", book_gpt[1], *args).stdout
+    assert json.loads((book_gpt[1] / "manifest.json").read_text())["kind"] == "decoder"
+    _edit_manifest(book_copy, lambda m: (m.update(kind="gpt"), m["contract"].pop("shapes")))
+    for runner in ("c", "c-asan"):
+        assert _c(runner, "generate", book_copy, *args).stdout == want
+    assert _c("c-asan", "check", book_copy).returncode == 0
 
 
 def test_manifest_that_is_not_json_is_refused(book_copy: Path) -> None:

@@ -129,7 +129,7 @@ def test_generations_joining_and_leaving_a_running_batch_equal_their_solo_runs(b
     folder = book_gpt[1]
     ref = Generator(folder)
     rng = random.Random(5)
-    vocab = ref.config.vocab_size
+    vocab = ref.shapes.vocab_size
 
     def request(n: int, new: int, **kw: Any) -> GenerateRequest:
         return GenerateRequest([rng.randrange(vocab) for _ in range(n)], new, **kw)
@@ -205,7 +205,7 @@ def test_a_burst_is_prefilled_by_two_lanes_at_once_and_each_answer_equals_its_so
     out). Every answer, greedy or seeded, equals the same request alone."""
     ref = Generator(book_gpt[1])
     rng = random.Random(11)
-    reqs = [GenerateRequest([rng.randrange(ref.config.vocab_size) for _ in range(n)], 6, **kw)
+    reqs = [GenerateRequest([rng.randrange(ref.shapes.vocab_size) for _ in range(n)], 6, **kw)
             for n, kw in ((40, {}), (3, {"temperature": 0.8, "seed": 2}), (17, {}), (1, {"top_k": 5, "seed": 9}))]
     clients = [Client(r) for r in reqs]
     another = threading.Event()
@@ -311,7 +311,7 @@ def test_mixed_load_every_answer_right_every_refusal_one_line(server: ServerProc
     """24 generations (streamed or not, greedy or seeded, text or ids) and 9 bad requests interleaved, 6 at a
     time: every good answer equals the local solo generation, every bad one is its 4xx in one line, none lost."""
     gen = Generator(gpt_mini)
-    config = gen.config
+    config = gen.shapes
     rng = random.Random(1)
     good: list[dict[str, Any]] = []
     for i in range(24):

@@ -104,7 +104,7 @@ int mha_gpt_generate(int argc, char **argv) {
         else if (strncmp(a, "--", 2) == 0 || dir) say(why, sizeof why, "unexpected argument '%.60s' (usage: mha_check generate DIR --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S] [--no-eos] [--threads N] [--warmup N] [--json])", a);
         else dir = a;
     }
-    if (!why[0] && !dir) say(why, sizeof why, "expected a GPT folder: mha_check generate DIR --prompt-ids 1,2,3");
+    if (!why[0] && !dir) say(why, sizeof why, "expected a decoder folder: mha_check generate DIR --prompt-ids 1,2,3");
     if (!why[0] && !ids_text) say(why, sizeof why, "expected the prompt as --prompt-ids 1,2,3");
     if (why[0]) { fprintf(stderr, "error: %s\n", why); return 1; }
 
