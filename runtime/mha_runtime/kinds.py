@@ -80,8 +80,9 @@ class ModelKind:
 
     def refusal(self, command: str, folder: Path) -> ArtifactError:
         """The one line for a command this kind has no target for."""
-        return ArtifactError(f"{folder}: a {self.name} folder (made by {self.made_by}) has no `mha {command}`; it "
-                             f"offers {', '.join('mha ' + c for c in self.offers())}")
+        article = "an" if self.name[0] in "aeiou" else "a"
+        return ArtifactError(f"{folder}: {article} {self.name} folder (made by {self.made_by}) has no `mha {command}`; "
+                             f"it offers {', '.join('mha ' + c for c in self.offers())}")
 
     def check(self, folder: Path, *, provider: str, threads: int | None) -> list[CaseResult]:
         return self.checker()(folder, provider=provider, threads=threads)
