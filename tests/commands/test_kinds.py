@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,18 @@ def test_every_row_resolves_every_target_it_names(table: Mapping[str, Any]) -> N
     assert {kind for kind in table} == {ATTENTION_KIND, DECODER_KIND}
     for kind, row in table.items():
         assert row.name == kind
+
+
+def test_looking_a_kind_up_imports_no_torch_onnx_runtime_or_ray(seed_dir: Path,
+                                                               book_gpt: tuple[object, Path]) -> None:
+    """The loaders import their targets only when called: a refusal is one line in the time Python takes to start."""
+    code = ("import sys\nfrom pathlib import Path\nfrom mha_export.kinds import export_row, selected\n"
+            "from mha_runtime.kinds import kind_of\n"
+            f"rows = [kind_of(Path({str(seed_dir)!r})), kind_of(Path({str(book_gpt[1])!r})), selected(True), "
+            f"export_row(Path({str(book_gpt[1])!r}))]\n"
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'ray') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_a_row_naming_something_that_does_not_exist_fails(monkeypatch: pytest.MonkeyPatch) -> None:
