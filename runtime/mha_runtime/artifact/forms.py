@@ -77,7 +77,10 @@ class Table(Generic[F]):
             raise ValueError(f"forms table: needs {unknown} name no row")
 
     def __getitem__(self, name: str) -> F:
-        return next(r for r in self.rows if r.name == name)
+        for row in self.rows:
+            if row.name == name:
+                return row
+        raise KeyError(f"no form named {name!r}; forms: {', '.join(r.name for r in self.rows)}")
 
     @property
     def choices(self) -> tuple[str, ...]:
