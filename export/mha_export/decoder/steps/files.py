@@ -8,7 +8,7 @@ failure (named in --variants), raised after validation with every other failure.
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -92,9 +92,7 @@ def _lossy(file: str) -> FileRow[Loaded, Built]:
         if outcome.ok:
             return replace(built, files=(*built.files, file), lossy=MappingProxyType({**built.lossy, file: outcome}))
         (folder / file).unlink()
-        if loaded.plan.forms.lenient:
-            return replace(built, notes=(*built.notes, outcome.miss_line()))
-        return replace(built, failures=(*built.failures, outcome.miss_line()))
+        return _missed(built, [outcome.miss_line()], lenient=loaded.plan.forms.lenient)
 
     return FileRow(file, lambda loaded: file in loaded.plan.forms.files, write)
 
@@ -109,10 +107,15 @@ def _ggufs(loaded: Loaded, built: Built, folder: Path) -> Built:
                           tokenizer_json=None if plan.tokenizer is None else plan.tokenizer.tokenizer_json,
                           lossy=list(built.lossy), cases=cases, eager=logits, windows=built.windows,
                           eos_ids=plan.origin.eos_ids, bos_id=plan.origin.bos_id)
-    notes = (*built.notes, *outcome.notes)
-    if plan.forms.lenient:
-        return replace(built, gguf=outcome, notes=(*notes, *outcome.misses))
-    return replace(built, gguf=outcome, notes=notes, failures=(*built.failures, *outcome.misses))
+    built = replace(built, gguf=outcome, notes=(*built.notes, *outcome.notes))
+    return _missed(built, outcome.misses, lenient=plan.forms.lenient)
+
+
+def _missed(built: Built, lines: Sequence[str], *, lenient: bool) -> Built:
+    """Forms that missed their bar with every plan (deleted): notes in the default set, failures when named."""
+    if lenient:
+        return replace(built, notes=(*built.notes, *lines))
+    return replace(built, failures=(*built.failures, *lines))
 
 
 def _tokenizer(loaded: Loaded, built: Built, folder: Path) -> Built:
