@@ -107,7 +107,8 @@ def run_export(name: str, out_root: Path, kind: KindSteps[P, L, B, V], *, progre
         announce()
     with staged_folder(Path(out_root) / name) as folder:
         built = kind.build(loaded, Stage(folder, progress, f"building {name}"))
-        # Validation runs on the files alone: the loaded weights go before it (a built value holds none of them).
+        # Validation runs on the files: the loaded value goes before it, and with it the decoder's weights (its built
+        # value holds none; the attention's keeps its small eager wrapper).
         del loaded
         gc.collect()
         validated = kind.validate(built, Stage(folder, progress, f"validating {name}"))

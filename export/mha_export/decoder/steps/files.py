@@ -161,6 +161,10 @@ def _concat(loaded: Loaded) -> bool:
     return CONCAT_FORM in loaded.plan.forms.files
 
 
+def _lossy_planned(plan: Plan) -> bool:
+    return any(FORMS[f].lossy for f in plan.forms.files)
+
+
 # The decoder's builder table, in build order. The forms in registry order (the lossy ones last: they read the
 # staged gpt.inplace.onnx), then the GGUF files (beside the lossy forms kept), while the state is held; the rest
 # read the plan and eager PyTorch's values. GenAI takes 0 for an unset eos: no genai_config.json without one.
@@ -170,17 +174,18 @@ FILES: tuple[FileRow[Loaded, Built], ...] = (
     FileRow("GGUF files", lambda loaded: loaded.plan.forms.gguf, _ggufs),
     FileRow(TOKENIZER_FILE, lambda loaded: loaded.plan.tokenizer is not None, _tokenizer),
     FileRow(GENERATIONS_FILE, always, _golden),
-    FileRow(QUALITY_FILE, lambda loaded: any(FORMS[f].lossy for f in loaded.plan.forms.files), _quality),
+    FileRow(QUALITY_FILE, lambda loaded: _lossy_planned(loaded.plan), _quality),
     FileRow(GENAI_CONFIG, lambda loaded: _concat(loaded) and bool(loaded.plan.origin.eos_ids), _genai),
     FileRow(HF_CONFIG, _concat, _hf),
     FileRow(PTE_FORM, lambda loaded: loaded.plan.forms.pte, _pte),
 )
+if unbuilt := [f for f, form in FORMS.items() if not form.lossy and f not in GRAPHS]:
+    raise ImportError(f"mha_export.decoder.steps.files: the fp32 forms {unbuilt} have no graph builder (GRAPHS)")
 
 
 def build(loaded: Loaded, stage: Stage) -> Built:
     """Every row of the table this export wants, in order; the forms' build times kept for the manifest."""
     plan = loaded.plan
-    windows = quality_windows(plan.config, loaded.eager.encode) if any(FORMS[f].lossy for f in plan.forms.files) \
-        else None
+    windows = quality_windows(plan.config, loaded.eager.encode) if _lossy_planned(plan) else None
     written = write_files(FILES, loaded, Built(plan, loaded.eager, windows, notes=plan.forms.notes), stage)
     return replace(written.made, seconds=written.seconds)
