@@ -207,3 +207,13 @@ def test_a_command_an_attention_folder_has_not_is_refused_by_the_table(seed_dir:
                                                       f"`mha generate`; it offers {offers}")):
         kind.needs(kind.generator, "generate", seed_dir)
     assert kind.needs(kind.runner, "run", seed_dir).__name__ == "OnnxRunner"
+
+
+def test_mha_serve_takes_its_default_ingress_from_the_kind(seed_dir: Path, book_gpt: tuple[object, Path]) -> None:
+    from mha_runtime.serve.options import ServeOptions
+
+    for folder, kind in ((seed_dir, ATTENTION_KIND), (book_gpt[1], DECODER_KIND)):
+        assert ServeOptions(artifact=folder).chosen_ingress == KINDS[kind].local_ingress
+        assert ServeOptions(artifact=folder, address="auto").chosen_ingress == "proxy"  # a cluster's own proxy
+        assert ServeOptions(artifact=folder, ingress="haproxy", address="auto").chosen_ingress == "haproxy"
+    assert {row.local_ingress for row in KINDS.values()} == {"proxy", "haproxy"}
