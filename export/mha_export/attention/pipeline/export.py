@@ -31,7 +31,8 @@ from mha_export.pipeline.seal import artifact_facts, attention_manifest
 from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.artifact.manifest import WeightsRecord
 from mha_runtime.attention.config import MHAConfig, preset
-from mha_runtime.attention.optimized_records import is_copy
+from mha_runtime.attention.golden import GOLDEN_DIR
+from mha_runtime.attention.optimized_records import OPTIMIZED_DIR, is_copy
 from mha_runtime.attention.registry import (
     ALL,
     EXECUTORCH_RUNTIME,
@@ -122,8 +123,8 @@ def _golden(loaded: Loaded, built: Built, folder: Path) -> Built:
 FILES: tuple[FileRow[Loaded, Built], ...] = (
     FileRow(WEIGHTS_FILE, always, _weights),
     *(_variant_row(name) for name in VARIANTS),
-    FileRow("optimized copies", always, _copies),
-    FileRow("golden", always, _golden),
+    FileRow(OPTIMIZED_DIR, always, _copies),
+    FileRow(GOLDEN_DIR, always, _golden),
 )
 
 
