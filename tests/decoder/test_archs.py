@@ -85,7 +85,8 @@ def test_what_a_row_dispatches_to_resolves(name: str) -> None:
     assert arch.hf_config(cfg, tied=True, eos_id=None)["model_type"] == arch.HF_MODEL_TYPE
     assert set(arch.hf_names(cfg, "")) >= set(arch.book_shapes(cfg))
     assert all(a.dtype == np.float32 for a in arch.gguf_tensors(state, cfg, tied=False).values())
-    assert isinstance(arch.describe(cfg), str) and arch.gguf_refusal(cfg) is None
+    assert isinstance(arch.describe(cfg), str)
+    assert all(isinstance(arch.refusal(cfg, f), (str, type(None))) for f in ("gpt.onnx", "gpt.pte", "gpt.gguf"))
 
 
 def test_lookups_by_model_type_gguf_architecture_and_the_books_keys() -> None:

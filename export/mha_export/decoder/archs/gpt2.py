@@ -215,13 +215,6 @@ def gguf_metadata(writer: gguf.GGUFWriter, cfg: GPTConfig) -> None:
     writer.add_layer_norm_eps(LAYER_NORM_EPS)
 
 
-def gguf_refusal(cfg: GPTConfig) -> str | None:
-    """Why llama.cpp cannot run this config's GPT-2, or None."""
-    if cfg.head_dim == 1:  # llama.cpp's gpt2 graph aborts on it (GGML_ASSERT(ggml_can_mul_mat(a, b))); 2 runs
-        return "head size 1 (emb_dim / n_heads), which llama.cpp's gpt2 graph cannot run (it aborts)"
-    return None
-
-
 # ---- the model: imported where used (torch, onnx)
 def eager(cfg: GPTConfig) -> torch.nn.Module:
     """The book's GPTModel(cfg), initialised by the global torch seed (the caller seeds it)."""
@@ -241,6 +234,12 @@ def pte_module(model: torch.nn.Module, cfg: GPTConfig) -> torch.nn.Module:
     from mha_export.decoder.archs.gpt2_torch import CachedGPT
 
     return CachedGPT(model, cfg)
+
+
+def refusal(cfg: GPTConfig, file: str) -> str | None:
+    """None: every form GPT-2 has takes every config the forms' own rules let through (mha_runtime.decoder.forms:
+    GroupQueryAttention's head size, llama.cpp's head size 1, checked there for any architecture)."""
+    return None
 
 
 # ---- Hugging Face's clients: config.json as transformers' GPT2Config (decoder/hf_files.py writes it)

@@ -98,7 +98,8 @@ class Pieces(Protocol):
 
 
 class Architecture(Protocol):
-    """A decoder architecture: one module (archs/gpt2.py). Members by concern, each used by name elsewhere."""
+    """A decoder architecture: one module (archs/gpt2.py), its members by concern. `cfg` is the architecture's own
+    config type (GPT-2's GPTConfig), which satisfies DecoderConfig; its `arch` is NAME."""
 
     # Names: the table's key and config.arch (contract.shapes records it), and how others name the family.
     NAME: str
@@ -134,10 +135,10 @@ class Architecture(Protocol):
     def eager(self, cfg: Any) -> torch.nn.Module: ...
     def graph_pieces(self, g: Graph, w: dict[str, np.ndarray], cfg: Any, *, fused: bool) -> Pieces: ...
     def pte_module(self, model: torch.nn.Module, cfg: Any) -> torch.nn.Module: ...
+    def refusal(self, cfg: Any, file: str) -> str | None: ...  # why cfg cannot have the form `file` (gpt.pte, ...)
 
-    # The folder's other readers: Hugging Face's clients (config.json) and what llama.cpp can run.
+    # Hugging Face's clients: the folder's config.json.
     HF_CARRIED: tuple[str, ...]  # a checkpoint's config.json fields the folder's carries as said
     HF_DEFAULTS: Mapping[str, int]  # bos_token_id and eos_token_id where a config.json (or nothing) names none
 
     def hf_config(self, cfg: Any, *, tied: bool, eos_id: int | None) -> dict[str, Any]: ...
-    def gguf_refusal(self, cfg: Any) -> str | None: ...
