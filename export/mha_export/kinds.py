@@ -75,6 +75,8 @@ Bencher = Callable[[BenchRequest], None]
 
 @dataclass(frozen=True)
 class ExportKind:
+    """One kind's row: what `mha export` of it takes and does, and its targets for the folder commands."""
+
     name: str  # the runtime's kind of the folders it makes (mha_runtime.kinds)
     flag: str | None  # the `mha export` flag that selects it; None: the kind without one
     title: str  # how a line names it
@@ -102,9 +104,8 @@ class ExportKind:
         """Refuse the flags of other kinds (`given`: the flags on the command line) and everything the kind's own
         rules refuse, before any work; the work."""
         for flag in given:
-            owner = next((k for k in EXPORT_KINDS.values() if flag in k.own_flags), self)
-            if owner is not self:
-                raise click.UsageError(owner.own_flags[flag])
+            if not self.takes(flag):  # the line of the row that owns it
+                raise click.UsageError(next(k.own_flags[flag] for k in EXPORT_KINDS.values() if flag in k.own_flags))
         variants = request.variants
         if variants is not None and not variants.replace(",", "").strip():  # not 'all' or 'none' by accident
             raise click.BadParameter("expected comma-separated variants, got none", param_hint="'--variants'")
