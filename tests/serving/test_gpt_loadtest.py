@@ -62,7 +62,7 @@ def test_mixed_generate_load_every_answer_right(server: ServerProcess, gpt_mini:
     summary = json.loads(out.read_text())
     assert summary["answered"] == 48 and summary["errors"] == 0 and summary["same_model"] is True
     assert 0 < summary["streamed"] < 48 and 0 < summary["sampled"] < 48  # both kinds of each were sent
-    made = generate_requests(Generator(folder).config, prompt_tokens=(1, 7, 32), max_new_tokens=(1, 5, 16), seed=5,
+    made = generate_requests(Generator(folder).shapes, prompt_tokens=(1, 7, 32), max_new_tokens=(1, 5, 16), seed=5,
                              stream_share=0.5, sample_share=0.5)
     asked = sum(made(i).max_new_tokens for i in range(48))
     assert summary["new_tokens"] + summary["stops"].get("eos", 0) <= asked
