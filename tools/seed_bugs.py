@@ -250,8 +250,8 @@ MUTANTS: list[Mutant] = [
            "if (run_forward(r, &token, 1, T + out->count, why, n)) return 1;",
            "the C runner writes each new token one cache row too far: its generations leave the golden ids",
            ["tests/native/test_gpt_native.py::test_check_passes_every_golden_generation"]),
-    # ---- runtime/mha_runtime/decoder/executorch.py
-    Mutant("executorch-full-context-refused", "runtime/mha_runtime/decoder/executorch.py",
+    # ---- runtime/mha_runtime/executorch/decoder.py
+    Mutant("executorch-full-context-refused", "runtime/mha_runtime/executorch/decoder.py",
            'if len(prompt) + max_new_tokens > bounds["context_length"]:',
            'if len(prompt) + max_new_tokens >= bounds["context_length"]:',
            "gpt.pte refuses a prompt + max_new_tokens that exactly fills context_length (the ONNX forms run it)",

@@ -19,7 +19,7 @@ from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.artifact.manifest import ATTENTION_KIND, DECODER_KIND, folder_kind
 
 if TYPE_CHECKING:
-    from mha_runtime.attention.golden_check import CaseResult
+    from mha_runtime.artifact.results import CaseResult
     from mha_runtime.attention.runner import OnnxRunner
     from mha_runtime.decoder.generate import Generator
     from mha_runtime.serve.options import ServeOptions

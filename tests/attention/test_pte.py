@@ -73,8 +73,8 @@ def test_gpt2_small_pte_size_and_the_full_context(gpt2_dir: Path) -> None:
 def test_one_head_lowers_whole(tmp_path: Path) -> None:
     """num_heads 1: the one head's context is the output; a cat of one tensor was left outside XNNPACK and the
     export failed after its work ('XNNPACK did not take 1 op(s)')."""
-    from mha_export.model.wrapper import build_wrapper
     from mha_export.executorch.attention import build_pte
+    from mha_export.model.wrapper import build_wrapper
     from mha_runtime.attention.config import MHAConfig
 
     config = MHAConfig(d_in=4, d_out=8, num_heads=1, context_length=5, out_proj=True)

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from helpers import book_wrapper
 from mha_export.attention.graphs.blocks import QUERY_BLOCKS, blocks_model
+from mha_export.attention.weights.load import load_artifact_model
 from mha_export.model.fused import fuse
 from mha_export.model.wrapper import build_wrapper
-from mha_export.attention.weights.load import load_artifact_model
 from mha_runtime.artifact.errors import BadValueError
 from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.tolerance import compare

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from llms_from_scratch.ch03 import MultiHeadAttention
 from safetensors.torch import save_file
 
-from mha_export.model.wrapper import build_wrapper
 from mha_export.attention.weights.layouts import book_mha_state, hf_gpt2_state, locate
 from mha_export.attention.weights.load import load_model, seeded_model
+from mha_export.model.wrapper import build_wrapper
 from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.attention.config import MHAConfig, preset
 from mha_runtime.cli.main import cli

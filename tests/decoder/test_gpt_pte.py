@@ -188,7 +188,7 @@ def test_a_manifest_whose_bounds_were_edited_is_refused(book_gpt: tuple[torch.nn
 def test_without_the_runner_it_says_what_to_install(book_gpt: tuple[torch.nn.Module, Path],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     _, folder = book_gpt
-    monkeypatch.setattr("mha_runtime.decoder.executorch.entry_points", lambda group: [])
+    monkeypatch.setattr("mha_runtime.executorch.decoder.entry_points", lambda group: [])
     with pytest.raises(ArtifactError, match=r"needs ExecuTorch: pip install './export\[executorch\]'"):
         Generator(folder, form=PTE_FORM)
     results = [r for r in check_generations(folder) if r.artifact == PTE_FORM]

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_export.executorch.lower import causal_mask, lower
 from mha_export.infer.pte_runner import BATCH_METHOD, CONFIG_METHOD
+from mha_export.model.wrapper import MultiHeadAttentionWrapper
 from mha_runtime.artifact.errors import ExportError
 from mha_runtime.attention.config import MHAConfig
 from mha_runtime.attention.registry import PTE, PTE_MAX_BATCH

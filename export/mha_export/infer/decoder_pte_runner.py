@@ -1,5 +1,5 @@
 """Run gpt.pte with ExecuTorch's Python runtime (`executorch.runtime`): the `gpt-executorch` entry point of the
-`mha.runners` group, which mha_runtime.decoder.executorch finds for `mha generate --form gpt.pte` and `mha check`.
+`mha.runners` group, which mha_runtime.executorch.decoder finds for `mha generate --form gpt.pte` and `mha check`.
 
 The program keeps its key/value cache in its own mutable buffers, so a decoder here only tracks the position:
 prefill feeds the whole prompt at input_pos 0 (rows left from an earlier sequence are masked out by position),
@@ -120,5 +120,5 @@ class PteDecoder:
 
 
 # The `mha.runners` entry point `gpt-executorch` (export/pyproject.toml): gpt.pte from bytes the caller has verified,
-# called as factory(data, config, shapes, bounds, where=, threads=) (mha_runtime.decoder.executorch.pte_program).
+# called as factory(data, config, shapes, bounds, where=, threads=) (mha_runtime.executorch.decoder.pte_program).
 gpt_pte_program = PteGPT

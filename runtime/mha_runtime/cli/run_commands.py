@@ -51,7 +51,7 @@ def check_cmd(artifact_dir: Path, provider: str, threads: int | None, json_path:
     """Run every golden case on every artifact (of a decoder folder: every golden generation); the last line is
     `N passed, N failed`."""
     from mha_runtime.artifact.atomic import check_file_target, write_file_atomic
-    from mha_runtime.attention.golden_check import results_json, summary_line
+    from mha_runtime.artifact.results import results_json, summary_line
     from mha_runtime.kinds import kind_of
 
     if json_path is not None:

@@ -15,12 +15,12 @@ from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.decoder.contract import PTE_FORM, TOKENIZER_FILE, id_problem
 from mha_runtime.decoder.decoder import Decoder, check_own, check_signature, decoder_for, make_session, own_config
-from mha_runtime.decoder.executorch import PteProgram, check_bounds, check_request, pte_program
 from mha_runtime.decoder.forms import FASTEST, FORMS, PTE
 from mha_runtime.decoder.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.decoder.sampling import Sampler, check_sampling
 from mha_runtime.decoder.shapes import DecoderShapes
 from mha_runtime.decoder.tokenizer import GPTTokenizer
+from mha_runtime.executorch.decoder import PteProgram, check_bounds, check_request, pte_program
 
 MAX_BATCH = 64
 # The ids a generation stops at: one id, several (a folder's manifest.stop_ids), or none.

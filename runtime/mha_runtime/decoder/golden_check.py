@@ -27,10 +27,9 @@ import numpy as np
 
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.artifact.manifest import verify_all
+from mha_runtime.artifact.results import CaseResult
 from mha_runtime.artifact.tolerance import Tolerance, compare
-from mha_runtime.attention.golden_check import CaseResult
 from mha_runtime.decoder.contract import GGUF_FORM, INPLACE_FORM, PTE_FORM
-from mha_runtime.decoder.executorch import RunnerMissing
 from mha_runtime.decoder.forms import FORMS, GGUF_FORMS, PTE
 from mha_runtime.decoder.generate import Generator
 from mha_runtime.decoder.golden import (
@@ -44,6 +43,7 @@ from mha_runtime.decoder.golden import (
 from mha_runtime.decoder.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.decoder.quality import Quality, Windows, load_windows, measure
 from mha_runtime.decoder.record_check import entry_problems, tolerance_words
+from mha_runtime.executorch.decoder import RunnerMissing
 from mha_runtime.gguf.check import check_gguf, gguf_reference
 from mha_runtime.infer.providers import resolve_provider
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from mha_runtime.artifact.errors import MHAError, first_line
+from mha_runtime.artifact.results import CaseResult
 from mha_runtime.artifact.tolerance import Tolerance
-from mha_runtime.attention.golden_check import CaseResult
 from mha_runtime.decoder.contract import GGUF_FORM
 from mha_runtime.decoder.forms import GGUF_FORMS
 from mha_runtime.decoder.golden import GoldenGenerations

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from mha_export.model.example import example_input
 from mha_export.infer.torchscript_runner import CONFIG_EXTRA
+from mha_export.model.example import example_input
 from mha_runtime.attention.config import MHAConfig
 from mha_runtime.attention.registry import TORCHSCRIPT
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from mha_export.model.wrapper import MultiHeadAttentionWrapper, build_wrapper
 from mha_export.attention.weights.layouts import Located, layer_keys, locate, to_wrapper_state
+from mha_export.model.wrapper import MultiHeadAttentionWrapper, build_wrapper
 from mha_export.pipeline.preflight import check_weights_path
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import Manifest, WeightsRecord, sha256_file
