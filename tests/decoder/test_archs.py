@@ -82,7 +82,12 @@ def test_what_a_row_dispatches_to_resolves(name: str) -> None:
     pieces = arch.graph_pieces(Graph(), numpy_state(state), cfg, fused=False)
     assert all(callable(getattr(pieces, m)) for m in _members(Pieces)[1])
     assert isinstance(arch.pte_module(model, cfg), torch.nn.Module)
-    assert arch.hf_config(cfg, tied=True, eos_id=None)["model_type"] == arch.HF_MODEL_TYPE
+    hf = arch.hf_config(cfg, tied=True, eos_id=None)
+    assert hf["model_type"] == arch.HF_MODEL_TYPE
+    # the fields a checkpoint's config.json decides: config fields, named as its config.json names them
+    named = {field: name.split()[0] for field, name in arch.HF_DECIDED.items()}
+    assert set(named) <= set(cfg.to_dict()) and set(named.values()) & set(hf)
+    assert all(hf[name] == getattr(cfg, field) for field, name in named.items() if name in hf)
     assert set(arch.hf_names(cfg, "")) >= set(arch.book_shapes(cfg))
     assert all(a.dtype == np.float32 for a in arch.gguf_tensors(state, cfg, tied=False).values())
     assert isinstance(arch.describe(cfg), str)
@@ -235,6 +240,8 @@ def test_grouped_query_attention_in_both_forms(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_mapping_members_are_read_only() -> None:
-    assert isinstance(ARCHS, Mapping) and all(isinstance(a.HF_DEFAULTS, Mapping) for a in ARCHS.values())
+    assert isinstance(ARCHS, Mapping)
+    assert all(isinstance(m, Mapping) and not isinstance(m, dict) for a in ARCHS.values()
+               for m in (a.HF_DEFAULTS, a.HF_DECIDED))
     with pytest.raises(TypeError):
         ARCHS["x"] = ARCHS["gpt2"]  # type: ignore[index]

@@ -10,18 +10,20 @@ from typing import Any
 
 import click
 
-from mha_export.decoder.checkpoint import Origin, checkpoint_config, origin_for
+from mha_export.decoder.archs import arch_of, hf_arch
+from mha_export.decoder.archs.protocol import DecoderConfig
+from mha_export.decoder.checkpoint import Origin, checkpoint_config, origin_for, read_config
 from mha_export.kinds import CHECKPOINT, EXPORT_KINDS, ExportRequest, Job, resolve_jobs
 from mha_runtime.artifact.errors import BadValueError, ConfigError, ValidationError
 from mha_runtime.artifact.manifest import DECODER_KIND
-from mha_runtime.decoder.config import GPTConfig, gpt_preset
+from mha_runtime.decoder.config import gpt_preset
 
 # --weights with neither --preset nor --config nor a config.json beside it: the default preset would rarely fit.
 WEIGHTS_ALONE = ("--weights needs --config gpt.json (the book's GPT config keys), a config.json beside the checkpoint, "
                  "or --preset")
 
 
-def decoder_preset(name: str) -> GPTConfig:
+def decoder_preset(name: str) -> DecoderConfig:
     """The preset `name`; an unknown one is one line naming the presets there are (and the kind that has it)."""
     try:
         return gpt_preset(name)
@@ -29,7 +31,7 @@ def decoder_preset(name: str) -> GPTConfig:
         raise BadValueError(f"{exc}{EXPORT_KINDS[DECODER_KIND].elsewhere(name)}") from None
 
 
-def decoder_jobs(request: ExportRequest) -> list[Job[GPTConfig]]:
+def decoder_jobs(request: ExportRequest) -> list[Job[DecoderConfig]]:
     """(folder name, config, source) per job, by the rules both kinds share (mha_export.kinds.resolve_jobs). A
     Hugging Face checkpoint's config.json beside --weights stands in for --config; a config the user named that
     disagrees with it is refused."""
@@ -42,7 +44,7 @@ def decoder_jobs(request: ExportRequest) -> list[Job[GPTConfig]]:
 
 
 def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str | None,
-                   weights: Path | None) -> list[tuple[str, GPTConfig]]:
+                   weights: Path | None) -> list[tuple[str, DecoderConfig]]:
     """(folder name, config) per job: decoder_jobs of these flags."""
     request = ExportRequest(presets=presets, config_path=config_path, name=name, weights=weights)
     return [(job.folder, job.config) for job in decoder_jobs(request)]
@@ -53,26 +55,14 @@ def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str
 CARRIED_IDS = ("eos_token_id", "bos_token_id")
 
 
-def _read_config(path: Path, flag: str) -> GPTConfig:
-    """The GPT config in `path`. The checkpoint's own config.json, which the user did not name: a file that is not
-    JSON or has a duplicate key is a bad file (exit 1) alike; a value the book's GPT cannot take stays exit 2."""
-    if flag != CHECKPOINT:
-        return GPTConfig.from_file(path, flag=flag)
-    from mha_export.decoder.checkpoint import read_json
-
-    data = read_json(path, flag)
-    try:
-        return GPTConfig.from_dict(data)
-    except ConfigError as exc:  # its kind kept, as GPTConfig.from_file does
-        raise type(exc)(f"{flag} {path}: {exc}") from None
+def _read_config(path: Path, flag: str) -> DecoderConfig:
+    """The decoder config in `path` (a Hugging Face config.json's model_type or the book's keys name its
+    architecture). The checkpoint's own config.json, which the user did not name: a file that is not JSON or has a
+    duplicate key is a bad file (exit 1) alike; a value the architecture cannot take stays exit 2."""
+    return read_config(path, flag=flag, own=flag == CHECKPOINT)
 
 
-# The fields a checkpoint's own config decides (drop_rate only matters in training), and their Hugging Face names.
-DECIDED = {"vocab_size": "vocab_size", "context_length": "n_positions", "emb_dim": "n_embd", "n_heads": "n_head",
-           "n_layers": "n_layer", "qkv_bias": "qkv_bias (GPT-2 always has q/k/v biases)"}
-
-
-def check_beside(config: GPTConfig, source: str, weights: Path | None) -> None:
+def check_beside(config: DecoderConfig, source: str, weights: Path | None) -> None:
     """Refuse a config that disagrees with the checkpoint's own config.json beside --weights, field by field: the
     shapes cannot tell n_heads, and a wrong head count gives a silently wrong model."""
     own_path = checkpoint_config(weights)
@@ -83,7 +73,11 @@ def check_beside(config: GPTConfig, source: str, weights: Path | None) -> None:
         own = _read_config(own_path, CHECKPOINT)
     except ConfigError as exc:  # a file the user did not name: a bad file, exit 1, whatever is wrong in it
         raise ConfigError(str(exc)) from None
-    for field, hf_name in DECIDED.items():
+    if config.arch != own.arch:
+        raise click.BadParameter(
+            f"arch {config.arch} disagrees with the checkpoint's {own_path} ({own.arch}); export with that config "
+            f"(drop {source.split()[0]}) or give weights it fits", param_hint=f"'{source.split()[0]}'")
+    for field, hf_name in arch_of(own).HF_DECIDED.items():
         mine, theirs = getattr(config, field), getattr(own, field)
         if mine != theirs:
             raise click.BadParameter(
@@ -102,11 +96,12 @@ def check_beside(config: GPTConfig, source: str, weights: Path | None) -> None:
 
 
 def _hf_doc(path: Path, flag: str) -> dict[str, Any] | None:
-    """The JSON object of a Hugging Face config.json (one with n_embd), or None for the book's keys."""
+    """The JSON object of a Hugging Face config.json (one an architecture recognises), or None for the book's
+    keys."""
     from mha_export.decoder.checkpoint import read_json
 
     doc = read_json(path, flag)
-    return doc if "n_embd" in doc else None
+    return doc if hf_arch(doc) is not None else None
 
 
 def _show(value: object) -> str:
@@ -154,13 +149,13 @@ def prepare_export(request: ExportRequest) -> Callable[[], None]:
     return partial(_export, request, jobs, chosen, tokenizer, told, origins)
 
 
-def _export(request: ExportRequest, jobs: list[Job[GPTConfig]], chosen: tuple[str, ...],
+def _export(request: ExportRequest, jobs: list[Job[DecoderConfig]], chosen: tuple[str, ...],
             tokenizer: Path | None, told: str | None, origins: dict[str, Origin]) -> None:
     from mha_export.decoder.export import export_gpt  # torch: imported once nothing is left to refuse
     from mha_runtime.cli.tables import table
 
     for job in jobs:
-        def announce(folder: str = job.folder, config: GPTConfig = job.config) -> None:  # once the weights are read
+        def announce(folder: str = job.folder, config: DecoderConfig = job.config) -> None:  # the weights are read
             click.echo(f"exporting {folder} (GPT, {config.n_layers} layers, {config.parameters(tied=False):,} "
                        "parameters at most) ...", err=True)
 

@@ -7,14 +7,11 @@ import torch
 from torch import nn
 
 from mha_export.decoder.archs import arch_of
-from mha_export.decoder.archs.gpt2_torch import GPTModel
 from mha_export.decoder.archs.protocol import DecoderConfig
 
 SEED = 123
 # Any architecture's eager reference: forward(in_idx (B, T) int64) -> logits (B, T, V).
 Eager = nn.Module
-
-__all__ = ["SEED", "Eager", "GPTModel", "eager_at", "seeded_gpt"]  # GPTModel: GPT-2's, for callers typed by it
 
 
 def seeded_gpt(cfg: DecoderConfig) -> Eager:

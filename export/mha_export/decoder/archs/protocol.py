@@ -139,6 +139,9 @@ class Architecture(Protocol):
 
     # Hugging Face's clients: the folder's config.json.
     HF_CARRIED: tuple[str, ...]  # a checkpoint's config.json fields the folder's carries as said
+    # The config fields a checkpoint's own config.json decides (a --config beside it must agree), each with its
+    # Hugging Face name as a refusal names it (its first word; the rest says why).
+    HF_DECIDED: Mapping[str, str]
     HF_DEFAULTS: Mapping[str, int]  # bos_token_id and eos_token_id where a config.json (or nothing) names none
 
     def hf_config(self, cfg: Any, *, tied: bool, eos_id: int | None) -> dict[str, Any]: ...

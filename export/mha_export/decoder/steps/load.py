@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from mha_export.decoder.eager import SEED, GPTModel, seeded_gpt
+from mha_export.decoder import eager
+from mha_export.decoder.archs import arch_of
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.golden import golden_generations
 from mha_export.decoder.steps.plan import Plan
 from mha_export.decoder.validate import References, references
 from mha_export.decoder.weights import read_gpt_weights
 from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.artifact.manifest import sha256_file
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.golden import GoldenGeneration
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class Eager:
 
 @dataclass(frozen=True)
 class Loaded:
-    """The plan, what eager PyTorch made, and the weights (book keys, no mask buffers): held by this value alone,
+    """The plan, what eager PyTorch made, and the weights (book keys, no buffers): held by this value alone,
     so they go when the build step returns it."""
 
     plan: Plan
@@ -51,17 +52,21 @@ class Loaded:
     state: dict[str, torch.Tensor]
 
 
-def load_gpt(cfg: GPTConfig, weights: Path | None) -> tuple[GPTModel, dict[str, torch.Tensor], dict[str, object]]:
-    """The eager model, its state (book keys, no mask buffers) and the manifest's weights record."""
-    model = seeded_gpt(cfg)
+def load_gpt(cfg: DecoderConfig, weights: Path | None
+             ) -> tuple[eager.Eager, dict[str, torch.Tensor], dict[str, object]]:
+    """The eager model, its state (book keys, without the architecture's buffers) and the manifest's weights
+    record."""
+    arch = arch_of(cfg)
+    model = eager.seeded_gpt(cfg)
     if weights is None:
-        record: dict[str, object] = {"source": f"torch.manual_seed({SEED})", "layout": "book-gpt", "tied": False}
+        record: dict[str, object] = {"source": f"torch.manual_seed({eager.SEED})", "layout": arch.BOOK_LAYOUT,
+                                     "tied": False}
     else:
         loaded = read_gpt_weights(weights, cfg)
-        model.load_state_dict(loaded.state, strict=False)  # the masks stay the config's
+        model.load_state_dict(loaded.state, strict=False)  # the buffers (GPT-2's masks) stay the config's
         record = {"source": Path(weights).name, "sha256": sha256_file(Path(weights)), "layout": loaded.layout,
                   "tied": loaded.tied}
-    state = {k: v.detach() for k, v in model.state_dict().items() if not k.endswith(".mask")}
+    state = {k: v.detach() for k, v in model.state_dict().items() if not arch.BUFFERS.fullmatch(k)}
     return model.eval(), state, record
 
 
