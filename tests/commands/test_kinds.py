@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from mha_export.cli import export_cmd
 from mha_export.kinds import EXPORT_KINDS
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.manifest import ATTENTION_KIND, DECODER_KIND, folder_kind, load_manifest
+from mha_runtime.artifact.manifest import ATTENTION_KIND, DECODER_KIND, folder_kind
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.cli.main import cli
 from mha_runtime.decoder.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.kinds import COMMANDS, KINDS, kind_of
