@@ -158,6 +158,18 @@ def test_the_environment_refuses_as_the_config_does_but_is_not_a_usage_error() -
     assert [r.name for r, _ in select(table, Chosen(True, ()), 2).left_out] == ["x", "y"]
 
 
+def test_a_reason_besides_the_rows_own_refuses_it_and_what_is_built_from_it() -> None:
+    """select's `also` (a decoder architecture's refusal): as a row's own rule, after it, for the config."""
+    table = Table(ROWS, unknown="", pull_needs=False)
+    also = {"b": "b is not ours", "c": "never said"}.get
+    chosen = select(table, Chosen(True, ("b",)), 3, also=lambda row: also(row.name))
+    assert [(r.name, why, shape) for r, why, shape in chosen.refused] == [("b", "b is not ours", True)]
+    assert [(r.name, why) for r, why in chosen.left_out] == [("c", "3 is odd"), ("d", "3 is odd")]  # its own first
+    assert [(r.name, why) for r, why in select(table, Chosen(True, ()), 2, also=lambda row: also(row.name)
+                                               ).left_out] == [("b", "b is not ours"), ("c", "never said"),
+                                                               ("d", "never said")]
+
+
 # ---- the decoder's plan reads the rows
 
 def test_the_decoders_refusals_come_from_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,6 +189,31 @@ def test_the_decoders_refusals_come_from_its_rows(monkeypatch: pytest.MonkeyPatc
     one = GPTConfig(vocab_size=50, context_length=8, emb_dim=4, n_heads=4, n_layers=1)
     with pytest.raises(BadValueError, match=r"^--variants gguf: head size 1 .*aborts\)$"):
         plan.plan_gpt(one, ("decoder", "gguf"))
+
+
+def test_the_decoders_plan_asks_the_architecture_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An architecture's refusal of a form's file (archs/protocol.py `refusal`) leaves it and the forms built from
+    it out of 'all' with a note, and refuses them named, in the forms' own words."""
+    import mha_export.decoder.plan as plan
+    from mha_export.decoder.archs import gpt2
+    from mha_runtime.decoder.config import GPTConfig
+
+    monkeypatch.setattr(plan, "available_memory", lambda: None)
+    seen: list[tuple[object, str]] = []
+
+    def refusal(cfg: object, file: str) -> str | None:
+        seen.append((cfg, file))
+        return "no cache in place for this family" if file == decoder.INPLACE.file else None
+
+    monkeypatch.setattr(gpt2, "refusal", refusal)
+    cfg = GPTConfig(vocab_size=50, context_length=8, emb_dim=64, n_heads=4, n_layers=1)
+    made = plan.plan_gpt(cfg, (ALL, "pte"))
+    assert made.files == (decoder.DECODER.file,) and made.pte and (cfg, decoder.PTE.file) in seen
+    assert made.notes == tuple(f"{f.file}: no cache in place for this family"
+                               for f in (decoder.INPLACE, decoder.INT8, decoder.INT4))
+    with pytest.raises(BadValueError, match=r"^--variants inplace,int8: no cache in place for this family; export "
+                                            r"the decoder variant \(gpt\.onnx\) alone$"):
+        plan.plan_gpt(cfg, ("inplace", "int8"))
 
 
 # ---- the lossy methods

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mha_export.decoder.archs import arch_of
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.pipeline.budget import PROTOBUF_LIMIT, available_memory, gib
 from mha_runtime.artifact.errors import BadValueError, ConfigError, ExportError
 from mha_runtime.artifact.forms import ALL, Chosen, Selection, parse, select
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.forms import FORMS, GGUF_VARIANT, PTE_VARIANT, TABLE, Form
 from mha_runtime.gguf.llama_cpp import BUILD_HINT, program
 
@@ -26,11 +27,14 @@ def parse_gpt_variants(text: str | None) -> tuple[str, ...]:
     return (ALL,) * chosen.every + chosen.names
 
 
-def _select(cfg: GPTConfig, variants: tuple[str, ...]) -> Selection[Form]:
-    return select(TABLE, Chosen(ALL in variants, tuple(v for v in variants if v != ALL)), cfg)
+def _select(cfg: DecoderConfig, variants: tuple[str, ...]) -> Selection[Form]:
+    """The forms' own rules (mha_runtime.decoder.forms), then the architecture's (its `refusal` of a form's file)."""
+    arch = arch_of(cfg)
+    return select(TABLE, Chosen(ALL in variants, tuple(v for v in variants if v != ALL)), cfg,
+                  also=lambda form: arch.refusal(cfg, form.file))
 
 
-def check_gpt_budget(cfg: GPTConfig) -> None:
+def check_gpt_budget(cfg: DecoderConfig) -> None:
     """Refuse, before any work, a model whose fp32 file exceeds protobuf's 2 GiB or whose export needs more
     memory than is available."""
     params = cfg.parameters(tied=False) * 4
@@ -43,7 +47,7 @@ def check_gpt_budget(cfg: GPTConfig) -> None:
                           f"{gib(available)} is available")
 
 
-def check_gpt_forms(cfg: GPTConfig, variants: tuple[str, ...]) -> None:
+def check_gpt_forms(cfg: DecoderConfig, variants: tuple[str, ...]) -> None:
     """Refuse, before any work, a form asked for by name that this config cannot have (the default set leaves it
     out with a note instead), and the GGUF files where llama.cpp, which validates them, is not built."""
     refused = _select(cfg, variants).refused
@@ -72,7 +76,7 @@ class GPTPlan:
     gguf: bool = False
 
 
-def plan_gpt(cfg: GPTConfig, variants: tuple[str, ...] | None) -> GPTPlan:
+def plan_gpt(cfg: DecoderConfig, variants: tuple[str, ...] | None) -> GPTPlan:
     """Every refusal of the variants for this config, then what to build."""
     check_gpt_budget(cfg)
     variants = (ALL,) if variants is None else variants

@@ -130,16 +130,23 @@ def closure(table: Table[F], names: Iterable[str]) -> tuple[F, ...]:
     return tuple(r for r in table.rows if r.name in chosen)
 
 
-def refusal(table: Table[Any], row: FormRow, config: object) -> tuple[str, bool] | None:
+# Why a config rules a row out beyond the row's own rule (a decoder architecture's reason), or None.
+Also = Callable[[Any], str | None]
+
+
+def refusal(table: Table[Any], row: FormRow, config: object, also: Also | None = None) -> tuple[str, bool] | None:
     """Why `row` cannot be built for `config` here, and whether the config rules it out (else this environment
-    lacks something): its own reason, else the first of a form it is built from."""
+    lacks something): its own reason, else `also`'s (called with the row), else the first of a form it is built
+    from."""
     own = row.refuses(config) if row.refuses is not None else None
+    if own is None and also is not None:
+        own = also(row)
     if own is not None:
         return own, True
     lacks = row.missing()
     if lacks is not None:
         return lacks, False
-    return next((why for need in row.needs if (why := refusal(table, table[need], config))), None)
+    return next((why for need in row.needs if (why := refusal(table, table[need], config, also))), None)
 
 
 @dataclass(frozen=True)
@@ -154,10 +161,10 @@ class Selection(Generic[F]):
     unmet: tuple[tuple[F, str], ...] = ()
 
 
-def select(table: Table[F], chosen: Chosen, config: object) -> Selection[F]:
+def select(table: Table[F], chosen: Chosen, config: object, *, also: Also | None = None) -> Selection[F]:
     """The forms `chosen` asks of `config` here: a form 'all' brought that the config or environment cannot have is
     left out, one asked for by name (or built for one that was) is refused; a form one of them is built from shares
-    its fate."""
+    its fate. `also`: a reason the caller adds to each row's own (refusal)."""
     named = closure(table, chosen.names) if table.pull_needs else tuple(table[n] for n in chosen.names)
     core = {r.name for r in table.rows if r.core}
     asked = core | {r.name for r in named} | (set(table.default) if chosen.every else set())
@@ -166,7 +173,7 @@ def select(table: Table[F], chosen: Chosen, config: object) -> Selection[F]:
     left: list[tuple[F, str]] = []
     refused: list[tuple[F, str, bool]] = []
     for row in rows:
-        why = refusal(table, row, config)
+        why = refusal(table, row, config, also)
         if why is None:
             kept.append(row)
         elif row in named:
