@@ -262,3 +262,29 @@ def test_a_new_quantizer_is_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     quantize_to(source, tmp_path / "q.onnx", plan, tied=True)
     assert [c[:2] for c in calls] == [(4, 32), (8, 32)]  # the main pass, then the kept matrix at 8 bits
     assert calls[1][2] == len(weights) - 1 and plan.to_dict()["method"] == "spy quantizer"
+
+
+def test_the_lossy_search_is_the_form_methods_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_lossy tries the plans of the row the form names (not a table by width): its fast plan's block size,
+    its higher precision, whether it ranks the embedding; its miss line names that row's fast block size."""
+    from mha_export.decoder.eager import seeded_gpt
+    from mha_export.decoder.graphs.inplace import inplace_model
+    from mha_export.decoder.lossy import build
+    from mha_export.decoder.lossy.embedding import TOKENS
+    from mha_runtime.decoder.config import GPTConfig
+    from mha_runtime.decoder.decoder import decoder_for, make_session
+
+    cfg = GPTConfig(vocab_size=97, context_length=16, emb_dim=32, n_heads=2, n_layers=2, qkv_bias=True)
+    row = replace(METHODS["matmulnbits-8"], name="wide-8", higher="int8", fast_block_size=64, ranks_embedding=True)
+    monkeypatch.setattr(build, "METHODS", {**METHODS, row.name: row})
+    state = {k: v for k, v in seeded_gpt(cfg).state_dict().items() if not k.endswith(".mask")}
+    inplace_model(state, cfg, tied=False).save(tmp_path / decoder.INPLACE.file)
+    ref = make_session(str(tmp_path / decoder.INPLACE.file))
+    form = replace(decoder.INT8, method=row.name, max_mean_kl=0.0)  # no plan meets it: every one is tried
+    missed = build.build_lossy(form, state, cfg, tmp_path / "q.onnx", tied=False,
+                               reference=lambda: decoder_for("inplace", ref, cfg, "ref"),
+                               windows=build.quality_windows(cfg, None))
+    ranked = build.ranking(lossy_source(state, cfg, tied=False), row, tied=False)
+    assert TOKENS in ranked and len(missed.tries) == 1 + len(build._counts(len(ranked)))
+    assert str(missed.tries[0]["plan"]).startswith("8 bits in blocks of 64, symmetric")
+    assert set(missed.plan.kept.values()) == {"int8"} and "(blocks of 64 and 32," in missed.miss_line()

@@ -44,8 +44,10 @@ def inplace_refusal(cfg: Shaped) -> str | None:
 
 def gguf_refusal(cfg: Shaped) -> str | None:
     """Why the GGUF files cannot be built for `cfg`, or None."""
-    if cfg.head_dim == 1:  # llama.cpp's gpt2 graph aborts on it (GGML_ASSERT(ggml_can_mul_mat(a, b))); 2 runs
-        return "head size 1 (emb_dim / n_heads), which llama.cpp's gpt2 graph cannot run (it aborts)"
+    # llama.cpp's gpt2 graph aborts on it (GGML_ASSERT(ggml_can_mul_mat(a, b))); 2 runs. Refused for every
+    # architecture (the line names the config's) until llama.cpp's graph of one is seen to run it.
+    if cfg.head_dim == 1:
+        return f"head size 1 (emb_dim / n_heads), which llama.cpp's {cfg.arch} graph cannot run (it aborts)"
     return None
 
 

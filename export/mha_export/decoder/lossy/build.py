@@ -1,10 +1,11 @@
 """A lossy form that meets its quality bar by construction, or is named as missing it.
 
-The form's fast plan (quantize.FAST: larger blocks) is measured first (mha_runtime.decoder.quality: mean KL
-divergence from the fp32 in-place form over the quality windows); when it misses its bar, the fine plan
-(quantize.FINE: every MatMul in blocks of 32); then the matrices that rounding moves most (quantize.weight_error,
-largest first) are kept at a higher precision in the fine plan (fp32 in the 8-bit form, 8 bits in the 4-bit
-form), 1, 2, 4, ... of them up to a quarter of the MatMuls, each plan measured in turn. The first that meets the
+The form's method (lossy/methods.py METHODS, the row its `method` names) says the plans, in order: its fast plan
+(larger blocks) is measured first (mha_runtime.decoder.quality: mean KL divergence from the fp32 in-place form over
+the quality windows); when it misses its bar, the fine plan (every MatMul in blocks of 32); then the matrices that
+rounding moves most (quantize.weight_error, largest first) are kept at the method's higher precision in the fine
+plan (fp32 in the 8-bit form, 8 bits in the 4-bit form), 1, 2, 4, ... of them up to a quarter of the MatMuls, each
+plan measured in turn. The first that meets the
 bar is the form, and its plan goes into the manifest with every plan tried. A model that no such plan brings
 under the bar has no such form: kept any further, it would no longer be the small, fast form it is named for.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,17 +27,8 @@ from onnx import numpy_helper
 
 from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.lossy.embedding import TOKENS, whole_blocks
-from mha_export.decoder.lossy.quantize import (
-    FAST,
-    FINE,
-    FP32,
-    QuantPlan,
-    fit,
-    lossy_source,
-    matmul_weights,
-    quantize_to,
-    weight_error,
-)
+from mha_export.decoder.lossy.methods import METHODS, Method
+from mha_export.decoder.lossy.quantize import QuantPlan, fit, lossy_source, matmul_weights, quantize_to, weight_error
 from mha_runtime.decoder.decoder import Decoder, decoder_for, make_session
 from mha_runtime.decoder.forms import Form
 from mha_runtime.decoder.quality import Quality, Windows, measure
@@ -79,29 +71,44 @@ class LossyOutcome:
     tries: list[dict[str, object]] = field(default_factory=list)
 
     @property
+    def method(self) -> Method:
+        assert self.form.method is not None
+        return METHODS[self.form.method]
+
+    @property
     def ok(self) -> bool:
         return self.form.meets_bar(self.quality.mean_kl)
 
     def miss_line(self) -> str:
         """One line: the figure, the bar, and what was tried."""
         return (f"{self.form.file}: mean KL divergence from fp32 {self.quality.mean_kl:.3g} is above its bar "
-                f"{self.form.max_mean_kl:g} with every plan tried (blocks of {FAST[self.plan.bits].block_size} and "
+                f"{self.form.max_mean_kl:g} with every plan tried (blocks of {self.method.fast().block_size} and "
                 f"{self.plan.block_size}, up to {len(self.plan.kept)} of the matrices kept at a higher precision)")
 
 
-def _ranking(source: onnx.ModelProto, bits: int, *, tied: bool) -> list[str]:
-    """The quantized weights, the one rounding moves most first (one matrix copied out at a time). In the 4-bit
-    form an untied token embedding is among them, its blocks along E as it is stored (a tied one is the head): at 4
-    bits it was most of the trained demo model's loss (mean KL 0.026 with it at 8 bits, 0.043 at 4), at 8 bits a
-    small share (gpt-mini 8.2e-6 fp32, 1.1e-5 int8), and keeping it at fp32 there doubled the demo's int8 file
-    for what four small matrices kept gave (docs/measurements/gpt.md, "The embedding quantized")."""
-    names = matmul_weights(source)
+def ranking(source: onnx.ModelProto, method: Method, *, tied: bool) -> list[str]:
+    """The quantized weights, the one rounding moves most at the method's bits first (one matrix copied out at a
+    time). Where the method ranks the embedding (the 4-bit one), an untied token embedding is among them, its
+    blocks along E as it is stored (a tied one is the head): at 4 bits it was most of the trained demo model's loss
+    (mean KL 0.026 with it at 8 bits, 0.043 at 4), at 8 bits a small share (gpt-mini 8.2e-6 fp32, 1.1e-5 int8), and
+    keeping it at fp32 there doubled the demo's int8 file for what four small matrices kept gave
+    (docs/measurements/gpt.md, "The embedding quantized")."""
+    bits, names = method.bits, matmul_weights(source)
     errors = {t.name: weight_error(numpy_helper.to_array(t), bits) for t in source.graph.initializer
               if t.name in names}
-    table = None if tied or bits == 8 else next(t for t in source.graph.initializer if t.name == TOKENS)
+    table = None if tied or not method.ranks_embedding else next(t for t in source.graph.initializer
+                                                                 if t.name == TOKENS)
     if table is not None and whole_blocks(table.dims[1], 16):  # quantizable at all (lossy/embedding.py)
         errors[TOKENS] = weight_error(numpy_helper.to_array(table).T, bits)  # (E, V)
     return sorted(errors, key=lambda n: -errors[n])
+
+
+def _ranking(source: onnx.ModelProto, bits: int, *, tied: bool) -> list[str]:
+    """ranking() by the method of the lossy form of width `bits` (the tests' view by width, as quantize.FAST)."""
+    from mha_runtime.decoder.forms import FORMS
+
+    method = next(METHODS[f.method] for f in FORMS.values() if f.bits == bits and f.method is not None)
+    return ranking(source, method, tied=tied)
 
 
 def _counts(n: int) -> list[int]:
@@ -114,23 +121,17 @@ def _counts(n: int) -> list[int]:
     return [*out, cap]
 
 
-def plans(bits: int, ranking: list[str]) -> list[QuantPlan]:
-    """The plans a `bits` form tries, in order: FAST, FINE, then FINE keeping the first 1, 2, 4, ... of `ranking`
-    at the higher precision."""
-    higher = FP32 if bits == 8 else "int8"
-    kept = [replace(FINE[bits], kept={name: higher for name in ranking[:count]}) for count in _counts(len(ranking))]
-    return [FAST[bits], *kept]
-
-
 def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: DecoderConfig, path: Path, *, tied: bool,
                 reference: Callable[[], Decoder], windows: Windows) -> LossyOutcome:
     """Write the first plan that meets the form's bar to `path` (or, when none does, the last tried: the caller
     deletes it)."""
-    assert form.bits is not None
+    assert form.method is not None
+    method = METHODS[form.method]
     source = lossy_source(state, cfg, tied=tied)
-    ranking = _ranking(source, form.bits, tied=tied)
+    ranked = ranking(source, method, tied=tied)
+    weights = [*matmul_weights(source), *([] if tied else [TOKENS])]  # what the plans' roles may name
     tries: list[dict[str, object]] = []
-    for plan in [fit(p, source, tied=tied) for p in plans(form.bits, ranking)]:
+    for plan in [fit(p, source, tied=tied) for p in method.plans(ranked, _counts(len(ranked)), weights=weights)]:
         if source is None:
             source = lossy_source(state, cfg, tied=tied)
         quantize_to(source, path, plan, tied=tied)

@@ -19,13 +19,13 @@ from typing import Any
 
 import onnx
 
+from mha_export.decoder.graphs.shared import HEAD_MATMUL as HEAD  # the head as its own (E, V) MatMul weight
 from mha_export.decoder.lossy import matmulnbits
 from mha_export.decoder.lossy.embedding import TOKENS
 
 BLOCK = 32
 ACCURACY_LEVEL = 4  # int8 compute
 FP32 = "fp32"
-HEAD = "head.weight_t"  # graphs.shared.add_head's (E, V) MatMul weight
 
 
 @dataclass(frozen=True)

@@ -21,22 +21,23 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.graphs.inplace import inplace_model
 from mha_export.decoder.lossy.embedding import TOKENS, quantize_embedding, whole_blocks
 from mha_export.decoder.lossy.methods import ACCURACY_LEVEL, BLOCK, FP32, HEAD, METHODS, QUANTIZERS, QuantPlan
 from mha_export.onnx_file.check import check_model_light
 from mha_export.onnx_file.save import save_streamed
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.forms import FORMS
 
 __all__ = ["ACCURACY_LEVEL", "BLOCK", "FAST", "FINE", "FP32", "HEAD", "QuantPlan", "fit", "fitted_block",
            "lossy_source", "matmul_weights", "quantize_to", "weight_error"]
-# Each lossy form's fast and fine plans by its width, from the method row the form names (the search's first two).
+# Each lossy form's fast and fine plans by its width, from the method row the form names (the search's first two):
+# the tests' view by width (the export reads the method rows).
 FAST = {form.bits: METHODS[form.method].fast() for form in FORMS.values() if form.bits and form.method}
 FINE = {form.bits: METHODS[form.method].fine() for form in FORMS.values() if form.bits and form.method}
 
 
-def lossy_source(state: dict[str, torch.Tensor], cfg: GPTConfig, *, tied: bool) -> onnx.ModelProto:
+def lossy_source(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bool) -> onnx.ModelProto:
     """The fp32 graph the quantizer reads: gpt.inplace.onnx with the head as its own MatMul."""
     return inplace_model(state, cfg, tied=tied, head_matmul=True).full()
 
