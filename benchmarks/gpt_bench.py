@@ -51,6 +51,7 @@ from benchmarks.gpt_floors import (
     streamed_bytes,
 )
 from benchmarks.gpt_peers import BookKVCache, GenAIRunner, Timed, book_state, hf_generate, hf_model
+from mha_export.decoder.archs import arch_named
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.cli.tables import table
@@ -235,7 +236,9 @@ def run_gpt_bench(folder: Path, *, threads: int = 2, rounds: int = ROUNDS, new_t
     """Every part of the bench on `folder`; the export's memory when `export_preset` is given."""
     started, load_before, whole = time.time(), load_average(), OtherCPU()
     manifest = load_gpt_manifest(folder)
-    cfg, parameters = manifest.config, int(manifest.weights["parameters"])
+    # the architecture's own config, read back by its module (the manifest carries it as a dict)
+    cfg = arch_named(manifest.shapes.arch).config_from_book(manifest.config)
+    parameters = int(manifest.weights["parameters"])
     say = lambda text: click.echo(text, err=True)  # noqa: E731
     say("memory bandwidth, MatMul peak ...")
     bandwidth = copy_bandwidth(threads=threads, mib=copy_mib)

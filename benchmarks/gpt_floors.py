@@ -22,6 +22,7 @@ from mha_runtime.artifact.errors import MHAError
 from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.decoder import decoder_for
 from mha_runtime.decoder.forms import FORMS
+from mha_runtime.decoder.shapes import DecoderShapes
 
 COPY_MIB, COPY_REPEATS = 256, 5
 MATMUL_N, MATMUL_REPEATS = 2048, 5
@@ -185,7 +186,7 @@ def decode_profile(folder: Path, form: str, cfg: GPTConfig, *, threads: int, ste
         opts = options(threads)
         opts.enable_profiling, opts.profile_file_prefix = True, str(Path(tmp) / "decode")
         session = ort.InferenceSession(str(folder / form), opts, providers=["CPUExecutionProvider"])
-        decoder = decoder_for(FORMS[form].kind, session, cfg, folder / form)
+        decoder = decoder_for(FORMS[form].kind, session, DecoderShapes.of(cfg), folder / form)
         token = int(decoder.prefill([np.random.default_rng(0).integers(0, cfg.vocab_size, 32).tolist()])[0].argmax())
         for _ in range(steps):
             token = int(decoder.step([token], [True])[0].argmax())

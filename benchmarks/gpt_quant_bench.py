@@ -89,7 +89,7 @@ def run_quant_bench(folder: Path, *, threads: int, rounds: int, vocab_dir: Path,
                                 CHUNKS)
         ggufs = to_gguf(write_hf_folder(folder, work / "hf", vocab_dir), work / "gguf") if built else {}
         generators = {f: Generator(folder, form=f, threads=threads) for f in forms}
-        calls: dict[str, Any] = {f: (lambda g=g: _ours(g, manifest.config.vocab_size)) for f, g in generators.items()}
+        calls: dict[str, Any] = {f: (lambda g=g: _ours(g, manifest.shapes.vocab_size)) for f, g in generators.items()}
         for form in forms if built else []:
             gguf = ggufs[PAIRS[form]]
             calls[PAIRS[form]] = lambda gguf=gguf: llama_bench(gguf, threads=threads, prompt=PROMPT, gen=NEW,

@@ -58,7 +58,7 @@ def solo_prefill_ms(gen: Generator, *, repeats: int, seed: int) -> dict[int, lis
     samples: dict[int, list[float]] = {length: [] for length in PROMPT_TOKENS}
     for _ in range(repeats):
         for length in PROMPT_TOKENS:
-            ids = [int(t) for t in rng.integers(0, gen.config.vocab_size, length)]
+            ids = [int(t) for t in rng.integers(0, gen.shapes.vocab_size, length)]
             start = time.perf_counter()
             decoder.prefill_row(0, ids)
             samples[length].append(1e3 * (time.perf_counter() - start))

@@ -38,6 +38,7 @@ from statistics import median
 from typing import Any
 
 from benchmarks.gpt_peers import book_state, hf_model
+from mha_export.decoder.archs import arch_named
 from mha_runtime.decoder.manifest import load_gpt_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +80,7 @@ def _run(cmd: list[str | Path]) -> subprocess.CompletedProcess[str]:
 def write_hf_folder(folder_of_ours: Path, out: Path, vocab_dir: Path) -> Path:
     """A Hugging Face GPT-2 folder of a GPT folder's weights, in the shape llama.cpp's converter takes."""
     manifest = load_gpt_manifest(Path(folder_of_ours))  # checks the files' sha256 too
-    cfg = manifest.config
+    cfg = arch_named(manifest.shapes.arch).config_from_book(manifest.config)
     out = Path(out)
     model = hf_model(book_state(Path(folder_of_ours)), cfg)
     if manifest.weights.get("tied"):  # GPT-2's own layout: the head is the embedding, stored once (the GGUF too)

@@ -42,7 +42,7 @@ from benchmarks.serve_floor import ECHO, FloorProcess
 from mha_export.bench.plots import save_png
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import MHAError
-from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import spec_for
 from mha_runtime.attention.runner import DEFAULT_MODEL, OnnxRunner
 from mha_runtime.cli.tables import table

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.manifest import ATTENTION_KIND, DECODER_KIND, folder_kind
+from mha_runtime.artifact.manifest import ATTENTION_KIND, DECODER_KIND, folder_kind, read_manifest_json
 
 if TYPE_CHECKING:
     from mha_runtime.artifact.results import CaseResult
@@ -79,7 +79,9 @@ class ModelKind:
         return [command for command in COMMANDS if command in own]
 
     def refusal(self, command: str, folder: Path) -> ArtifactError:
-        """The one line for a command this kind has no target for."""
+        """The one line for a command this kind has no target for; a folder whose manifest cannot be read (taken for
+        an attention folder by folder_kind) is told that instead."""
+        read_manifest_json(folder, label="folder", made_by="`mha export`")
         article = "an" if self.name[0] in "aeiou" else "a"
         return ArtifactError(f"{folder}: {article} {self.name} folder (made by {self.made_by}) has no `mha {command}`; "
                              f"it offers {', '.join('mha ' + c for c in self.offers())}")

@@ -21,14 +21,14 @@ import numpy as np
 import onnx.helper as oh
 import pytest
 from onnx import TensorProto
-from test_model import EXPECTED, INPUTS
 
 from helpers import add_zero_case, reseal
 from mha_export.bench.runners import wasm_medians
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.runner import OnnxRunner
 from portability import collect, parse_json, render
+from torch_refs import EXPECTED, INPUTS
 
 REPO = Path(__file__).resolve().parents[2]
 WEB = REPO / "runtime" / "native" / "web"

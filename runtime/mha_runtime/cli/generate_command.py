@@ -65,13 +65,15 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
                  temperature: float, top_k: int | None, seed: int | None, eos: bool, form: str | None,
                  threads: int | None, provider: str, as_json: bool) -> None:
     """Generate tokens from a decoder folder (greedy or sampled), streamed as text or ids."""
-    from mha_runtime.decoder.generate import Generator
     from mha_runtime.decoder.tokenizer import TextStream
+    from mha_runtime.kinds import kind_of
 
     if bool(prompts) == bool(prompt_ids):
         raise click.UsageError("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)")
     check_form(form)
-    gen = Generator(artifact_dir, form=form, provider=provider, threads=threads)
+    kind = kind_of(artifact_dir)  # the kind's generator, or its one line naming what the kind offers
+    gen = kind.needs(kind.generator, "generate", artifact_dir)(artifact_dir, form=form, provider=provider,
+                                                               threads=threads)
     eos_id = gen.manifest.stop_ids if eos else None  # every eos id of the folder
     try:  # a bad prompt or setting is a bad value: exit 2, as click's own checks, before anything is printed
         batch = [gen.encode(p) for p in prompts] if prompts else [parse_ids(t) for t in prompt_ids]
