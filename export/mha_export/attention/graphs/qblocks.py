@@ -17,11 +17,11 @@ import onnx
 import onnx.helper as oh
 from onnx import TensorProto, numpy_helper
 
+from mha_export.attention.graphs import contrib
 from mha_export.attention.graphs.contrib import (
     fused_initializers,
     i64,
     output_projection,
-    plain_io,
     save_checked,
     stamped_model,
 )
@@ -114,7 +114,8 @@ def qblocks_model(wrapper: MultiHeadAttentionWrapper, config: MHAConfig, *, bloc
               oh.make_node("If", ["use_blocks"], [attention],
                            then_branch=_blocks_branch(config, blocks, "context_blocks"), else_branch=dense),
               *projection]
-    graph = oh.make_graph(nodes, "mha_qblocks", *plain_io(config), [*inits, i64("threshold", threshold), *proj_inits])
+    io = contrib.plain_io(config)  # (inputs, outputs) as every attention graph has them
+    graph = oh.make_graph(nodes, "mha_qblocks", *io, [*inits, i64("threshold", threshold), *proj_inits])
     return stamped_model(graph, metadata(config), opset=QBLOCKS_OPSET, contrib=False)
 
 
