@@ -65,7 +65,8 @@ def _this_trees_export(name: str) -> Path | None:
     from helpers import PRESET_DIGESTS, preset_digests
     from mha_export.pipeline.seal import versions
     from mha_runtime.artifact.errors import ArtifactError
-    from mha_runtime.artifact.manifest import folder_kind, load_manifest, verify_all
+    from mha_runtime.artifact.manifest import folder_kind, verify_all
+    from mha_runtime.attention.manifest import load_manifest
     from mha_runtime.decoder.manifest import load_gpt_manifest
 
     folder = REPO / "artifacts" / name

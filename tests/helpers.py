@@ -77,7 +77,7 @@ def book_wrapper(folder: Path) -> tuple[object, MHAConfig]:
     from llms_from_scratch.ch03 import MultiHeadAttentionWrapper
     from safetensors.torch import load_file
 
-    from mha_runtime.artifact.manifest import load_manifest
+    from mha_runtime.attention.manifest import load_manifest
     from mha_runtime.attention.registry import WEIGHTS_FILE
 
     config = load_manifest(folder).config

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from mha_runtime.artifact.atomic import MAX_NAME
 from mha_runtime.artifact.errors import ArtifactError, BadValueError, cut
-from mha_runtime.artifact.manifest import load_manifest, read_verified
+from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.attention.contract import INPUT_NAME, OUTPUT_NAME
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import ONNX, TORCHSCRIPT
 from mha_runtime.attention.runner import OnnxRunner
 

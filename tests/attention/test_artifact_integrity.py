@@ -104,7 +104,7 @@ def test_altered_model_that_onnxruntime_loads_is_still_refused(seed_copy: Path) 
     import onnx
     from onnx import numpy_helper
 
-    from mha_runtime.artifact.manifest import load_manifest
+    from mha_runtime.attention.manifest import load_manifest
 
     path = seed_copy / "mha.contrib.onnx"
     model = onnx.load(str(path))

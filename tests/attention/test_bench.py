@@ -24,8 +24,8 @@ from mha_export.bench.options import default_threads, parse_batches, parse_threa
 from mha_export.bench.report import NO_MATPLOTLIB, format_report, write_outputs
 from mha_export.bench.run import _stats, run_bench
 from mha_runtime.artifact.errors import ConfigError
-from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.attention.config import MHAConfig, preset
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.cli.main import cli
 
 

@@ -11,9 +11,9 @@ import torch
 from helpers import book_wrapper
 from mha_export.attention.weights.load import load_artifact_model
 from mha_runtime.artifact.errors import ContractError
-from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.tolerance import compare
 from mha_runtime.attention.decode_session import SCHEDULES, DecodeSession, run_chunked, uneven_schedule
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import tolerance_for
 from mha_runtime.attention.runner import OnnxRunner
 

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from mha_export.attention.weights.load import load_artifact_model
 from mha_runtime.artifact.errors import ContractError, MHAError
-from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.tolerance import compare
 from mha_runtime.attention.decode_session import golden_schedule, run_chunked, uneven_schedule
 from mha_runtime.attention.inplace_session import InPlaceDecodeSession
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import DECODE_INPLACE, tolerance_for
 from mha_runtime.cli.main import cli
 

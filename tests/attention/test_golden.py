@@ -11,8 +11,8 @@ import torch
 from helpers import PRESET_DIGESTS, preset_digests, reseal
 from mha_export.attention.pipeline.fixtures import FIXTURE_SEED, golden_shapes
 from mha_export.attention.weights.load import load_artifact_model
-from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.attention.golden import iter_cases, load_cases
+from mha_runtime.attention.manifest import load_manifest
 
 PRESETS = ["seed", pytest.param("gpt2-small", marks=pytest.mark.slow)]
 FIXTURE = {"seed": "seed_dir", "gpt2-small": "gpt2_dir"}

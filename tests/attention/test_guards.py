@@ -17,11 +17,12 @@ from mha_export.attention.graphs.mask_rewrite import additive_mask
 from mha_export.attention.weights.load import load_artifact_model
 from mha_export.infer.pte_runner import PteRunner
 from mha_runtime.artifact.errors import ValidationError
-from mha_runtime.artifact.manifest import load_manifest, sha256_file
+from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.artifact.tolerance import Tolerance
 from mha_runtime.attention.decode_session import DecodeSession
 from mha_runtime.attention.golden import load_cases
 from mha_runtime.attention.golden_check import check_artifact
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import (
     CHOICES,
     DECODE,

@@ -203,7 +203,7 @@ def test_the_fingerprint_keeps_the_simd_flags_of_the_first_processor(text: str, 
 
 def test_the_bench_times_the_file_the_runner_loads(seed_dir: Path) -> None:
     from mha_export.bench.runners import cold_start_loads
-    from mha_runtime.artifact.manifest import load_manifest
+    from mha_runtime.attention.manifest import load_manifest
 
     manifest = load_manifest(seed_dir)
     assert cold_start_loads(seed_dir, manifest, "mha.qblocks.onnx") == "optimized/cpu/mha.qblocks.onnx"

@@ -17,11 +17,11 @@ from llms_from_scratch.ch04 import GPTModel
 
 from helpers import REPO
 from mha_export.attention.pipeline.validate import artifact_runner
-from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.tolerance import compare
 from mha_runtime.attention.config import MHAConfig
 from mha_runtime.attention.decode_session import DecodeSession, golden_schedule, run_chunked
 from mha_runtime.attention.golden import iter_cases, load_cases
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import CHOICES, DECODE, DECODE_RUNTIME, artifact_specs, tolerance_for
 from mha_runtime.cli.main import cli
 

@@ -12,8 +12,8 @@ import torch
 from mha_export.attention.weights.load import load_artifact_model
 from mha_export.infer.pte_runner import PteRunner
 from mha_runtime.artifact.errors import ContractError
-from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.tolerance import compare
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import PTE, PTE_MAX_BATCH, tolerance_for
 
 

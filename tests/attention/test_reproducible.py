@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, copy_packages
-from mha_runtime.artifact.manifest import load_manifest, sha256_file
+from mha_runtime.artifact.manifest import sha256_file
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import CHOICES, PTE, VARIANTS
 
 # ONNX Runtime's ORT-format writer orders its flatbuffer differently on every run of the same session (docs/

@@ -14,9 +14,9 @@ from mha_export.attention.weights.load import load_artifact_model
 from mha_export.model.fused import fuse
 from mha_export.model.wrapper import build_wrapper
 from mha_runtime.artifact.errors import BadValueError
-from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.artifact.tolerance import compare
 from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import (
     CHOICES,
     ONNX_RUNTIME,

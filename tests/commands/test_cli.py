@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from click.testing import CliRunner
 
-from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.cli.main import cli
 
 

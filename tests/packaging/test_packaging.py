@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, copy_packages
-from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.attention.manifest import load_manifest
 
 
 def _run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.attention.manifest import load_manifest
 
 
 def test_runtime_imports_and_runs_without_torch(seed_dir: Path) -> None:
@@ -28,7 +28,7 @@ def test_runtime_imports_and_runs_without_torch(seed_dir: Path) -> None:
 
 def test_light_modules_do_not_import_onnxruntime() -> None:
     code = ("import sys, mha_runtime, mha_runtime.artifact.errors, mha_runtime.attention.registry, "
-            "mha_runtime.artifact.manifest, mha_runtime.attention.golden\n"
+            "mha_runtime.artifact.manifest, mha_runtime.attention.manifest, mha_runtime.attention.golden\n"
             "print(sorted(m for m in ('onnxruntime', 'numpy', 'torch') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "onnxruntime" not in out.stdout and "torch" not in out.stdout, out.stdout

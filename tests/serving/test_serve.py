@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from benchmarks.process import ServerProcess, free_port
 from mha_runtime.artifact.errors import ContractError, RequestError, ServeError
-from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.attention.config import PRESETS, MHAConfig
 from mha_runtime.attention.contract import check_input
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.npy import npy_bytes
 from mha_runtime.attention.runner import OnnxRunner
 from mha_runtime.cli.main import cli

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from benchmarks.process import ServerProcess, free_port, session_members
-from mha_runtime.artifact.manifest import load_manifest
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.runner import OnnxRunner
 from mha_runtime.serve.attention.loadtest import check_answers, good_shots, run_load, summarize
 from mha_runtime.serve.attention.wire import decode_answer, encode_request

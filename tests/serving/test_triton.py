@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from mha_runtime.artifact.manifest import load_manifest, sha256_file
+from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.attention.contract import INPUT_NAME, OUTPUT_NAME
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.cli.main import cli
 from mha_runtime.triton import TORCHSCRIPT_INPUT, TORCHSCRIPT_OUTPUT
 

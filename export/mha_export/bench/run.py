@@ -38,8 +38,8 @@ from mha_export.bench.runners import (
 )
 from mha_export.pipeline.seal import versions
 from mha_runtime.artifact.errors import BadValueError
-from mha_runtime.artifact.manifest import Manifest, load_manifest
 from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.manifest import Manifest, load_manifest
 from mha_runtime.attention.registry import (
     DECODE,
     DECODE_INPLACE,

@@ -18,10 +18,10 @@ from onnx import TensorProto
 from mha_export.attention.weights.load import load_artifact_model
 from mha_export.infer.torchscript_runner import load_torchscript
 from mha_export.model.fused import fuse
-from mha_runtime.artifact.manifest import Manifest
 from mha_runtime.attention.config import MHAConfig
 from mha_runtime.attention.decode_session import DecodeSession
 from mha_runtime.attention.inplace_session import InPlaceDecodeSession
+from mha_runtime.attention.manifest import Manifest
 from mha_runtime.attention.registry import (
     ALL,
     DECODE,

@@ -9,16 +9,10 @@ import onnx
 import onnxruntime
 import torch
 
-from mha_runtime.artifact.manifest import (
-    MANIFEST_NAME,
-    ArtifactRecord,
-    FileRecord,
-    Manifest,
-    WeightsRecord,
-    sha256_file,
-)
+from mha_runtime.artifact.manifest import MANIFEST_NAME, FileRecord, sha256_file
 from mha_runtime.attention.config import MHAConfig
 from mha_runtime.attention.contract import IOContract
+from mha_runtime.attention.manifest import ArtifactRecord, Manifest, WeightsRecord
 from mha_runtime.attention.optimized_records import OptimizedSet
 
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from mha_runtime.artifact.errors import first_line
-from mha_runtime.artifact.manifest import load_manifest, verify_all
+from mha_runtime.artifact.manifest import verify_all
 from mha_runtime.artifact.results import CaseResult
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.attention.decode_session import DecodeSession, run_chunked
 from mha_runtime.attention.golden import CaseArtifact, GoldenCases, iter_cases, load_cases
 from mha_runtime.attention.inplace_session import InPlaceDecodeSession
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import (
     DECODE_INPLACE_RUNTIME,
     DECODE_RUNTIME,

@@ -10,9 +10,10 @@ import onnxruntime as ort
 
 from mha_runtime.artifact.config_fields import check_own_config, file_kind
 from mha_runtime.artifact.errors import ArtifactError, ConfigError, ContractError, ProviderError, first_line
-from mha_runtime.artifact.manifest import MANIFEST_NAME, Manifest, load_manifest, read_verified
+from mha_runtime.artifact.manifest import MANIFEST_NAME, read_verified
 from mha_runtime.attention.config import MHAConfig
 from mha_runtime.attention.contract import INPUT_NAME, META_CONFIG, OUTPUT_NAME, IOContract, check_input, check_output
+from mha_runtime.attention.manifest import Manifest, load_manifest
 from mha_runtime.attention.registry import ONNX, cpu_only, spec_for
 from mha_runtime.infer.pick_copy import Choice, choose, say_once, session_options
 from mha_runtime.infer.providers import resolve_provider, session_providers

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from mha_runtime.artifact.manifest import load_manifest
 from mha_runtime.attention.contract import DTYPE, INPUT_NAME, OUTPUT_NAME, IOContract
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.cli.tables import ARTIFACT_HEADERS, artifact_rows, human_size, shown, table
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha_runtime.artifact.manifest import Manifest
+from mha_runtime.attention.manifest import Manifest
 
 
 def shown(text: str) -> str:

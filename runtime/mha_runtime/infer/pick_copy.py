@@ -16,7 +16,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from mha_runtime.artifact.manifest import Manifest
+from mha_runtime.attention.manifest import Manifest
 from mha_runtime.attention.optimized_records import Fingerprint, OptimizedSet
 from mha_runtime.infer.cpu_features import cpu_fingerprint
 

@@ -29,9 +29,9 @@ from mha_export.pipeline.preflight import DEFAULT_OPSET, check_opset
 from mha_export.pipeline.run import ExportResult, Sealed, Stage, run_export
 from mha_export.pipeline.seal import artifact_facts, attention_manifest
 from mha_runtime.artifact.errors import ConfigError
-from mha_runtime.artifact.manifest import WeightsRecord
 from mha_runtime.attention.config import MHAConfig, preset
 from mha_runtime.attention.golden import GOLDEN_DIR
+from mha_runtime.attention.manifest import WeightsRecord
 from mha_runtime.attention.optimized_records import OPTIMIZED_DIR, is_copy
 from mha_runtime.attention.registry import (
     ALL,

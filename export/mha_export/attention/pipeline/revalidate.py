@@ -6,7 +6,8 @@ from pathlib import Path
 from mha_export.attention.pipeline.validate import ArtifactReport, validate
 from mha_export.attention.weights.load import load_artifact_model
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, verify_all
+from mha_runtime.artifact.manifest import MANIFEST_NAME, verify_all
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import ArtifactSpec, spec_for
 from mha_runtime.infer.pick_copy import choose
 

@@ -16,12 +16,12 @@ from mha_export.infer.torchscript_runner import torchscript_runner
 from mha_export.model.example import example_tokens
 from mha_export.pipeline.progress import steps
 from mha_runtime.artifact.errors import ValidationError
-from mha_runtime.artifact.manifest import ArtifactRecord
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.attention.config import MHAConfig
 from mha_runtime.attention.contract import INPUT_NAME, OUTPUT_NAME
 from mha_runtime.attention.decode_session import SCHEDULES, DecodeSession, run_chunked
 from mha_runtime.attention.inplace_session import InPlaceDecodeSession
+from mha_runtime.attention.manifest import ArtifactRecord
 from mha_runtime.attention.optimized_records import is_copy
 from mha_runtime.attention.registry import (
     DECODE_INPLACE_RUNTIME,

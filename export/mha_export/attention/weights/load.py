@@ -18,8 +18,9 @@ from mha_export.attention.weights.layouts import Located, layer_keys, locate, to
 from mha_export.model.wrapper import MultiHeadAttentionWrapper, build_wrapper
 from mha_export.pipeline.preflight import check_weights_path
 from mha_runtime.artifact.errors import ConfigError, first_line
-from mha_runtime.artifact.manifest import Manifest, WeightsRecord, sha256_file
+from mha_runtime.artifact.manifest import sha256_file
 from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.manifest import Manifest, WeightsRecord
 from mha_runtime.attention.registry import WEIGHTS_FILE
 from mha_runtime.attention.runner import DEFAULT_MODEL, OnnxRunner
 

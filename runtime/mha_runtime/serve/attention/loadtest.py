@@ -21,9 +21,10 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from mha_runtime.artifact.errors import BadValueError, MHAError, ServeError, cut, first_line
-from mha_runtime.artifact.manifest import DECODER_KIND, kind_named, load_manifest
+from mha_runtime.artifact.manifest import DECODER_KIND, kind_named
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.attention.config import MHAConfig
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import spec_for
 from mha_runtime.attention.runner import OnnxRunner
 from mha_runtime.serve.attention.service import BATCH_REQUESTS, BATCH_TOKENS, CONTEXT

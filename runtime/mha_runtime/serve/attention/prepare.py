@@ -6,7 +6,8 @@ from typing import Any
 import numpy as np
 
 from mha_runtime.artifact.errors import ServeError, first_line
-from mha_runtime.artifact.manifest import MANIFEST_NAME, load_manifest, read_verified
+from mha_runtime.artifact.manifest import MANIFEST_NAME, read_verified
+from mha_runtime.attention.manifest import load_manifest
 from mha_runtime.attention.registry import spec_for
 from mha_runtime.attention.runner import DEFAULT_MODEL, OnnxRunner
 from mha_runtime.serve.attention.wire import FORMATS, body_limit
