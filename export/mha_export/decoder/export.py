@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.checkpoint import Origin
 from mha_export.decoder.steps import plan as plan_step
 from mha_export.decoder.steps.files import build
@@ -25,7 +26,6 @@ from mha_export.decoder.steps.load import load, load_gpt
 from mha_export.decoder.steps.seal import seal
 from mha_export.decoder.steps.validate import validate
 from mha_export.pipeline.run import ExportResult, run_export
-from mha_runtime.decoder.config import GPTConfig
 
 __all__ = ["GPTExport", "export_gpt", "load_gpt"]
 
@@ -37,7 +37,7 @@ class GPTExport:
     and pass. `origin`: the eos ids, bos and Hugging Face fields; None: read from beside the weights."""
 
     name: str
-    config: GPTConfig
+    config: DecoderConfig
     weights: Path | None
     tokenizer: Path | None
     variants: tuple[str, ...] | None
@@ -53,12 +53,12 @@ class GPTExport:
     seal = staticmethod(seal)
 
 
-def export_gpt(name: str, out_root: Path, *, config: GPTConfig, weights: Path | None = None,
+def export_gpt(name: str, out_root: Path, *, config: DecoderConfig, weights: Path | None = None,
                tokenizer: Path | None = None, variants: tuple[str, ...] | None = None,
                progress: bool = False, announce: Callable[[], None] | None = None,
                origin: Origin | None = None) -> ExportResult:
     """Export a GPT folder through the one pipeline (refusals first, staged, placed when valid). `announce` is
     called once every input is checked (the weights read): the work starts. `origin`: what a Hugging Face
-    checkpoint says beside its weights (eos ids, generation defaults); None: GPT-2's eos, as always."""
+    checkpoint says beside its weights (eos ids, generation defaults); None: the architecture's default eos."""
     kind = GPTExport(name, config, weights, tokenizer, variants, origin)
     return run_export(name, out_root, kind, progress=progress, announce=announce)

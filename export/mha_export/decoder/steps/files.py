@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from mha_export.decoder.genai import genai_json
 from mha_export.decoder.golden import write_generations
+from mha_export.decoder.graphs.shared import HEAD_KEY
 from mha_export.decoder.graphs.table import GRAPHS
 from mha_export.decoder.hf_files import write_hf_files
 from mha_export.decoder.lossy.build import LossyOutcome, build_lossy, quality_windows
@@ -60,7 +61,7 @@ def _weights(loaded: Loaded, built: Built, folder: Path) -> Built:
     """gpt.safetensors: the state, a tied head stored once (as the embedding)."""
     tied = loaded.eager.tied
     write_weights(folder / WEIGHTS_FILE, {k: v for k, v in loaded.state.items()
-                                          if not (tied and k == "out_head.weight")},
+                                          if not (tied and k == HEAD_KEY)},
                   metadata={"tied": str(tied).lower()})
     return built
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.checkpoint import Origin, origin_for
 from mha_export.decoder.plan import GPTPlan, plan_gpt
 from mha_export.decoder.tokenizer import TokenizerFiles, read_tokenizer
-from mha_runtime.decoder.config import GPTConfig
 
 
 @dataclass(frozen=True)
@@ -18,17 +18,17 @@ class Plan:
     checkpoint's generation facts."""
 
     name: str
-    config: GPTConfig
+    config: DecoderConfig
     weights: Path | None
     forms: GPTPlan
     origin: Origin
     tokenizer: TokenizerFiles | None
 
 
-def plan(name: str, *, config: GPTConfig, weights: Path | None, tokenizer: Path | None,
+def plan(name: str, *, config: DecoderConfig, weights: Path | None, tokenizer: Path | None,
          variants: tuple[str, ...] | None, origin: Origin | None) -> Plan:
-    """Refuse what cannot be exported, then the plan. `origin` None: read from beside the weights (GPT-2's eos
-    without a checkpoint config); `variants` None or with 'all': the default set."""
+    """Refuse what cannot be exported, then the plan. `origin` None: read from beside the weights (the architecture's
+    default eos without a checkpoint config); `variants` None or with 'all': the default set."""
     forms = plan_gpt(config, variants)
     facts = origin or origin_for(config, weights, None)
     files = None if tokenizer is None else read_tokenizer(tokenizer, vocab_size=config.vocab_size,
