@@ -51,12 +51,13 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
     """Export, validate and place the artifacts of each preset, or of your own config and weights."""
     from mha_export.kinds import ExportRequest, selected
 
+    del gpt  # the flags given select the kind's row (mha_export.kinds.selected): --gpt is one of them
     ctx = click.get_current_context()
     given = [p.opts[0] for p in ctx.command.params
              if p.name is not None and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT]
     request = ExportRequest(presets=presets, config_path=config_path, name=name, out=out, weights=weights,
                             variants=variants, layer=layer, opset=opset, tokenizer=tokenizer)
-    work = selected(gpt).prepare(request, given)  # the kind's row: every refusal before any work
+    work = selected(given).prepare(request, given)  # the kind's row: every refusal before any work
     work()
 
 

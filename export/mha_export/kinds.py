@@ -166,10 +166,12 @@ def _check_weights(weights: Path | None) -> None:
         check_weights_path(weights)
 
 
-def selected(gpt: bool) -> ExportKind:
-    """The row `mha export` exports with: --gpt selects the decoder's."""
-    flag = "--gpt" if gpt else None
-    return next(kind for kind in EXPORT_KINDS.values() if kind.flag == flag)
+def selected(given: Iterable[str]) -> ExportKind:
+    """The row `mha export` exports with: the one whose flag is among `given` (the flags on the command line: --gpt
+    selects the decoder's), else the one no flag selects."""
+    flags = set(given)
+    return next((kind for kind in EXPORT_KINDS.values() if kind.flag in flags),
+                next(kind for kind in EXPORT_KINDS.values() if kind.flag is None))
 
 
 def export_row(folder: Path) -> ExportKind:

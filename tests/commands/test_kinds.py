@@ -107,7 +107,7 @@ def test_looking_a_kind_up_imports_no_torch_onnx_runtime_or_ray(seed_dir: Path,
     """The loaders import their targets only when called: a refusal is one line in the time Python takes to start."""
     code = ("import sys\nfrom pathlib import Path\nfrom mha_export.kinds import export_row, selected\n"
             "from mha_runtime.kinds import kind_of\n"
-            f"rows = [kind_of(Path({str(seed_dir)!r})), kind_of(Path({str(book_gpt[1])!r})), selected(True), "
+            f"rows = [kind_of(Path({str(seed_dir)!r})), kind_of(Path({str(book_gpt[1])!r})), selected(['--gpt']), "
             f"export_row(Path({str(book_gpt[1])!r}))]\n"
             "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'ray') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -143,6 +143,17 @@ def test_the_two_tables_agree_on_what_each_kind_offers() -> None:
         assert set(KINDS[kind].offers()) <= set(COMMANDS)
     assert "run" in KINDS[ATTENTION_KIND].offers() and "run" not in KINDS[DECODER_KIND].offers()
     assert "generate" in KINDS[DECODER_KIND].offers() and "generate" not in KINDS[ATTENTION_KIND].offers()
+
+
+def test_the_flags_given_select_the_row() -> None:
+    """mha export's row is the one whose flag was given (--gpt: the decoder's), else the one no flag selects."""
+    from mha_export.kinds import selected
+
+    assert sum(row.flag is None for row in EXPORT_KINDS.values()) == 1
+    for row in EXPORT_KINDS.values():
+        given = ["--preset", "--out", *([row.flag] if row.flag else []), "--variants"]
+        assert selected(given) is row
+    assert selected(["--gpt"]) is EXPORT_KINDS[DECODER_KIND] and selected([]) is EXPORT_KINDS[ATTENTION_KIND]
 
 
 # One value per flag a row owns, to give it on the command line (a new owned flag needs one here).
