@@ -247,8 +247,8 @@ HF_CARRIED = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"
               "eos_token_id", "pad_token_id")
 HF_DEFAULTS = MappingProxyType({"bos_token_id": GPT2_EOS_ID, "eos_token_id": GPT2_EOS_ID})  # GPT2Config's
 # drop_rate only matters in training; GPT-2's config.json has no qkv_bias (its q/k/v always have biases).
-HF_DECIDED = MappingProxyType({"vocab_size": "vocab_size", "context_length": "n_positions", "emb_dim": "n_embd",
-                               "n_heads": "n_head", "n_layers": "n_layer",
+HF_DECIDED = MappingProxyType({"vocab_size": "vocab_size", "context_length": "n_positions",
+                               "emb_dim": "n_embd", "n_heads": "n_head", "n_layers": "n_layer",
                                "qkv_bias": "qkv_bias (GPT-2 always has q/k/v biases)"})
 
 
