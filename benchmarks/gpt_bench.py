@@ -52,10 +52,10 @@ from benchmarks.gpt_floors import (
 )
 from benchmarks.gpt_peers import BookKVCache, GenAIRunner, Timed, book_state, hf_generate, hf_model
 from mha_export.decoder.archs import arch_named
+from mha_export.decoder.archs.gpt2.config import GPTConfig, gpt_preset
 from mha_runtime.artifact.atomic import write_file_atomic
 from mha_runtime.artifact.errors import MHAError
 from mha_runtime.cli.tables import table
-from mha_runtime.decoder.config import GPTConfig, gpt_preset
 from mha_runtime.decoder.contract import CONCAT_FORM, INPLACE_FORM, INT4_FORM, INT8_FORM
 from mha_runtime.decoder.forms import FORMS
 from mha_runtime.decoder.generate import Generator

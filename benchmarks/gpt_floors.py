@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from mha_export.decoder.archs.gpt2.config import GPTConfig
 from mha_runtime.artifact.errors import MHAError
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.decoder import decoder_for
 from mha_runtime.decoder.forms import FORMS
 from mha_runtime.decoder.shapes import DecoderShapes

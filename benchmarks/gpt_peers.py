@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from mha_runtime.decoder.config import LAYER_NORM_EPS, GPTConfig
+from mha_export.decoder.archs.gpt2.config import LAYER_NORM_EPS, GPTConfig
 from mha_runtime.decoder.contract import CONCAT_FORM, GENAI_CONFIG, WEIGHTS_FILE
 
 Tensors = dict[str, torch.Tensor]

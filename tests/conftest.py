@@ -132,8 +132,8 @@ def book_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module,
 def hf_gpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
     """(transformers' GPT2LMHeadModel, its folder exported from model.safetensors + config.json)."""
     from gpt_sources import hf_model, save_hf
+    from mha_export.decoder.archs.gpt2.config import GPTConfig
     from mha_export.decoder.export import export_gpt
-    from mha_runtime.decoder.config import GPTConfig
 
     model = hf_model()
     root = tmp_path_factory.mktemp("gpt")
@@ -148,8 +148,8 @@ def gpt_mini(tmp_path_factory: pytest.TempPathFactory) -> Path:
     test`'s own artifacts/gpt-mini (`mha export --gpt --preset gpt-mini --variants all,pte`) when it is this tree's
     (read only), else the same export made here."""
     from gpt_sources import vocab_dir
+    from mha_export.decoder.archs.gpt2.config import GPT_PRESETS
     from mha_export.decoder.export import export_gpt
-    from mha_runtime.decoder.config import GPT_PRESETS
 
     return _this_trees_export("gpt-mini") or export_gpt(
         "gpt-mini", tmp_path_factory.mktemp("gpt-mini"), config=GPT_PRESETS["gpt-mini"], tokenizer=vocab_dir(),

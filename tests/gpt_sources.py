@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from helpers import REPO
-from mha_runtime.decoder.config import GPTConfig
+from mha_export.decoder.archs.gpt2.config import GPTConfig
 from mha_runtime.decoder.contract import PTE_FORM
 from mha_runtime.decoder.forms import FORMS, PTE, Form
 

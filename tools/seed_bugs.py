@@ -155,8 +155,8 @@ MUTANTS: list[Mutant] = [
            'generations=lambda g: plain_name(g, f"{where}: generations")', "generations=lambda g: None",
            "a lossy form's own golden generations are not found: int8/int4 are checked against fp32's ids",
            [GOLDEN_CHECK]),
-    # ---- runtime/mha_runtime/decoder/config.py
-    Mutant("config-context-length-1", "runtime/mha_runtime/decoder/config.py",
+    # ---- export/mha_export/decoder/archs/gpt2/config.py
+    Mutant("config-context-length-1", "export/mha_export/decoder/archs/gpt2/config.py",
            "if self.context_length < 2:", "if self.context_length < 1:",
            "a GPT config with context_length 1 (no room for one new token) is accepted by mha export --gpt",
            ["tests/commands/test_export_refusals.py"]),

@@ -29,10 +29,10 @@ from typing import Any
 
 import click
 
+from mha_export.decoder.archs.gpt2.config import GPT2_VOCAB, GPTConfig
 from mha_export.decoder.corpus import Corpus, pydoc_topics
 from mha_runtime.artifact.errors import ConfigError, Interrupted, MHAError, first_line
 from mha_runtime.artifact.manifest import MANIFEST_NAME, sha256_file
-from mha_runtime.decoder.config import GPT2_VOCAB, GPTConfig
 from mha_runtime.decoder.forms import GPT_VARIANTS
 
 NAME = "gpt-demo"

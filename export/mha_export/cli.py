@@ -11,10 +11,10 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from mha_export.decoder.archs.gpt2.config import GPT_PRESETS
 from mha_runtime.attention.config import PRESETS
 from mha_runtime.attention.registry import CHOICES as VARIANT_CHOICES
 from mha_runtime.cli.options import Finite
-from mha_runtime.decoder.config import GPT_PRESETS
 from mha_runtime.decoder.forms import GPT_VARIANTS
 
 DEFAULT_OUT = Path("artifacts")

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import click
 
+from mha_export.decoder.archs.gpt2.config import GPT_PRESETS
 from mha_runtime.artifact.manifest import ATTENTION_KIND, DECODER_KIND
 from mha_runtime.attention.config import PRESETS
-from mha_runtime.decoder.config import GPT_PRESETS
 from mha_runtime.kinds import KINDS as RUNTIME_KINDS
 from mha_runtime.kinds import kind_of
 

@@ -174,7 +174,7 @@ def test_a_reason_besides_the_rows_own_refuses_it_and_what_is_built_from_it() ->
 
 def test_the_decoders_refusals_come_from_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     import mha_export.decoder.plan as plan
-    from mha_runtime.decoder.config import GPTConfig
+    from mha_export.decoder.archs.gpt2.config import GPTConfig
 
     monkeypatch.setattr(plan, "program", lambda: Path("/bin/true"))  # as if llama.cpp were built
     monkeypatch.setattr(plan, "available_memory", lambda: None)
@@ -196,7 +196,7 @@ def test_the_decoders_plan_asks_the_architecture_too(monkeypatch: pytest.MonkeyP
     it out of 'all' with a note, and refuses them named, in the forms' own words."""
     import mha_export.decoder.plan as plan
     from mha_export.decoder.archs import gpt2
-    from mha_runtime.decoder.config import GPTConfig
+    from mha_export.decoder.archs.gpt2.config import GPTConfig
 
     monkeypatch.setattr(plan, "available_memory", lambda: None)
     seen: list[tuple[object, str]] = []
@@ -242,8 +242,8 @@ def test_the_search_tries_fast_then_fine_keeping_more_and_keeps_the_roles_in_eve
 
 def test_a_new_quantizer_is_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """quantize_to runs the plan's quantizer, one call per pass, and the manifest records its name."""
+    from mha_export.decoder.archs.gpt2.config import GPTConfig
     from mha_export.decoder.eager import seeded_gpt
-    from mha_runtime.decoder.config import GPTConfig
 
     cfg = GPTConfig(vocab_size=97, context_length=16, emb_dim=32, n_heads=2, n_layers=2, qkv_bias=True)
     calls: list[tuple[int, int, int]] = []
@@ -267,11 +267,11 @@ def test_a_new_quantizer_is_a_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_the_lossy_search_is_the_form_methods_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """build_lossy tries the plans of the row the form names (not a table by width): its fast plan's block size,
     its higher precision, whether it ranks the embedding; its miss line names that row's fast block size."""
+    from mha_export.decoder.archs.gpt2.config import GPTConfig
     from mha_export.decoder.eager import seeded_gpt
     from mha_export.decoder.graphs.inplace import inplace_model
     from mha_export.decoder.lossy import build
     from mha_export.decoder.lossy.embedding import TOKENS
-    from mha_runtime.decoder.config import GPTConfig
     from mha_runtime.decoder.decoder import decoder_for, make_session
 
     cfg = GPTConfig(vocab_size=97, context_length=16, emb_dim=32, n_heads=2, n_layers=2, qkv_bias=True)

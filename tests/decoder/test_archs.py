@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import pkgutil
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,13 +30,13 @@ from mha_export.decoder.archs import (
     config_from_dict,
     hf_arch,
 )
-from mha_export.decoder.archs.gpt2_graph import GPT2Pieces
+from mha_export.decoder.archs.gpt2.config import GPTConfig
+from mha_export.decoder.archs.gpt2.graph import GPT2Pieces
 from mha_export.decoder.archs.protocol import Architecture, Pieces
 from mha_export.decoder.graphs.concat import concat_model
 from mha_export.decoder.graphs.inplace import inplace_model
 from mha_export.decoder.graphs.shared import Graph, numpy_state
 from mha_runtime.artifact.errors import BadValueError
-from mha_runtime.decoder.config import GPTConfig
 
 # A small config of every architecture: a new row needs one here (test_every_row_has_a_small_config).
 SMALL = {"gpt2": GPTConfig(vocab_size=61, context_length=12, emb_dim=16, n_heads=2, n_layers=2, qkv_bias=True)}
@@ -67,6 +68,16 @@ def test_a_row_is_a_module_with_every_member_of_the_protocol(name: str) -> None:
         ours = inspect.signature(getattr(arch, member)).parameters
         theirs = [p for p in inspect.signature(getattr(Architecture, member)).parameters if p != "self"]
         assert list(ours) == theirs, member
+
+
+@pytest.mark.parametrize("name", sorted(ARCHS))
+def test_no_submodule_of_an_architecture_shadows_a_member(name: str) -> None:
+    """An architecture is a package: importing its submodule `x` sets the package's attribute `x`, which would
+    replace a protocol member of that name (a submodule eager.py once turned the member eager() into a module)."""
+    arch = ARCHS[name]
+    submodules = {info.name for info in pkgutil.iter_modules(getattr(arch, "__path__", []))}
+    data, methods = _members(Architecture)
+    assert submodules.isdisjoint({*data, *methods}), submodules & {*data, *methods}
 
 
 @pytest.mark.parametrize("name", sorted(ARCHS))

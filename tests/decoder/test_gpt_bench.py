@@ -15,7 +15,7 @@ from benchmarks.gpt_bench import GENAI, HF, TORCH_KV, main
 from benchmarks.gpt_floors import child_peak, prefill_flops
 from benchmarks.gpt_quant_bench import NOT_BUILT
 from benchmarks.llama_peer import llama_bin
-from mha_runtime.decoder.config import GPT_PRESETS
+from mha_export.decoder.archs.gpt2.config import GPT_PRESETS
 from mha_runtime.decoder.contract import CONCAT_FORM, INPLACE_FORM, INT4_FORM, INT8_FORM
 
 NEW = 8

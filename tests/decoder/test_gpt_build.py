@@ -7,6 +7,7 @@ import onnx
 import pytest
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
+from mha_export.decoder.archs.gpt2.config import GPTConfig
 from mha_export.decoder.eager import seeded_gpt
 from mha_export.decoder.graphs.concat import concat_model
 from mha_export.decoder.graphs.inplace import inplace_model
@@ -22,7 +23,6 @@ from mha_export.decoder.lossy.quantize import (
     matmul_weights,
     quantize_to,
 )
-from mha_runtime.decoder.config import GPTConfig
 
 CFG = GPTConfig(vocab_size=97, context_length=16, emb_dim=16, n_heads=2, n_layers=2, qkv_bias=True)
 

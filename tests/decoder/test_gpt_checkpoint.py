@@ -57,8 +57,8 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Modul
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with no checkpoint behind it (seeded weights, the book's keys): GPT-2's vocabulary."""
+    from mha_export.decoder.archs.gpt2.config import GPTConfig
     from mha_export.decoder.export import export_gpt
-    from mha_runtime.decoder.config import GPTConfig
 
     config = GPTConfig(vocab_size=50257, context_length=16, emb_dim=16, n_heads=2, n_layers=1)
     return export_gpt("seeded", tmp_path_factory.mktemp("seeded"), config=config, variants=("decoder",)).folder

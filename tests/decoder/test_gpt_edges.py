@@ -237,7 +237,7 @@ def test_a_hugging_face_feed_forward_width_the_book_lacks_is_refused(tmp_path: P
     assert said.exit_code == 2 and len(lines) == 1, said.stderr
     assert f"config.json: n_inner {json.dumps(inner)}; expected null or 128 (" in lines[0], said.stderr
     assert not out.exists()
-    from mha_runtime.decoder.config import GPTConfig
+    from mha_export.decoder.archs.gpt2.config import GPTConfig
 
     (tmp_path / "config.json").write_text(json.dumps(config | {"n_inner": 128}))  # 4 * n_embd, as transformers
     assert GPTConfig.from_file(tmp_path / "config.json").emb_dim == 32

@@ -14,9 +14,9 @@ import torch
 from onnx import numpy_helper
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
+from mha_export.decoder.archs.gpt2.config import GPTConfig
 from mha_export.decoder.eager import seeded_gpt
 from mha_export.decoder.lossy.quantize import FAST, FP32, HEAD, QuantPlan, fit, lossy_source, quantize_to
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import INPLACE_FORM, INT4_FORM, INT8_FORM
 
 CFG = GPTConfig(vocab_size=97, context_length=16, emb_dim=64, n_heads=2, n_layers=1, qkv_bias=True)

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from gpt_sources import BOOK, BOOK_FORMS, HF, book_model, hf_model, save_book, save_hf
+from mha_export.decoder.archs.gpt2.config import GPTConfig
 from mha_export.decoder.export import export_gpt
 from mha_runtime.artifact.errors import ArtifactError, ConfigError
 from mha_runtime.artifact.tolerance import Tolerance, compare
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import CONCAT_FORM, INPLACE_FORM
 from mha_runtime.decoder.forms import FORMS
 from mha_runtime.decoder.generate import Generator

@@ -21,10 +21,10 @@ from click.testing import CliRunner
 
 from gpt_sources import BOOK, HF, book_model, hf_model, save_book, save_hf, vocab_dir
 from helpers import REPO
+from mha_export.decoder.archs.gpt2.config import GPTConfig
 from mha_export.gguf.write import vocabulary
 from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.cli.main import cli
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import GGUF_FORM, GGUF_Q4_0, GGUF_Q8_0, INT4_FORM, INT8_FORM
 from mha_runtime.decoder.forms import GGUF, GGUF_FORMS
 from mha_runtime.decoder.golden import GENERATIONS_FILE, GoldenGeneration, first_logits, load_generations

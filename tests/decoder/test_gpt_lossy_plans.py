@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from gpt_sources import vocab_dir
+from mha_export.decoder.archs.gpt2.config import GPT_PRESETS, GPTConfig
 from mha_export.decoder.eager import seeded_gpt
 from mha_export.decoder.graphs.inplace import inplace_model
 from mha_export.decoder.lossy.build import HELD_OUT_FROM, _ranking, build_lossy, quality_windows
 from mha_export.decoder.lossy.embedding import TOKENS
 from mha_export.decoder.lossy.quantize import lossy_source
 from mha_export.decoder.plan import parse_gpt_variants, plan_gpt
-from mha_runtime.decoder.config import GPT_PRESETS, GPTConfig
 from mha_runtime.decoder.contract import INPLACE_FORM, INT4_FORM, INT8_FORM
 from mha_runtime.decoder.decoder import decoder_for, make_session
 from mha_runtime.decoder.forms import FORMS

@@ -16,8 +16,8 @@ from scipy.special import softmax
 from scipy.stats import entropy
 
 from gpt_sources import save_hf
+from mha_export.decoder.archs.gpt2.config import GPTConfig
 from mha_export.decoder.lossy.quantize import FAST, FINE
-from mha_runtime.decoder.config import GPTConfig
 from mha_runtime.decoder.contract import INPLACE_FORM, INT4_FORM, INT8_FORM
 from mha_runtime.decoder.forms import FORMS
 from mha_runtime.decoder.generate import Generator

@@ -8,8 +8,8 @@ import hashlib
 from pathlib import Path
 
 from gpt_sources import vocab_dir
+from mha_export.decoder.archs.gpt2.config import GPTConfig
 from mha_export.decoder.export import export_gpt
-from mha_runtime.decoder.config import GPTConfig
 
 CFG = GPTConfig(vocab_size=50257, context_length=24, emb_dim=32, n_heads=4, n_layers=2, qkv_bias=True)
 VARIANTS = ("decoder", "inplace", "int8")

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from mha_export.decoder.archs.gpt2.config import gpt_preset
 from mha_runtime.artifact.errors import RequestError
-from mha_runtime.decoder.config import gpt_preset
 from mha_runtime.decoder.generate import Generation
 from mha_runtime.decoder.sampling import Sampler
 from mha_runtime.serve.decoder.answers import GenOutcome, check_generations

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from benchmarks.process import ServerProcess, free_port
 from gpt_sources import book_model, save_book, vocab_dir
+from mha_export.decoder.archs.gpt2.config import GPT_PRESETS
 from mha_export.decoder.export import export_gpt
 from mha_runtime.cli.main import cli
-from mha_runtime.decoder.config import GPT_PRESETS
 from mha_runtime.decoder.generate import Generator
 from mha_runtime.serve.decoder import loadtest
 from mha_runtime.serve.decoder.answers import GenOutcome, check_generations, reference_for

@@ -20,9 +20,9 @@ from tokenizers import Tokenizer
 
 from benchmarks.process import ServerProcess
 from gpt_serving import call, served_answer, solo
+from mha_export.decoder.archs.gpt2.config import gpt_preset
 from mha_runtime.artifact.errors import RequestError
 from mha_runtime.cli.main import cli
-from mha_runtime.decoder.config import gpt_preset
 from mha_runtime.decoder.generate import Generator
 from mha_runtime.serve.decoder.engine import BatchEngine
 from mha_runtime.serve.decoder.job import Event, Job

@@ -11,12 +11,12 @@ from typing import Any
 import click
 
 from mha_export.decoder.archs import arch_of, hf_arch
+from mha_export.decoder.archs.gpt2.config import gpt_preset
 from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.checkpoint import Origin, checkpoint_config, origin_for, read_config
 from mha_export.kinds import CHECKPOINT, EXPORT_KINDS, ExportRequest, Job, resolve_jobs
 from mha_runtime.artifact.errors import BadValueError, ConfigError, ValidationError
 from mha_runtime.artifact.manifest import DECODER_KIND
-from mha_runtime.decoder.config import gpt_preset
 
 # --weights with neither --preset nor --config nor a config.json beside it: the default preset would rarely fit.
 WEIGHTS_ALONE = ("--weights needs --config gpt.json (the book's GPT config keys), a config.json beside the checkpoint, "

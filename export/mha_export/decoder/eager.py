@@ -1,5 +1,5 @@
 """The export's eager reference: the architecture's own torch model (its `eager`: GPT-2's is the book's GPTModel,
-archs/gpt2_torch.py), seeded as the book seeds it, and its logits at chosen positions."""
+archs/gpt2/model.py), seeded as the book seeds it, and its logits at chosen positions."""
 from __future__ import annotations
 
 import numpy as np

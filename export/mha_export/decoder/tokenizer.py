@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from mha_export.decoder.archs.gpt2.config import GPT2_EOS_ID
 from mha_runtime.artifact.config_fields import file_kind
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import sha256_file
-from mha_runtime.decoder.config import GPT2_EOS_ID
 from mha_runtime.decoder.contract import TOKENIZER_CONFIG, TOKENIZER_FILE
 from mha_runtime.decoder.tokenizer import bpe_json_problem, merge_problem, setting_problem
 

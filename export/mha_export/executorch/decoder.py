@@ -1,6 +1,6 @@
 """gpt.pte: the decoder as an ExecuTorch program (XNNPACK delegate) with its key/value cache inside the program.
 
-The module lowered is the architecture's own cached form (its `pte_module`: GPT-2's is archs/gpt2_torch.CachedGPT):
+The module lowered is the architecture's own cached form (its `pte_module`: GPT-2's is archs/gpt2.model.CachedGPT):
 one registered buffer per layer for keys and one for values, [1, K, C, D] (batch 1, C = context_length), written in
 place by `index_copy_` as ExecuTorch's own LLM export does (examples/models/llama KVCache with
 enable_dynamic_shape): torch.export records them as mutated buffers, ExecuTorch plans them once in the program's

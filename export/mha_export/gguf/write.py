@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from mha_export.decoder.archs import arch_of
+from mha_export.decoder.archs.gpt2.config import GPT2_EOS_ID
 from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_runtime.artifact.errors import ExportError
-from mha_runtime.decoder.config import GPT2_EOS_ID
 from mha_runtime.decoder.forms import Form
 
 BLOCK = 32  # the Q8_0 and Q4_0 block: rows must be a multiple of it

@@ -13,6 +13,7 @@ import torch
 
 from mha_export.attention.graphs.table import BUILDERS
 from mha_export.attention.pipeline.fixtures import write_golden
+from mha_export.attention.pipeline.seal import artifact_facts, attention_manifest
 from mha_export.attention.pipeline.validate import (
     SWEEP_SEEDS,
     ArtifactReport,
@@ -27,7 +28,6 @@ from mha_export.pipeline.budget import check_budget
 from mha_export.pipeline.builders import FileRow, always, write_files, write_weights
 from mha_export.pipeline.preflight import DEFAULT_OPSET, check_opset
 from mha_export.pipeline.run import ExportResult, Sealed, Stage, run_export
-from mha_export.pipeline.seal import artifact_facts, attention_manifest
 from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.attention.config import MHAConfig, preset
 from mha_runtime.attention.golden import GOLDEN_DIR

@@ -98,8 +98,9 @@ class Pieces(Protocol):
 
 
 class Architecture(Protocol):
-    """A decoder architecture: one module (archs/gpt2.py), its members by concern. `cfg` is the architecture's own
-    config type (GPT-2's GPTConfig), which satisfies DecoderConfig; its `arch` is NAME."""
+    """A decoder architecture: one package (archs/gpt2/), its members by concern, the package's own module holding
+    them. `cfg` is the architecture's own config type (GPT-2's GPTConfig), which satisfies DecoderConfig; its `arch`
+    is NAME."""
 
     # Names: the table's key and config.arch (contract.shapes records it), and how others name the family.
     NAME: str

@@ -1,5 +1,5 @@
-"""The GPT-2 architecture's config (export/mha_export/decoder/archs/gpt2.py): the book's GPT_CONFIG_124M keys, read
-from gpt.json or from a Hugging Face config.json. Torch-free: the CLI and the runtime read it too."""
+"""GPT-2's config (the gpt2 architecture, archs/gpt2/): the book's GPT_CONFIG_124M keys, read from gpt.json or from
+a Hugging Face config.json, and the decoder presets. Torch-free: the CLI reads it before anything heavy loads."""
 from __future__ import annotations
 
 import json

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from mha_export.decoder.archs.gpt2 import QKV
+from mha_export.decoder.archs.gpt2.config import LAYER_NORM_EPS, GPTConfig
 from mha_export.decoder.archs.protocol import AttentionInputs
 from mha_export.decoder.graphs.shared import MS, TOKENS, Graph, Layer, Linear, Projected, add_bias, project
-from mha_runtime.decoder.config import LAYER_NORM_EPS, GPTConfig
 
 
 class GPT2Pieces:

@@ -2,9 +2,10 @@
 1e-5), one head per key/value, q|k|v with or without biases, a tanh-GELU MLP of 4 * emb_dim, an output head tied
 to the token embedding (Hugging Face) or its own (the book's). The Architecture protocol (archs/protocol.py) for it.
 
-Split by concern, each under the module limit: this module (names, config, weight names, the drop-in and GGUF
-files), gpt2_graph.py (its ONNX pieces), gpt2_torch.py (its eager reference, the book's GPTModel rebuilt module for
-module, and the cached form gpt.pte runs); those two import torch or onnx and are imported when used.
+One package, split by concern under the module limit: this module (the protocol's members: names, config readers,
+weight names, the drop-in and GGUF files), config.py (GPTConfig and the decoder presets, torch-free), graph.py (its
+ONNX pieces), model.py (its eager reference, the book's GPTModel rebuilt module for module, and the cached form
+gpt.pte runs); the last two import torch or onnx and are imported when used.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from mha_export.attention.weights.gpt2 import C_ATTN_BIAS, C_ATTN_WEIGHT, C_PROJ_BIAS, C_PROJ_WEIGHT, split_qkv
+from mha_export.decoder.archs.gpt2.config import GPT2_EOS_ID, LAYER_NORM_EPS, GPTConfig
 from mha_runtime.artifact.errors import BadValueError, ConfigError
-from mha_runtime.decoder.config import GPT2_EOS_ID, LAYER_NORM_EPS, GPTConfig
 
 if TYPE_CHECKING:
     import gguf
@@ -218,20 +219,20 @@ def gguf_metadata(writer: gguf.GGUFWriter, cfg: GPTConfig) -> None:
 # ---- the model: imported where used (torch, onnx)
 def eager(cfg: GPTConfig) -> torch.nn.Module:
     """The book's GPTModel(cfg), initialised by the global torch seed (the caller seeds it)."""
-    from mha_export.decoder.archs.gpt2_torch import GPTModel
+    from mha_export.decoder.archs.gpt2.model import GPTModel
 
     return GPTModel(cfg)
 
 
 def graph_pieces(g: Graph, w: dict[str, np.ndarray], cfg: GPTConfig, *, fused: bool) -> Pieces:
-    from mha_export.decoder.archs.gpt2_graph import GPT2Pieces
+    from mha_export.decoder.archs.gpt2.graph import GPT2Pieces
 
     return GPT2Pieces(g, w, cfg, fused=fused)
 
 
 def pte_module(model: torch.nn.Module, cfg: GPTConfig) -> torch.nn.Module:
-    """gpt.pte's module: the GPTModel's weights (shared) over a cache per layer (gpt2_torch.CachedGPT)."""
-    from mha_export.decoder.archs.gpt2_torch import CachedGPT
+    """gpt.pte's module: the GPTModel's weights (shared) over a cache per layer (gpt2.model.CachedGPT)."""
+    from mha_export.decoder.archs.gpt2.model import CachedGPT
 
     return CachedGPT(model, cfg)
 

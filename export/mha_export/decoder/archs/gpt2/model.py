@@ -20,8 +20,8 @@ import math
 import torch
 from torch import nn
 
+from mha_export.decoder.archs.gpt2.config import LAYER_NORM_EPS, GPTConfig
 from mha_export.executorch.lower import causal_mask
-from mha_runtime.decoder.config import LAYER_NORM_EPS, GPTConfig
 
 PTE_BATCH = 1  # pte_bounds' batch: the cache buffers are planned for one sequence
 
