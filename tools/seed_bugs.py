@@ -96,7 +96,7 @@ MUTANTS: list[Mutant] = [
            "(temperature == 0 or TEMPERATURE_MIN <= temperature)",
            "a temperature past float32's range (1e39) is accepted: NaN probabilities instead of a refusal",
            ["tests/decoder/test_gpt_generate.py::test_a_temperature_outside_the_range_where_the_books_rule_fails_is_refused"]),
-    # ---- runtime/mha_runtime/decoder/generate.py
+    # ---- runtime/mha_runtime/decoder/generate.py (and the prompt's ids, checked in decoder/contract.py)
     Mutant("generate-negative-id-accepted", "runtime/mha_runtime/decoder/contract.py",
            "outside = [t for t in ids if not 0 <= t < vocab_size]",
            "outside = [t for t in ids if not t < vocab_size]",
@@ -160,11 +160,15 @@ MUTANTS: list[Mutant] = [
            "if self.context_length < 2:", "if self.context_length < 1:",
            "a GPT config with context_length 1 (no room for one new token) is accepted by mha export --gpt",
            ["tests/commands/test_export_refusals.py"]),
-    # ---- runtime/mha_runtime/decoder/forms.py
+    # ---- runtime/mha_runtime/decoder/forms.py (the decoder's form rows: bars, refusals)
     Mutant("contract-int8-bar-10x", "runtime/mha_runtime/decoder/forms.py",
-           "max_mean_kl=3e-4, bits=8", "max_mean_kl=3e-3, bits=8",
+           "INT8_BAR, INT4_BAR = 3e-4, 3e-2", "INT8_BAR, INT4_BAR = 3e-3, 3e-2",
            "the int8 form's quality bar is 10x looser than llama.cpp's Q8_0 figure: a poor int8 form ships",
            [NAMED_LOSSY]),
+    Mutant("export-gqa-head-size-check", "runtime/mha_runtime/decoder/forms.py",
+           "if cfg.head_dim % 8:", "if cfg.head_dim % 4:",
+           "a head size GroupQueryAttention cannot take (12) is not left out of the in-place and lossy forms",
+           ["tests/decoder/test_gpt_cli_refusals.py::test_a_head_size_gqa_cannot_take_limits_only_the_in_place_forms"]),
     # ---- runtime/mha_runtime/serve/decoder/engine.py (the batch engine)
     Mutant("engine-cancel-uncounted", "runtime/mha_runtime/serve/decoder/engine.py",
            "self.slots[slot] = None\n                    self.cancelled += 1\n",
@@ -177,35 +181,32 @@ MUTANTS: list[Mutant] = [
            "the prefill lanes take the oldest prompt first and the shortest only after the age limit",
            ["tests/serving/test_gpt_serve.py::"
             "test_the_shortest_waiting_prompt_is_prefilled_first_and_the_oldest_after_its_age_limit"]),
-    # ---- export/mha_export/decoder/weights.py
-    Mutant("weights-qkv-split-order", "export/mha_export/decoder/weights.py",
-           'zip(("W_query", "W_key", "W_value"), split_qkv(fused, bias), strict=True)',
+    # ---- export/mha_export/decoder/archs/gpt2/__init__.py (GPT-2's protocol members: its weights, HF_DECIDED)
+    Mutant("weights-qkv-split-order", "export/mha_export/decoder/archs/gpt2/__init__.py",
+           "zip(QKV, split_qkv(fused, bias), strict=True)",
            'zip(("W_key", "W_query", "W_value"), split_qkv(fused, bias), strict=True)',
            "GPT-2's fused c_attn is split as k|q|v: a Hugging Face checkpoint exports to a different model",
            ["tests/decoder/test_gpt_export.py::test_hf_gpt2_every_form_equals_transformers"]),
-    Mutant("weights-lm-head-vs-wte", "export/mha_export/decoder/weights.py",
+    Mutant("weights-lm-head-vs-wte", "export/mha_export/decoder/archs/gpt2/__init__.py",
            'not torch.equal(source.get("lm_head.weight"), state["tok_emb.weight"])',
-           'not torch.equal(source.get(f"{pre}wte.weight"), state["tok_emb.weight"])',
+           'not torch.equal(source.get(f"{prefix}wte.weight"), state["tok_emb.weight"])',
            "a Hugging Face lm_head that differs from wte is accepted and silently exported tied (wrong head)",
            [f"{EDGES}::test_a_hugging_face_head_not_tied_to_wte_is_refused"]),
-    # ---- export/mha_export/decoder/command.py
-    Mutant("command-n-heads-unchecked", "export/mha_export/decoder/command.py",
+    # decoder/command.py's check_beside compares the fields the architecture's HF_DECIDED names
+    Mutant("command-n-heads-unchecked", "export/mha_export/decoder/archs/gpt2/__init__.py",
            '"emb_dim": "n_embd", "n_heads": "n_head",', '"emb_dim": "n_embd",',
            "--config with another n_heads than the config.json beside --weights exports a silently wrong model",
            ["tests/decoder/test_gpt_cli_refusals.py::test_a_config_that_disagrees_with_the_checkpoints_own_is_refused"]),
+    # ---- export/mha_export/decoder/checkpoint.py
     Mutant("command-config-json-not-found", "export/mha_export/decoder/checkpoint.py",
            "if weights is None or not (Path(weights).parent / HF_CONFIG).is_file():",
            "if weights is None or not (Path(weights) / HF_CONFIG).is_file():",
            "the config.json beside a Hugging Face checkpoint is never found: --weights alone is refused",
            ["tests/decoder/test_gpt_cli.py::test_export_hf_checkpoint_finds_config_json_beside_it"]),
-    # ---- export/mha_export/decoder/export.py
-    Mutant("export-gqa-head-size-check", "export/mha_export/decoder/plan.py",
-           "if cfg.head_dim % 8:", "if cfg.head_dim % 4:",
-           "a head size GroupQueryAttention cannot take (12) is not left out of the in-place and lossy forms",
-           ["tests/decoder/test_gpt_cli_refusals.py::test_a_head_size_gqa_cannot_take_limits_only_the_in_place_forms"]),
-    Mutant("export-lossy-miss-swapped", "export/mha_export/decoder/export.py",
-           "(notes if self.plan.lenient else self.failures).append(outcome.miss_line())",
-           "(self.failures if self.plan.lenient else notes).append(outcome.miss_line())",
+    # ---- export/mha_export/decoder/steps/files.py (the decoder's builder table)
+    Mutant("export-lossy-miss-swapped", "export/mha_export/decoder/steps/files.py",
+           "return _missed(built, [outcome.miss_line()], lenient=loaded.plan.forms.lenient)",
+           "return _missed(built, [outcome.miss_line()], lenient=not loaded.plan.forms.lenient)",
            "a lossy form named in --variants that misses its bar becomes a note (exit 0), a default one fails",
            [NAMED_LOSSY]),
     # ---- export/mha_export/decoder/lossy/quantize.py
@@ -256,8 +257,8 @@ MUTANTS: list[Mutant] = [
            'if len(prompt) + max_new_tokens >= bounds["context_length"]:',
            "gpt.pte refuses a prompt + max_new_tokens that exactly fills context_length (the ONNX forms run it)",
            ["tests/decoder/test_gpt_pte.py::test_greedy_ids_equal_the_books_generate_text_simple[1]"]),
-    # ---- export/mha_export/decoder/eager.py
-    Mutant("eager-key-built-before-query", "export/mha_export/decoder/eager.py",
+    # ---- export/mha_export/decoder/archs/gpt2/model.py (the book's GPTModel)
+    Mutant("eager-key-built-before-query", "export/mha_export/decoder/archs/gpt2/model.py",
            "        self.W_query = nn.Linear(e, e, bias=cfg.qkv_bias)\n"
            "        self.W_key = nn.Linear(e, e, bias=cfg.qkv_bias)\n",
            "        self.W_key = nn.Linear(e, e, bias=cfg.qkv_bias)\n"
@@ -292,19 +293,20 @@ MUTANTS: list[Mutant] = [
            "if i == cfg.n_layers - 1:", "if i == 0:",
            "gpt.inplace.onnx keeps only the last token after the first block: later blocks lose the prompt's keys",
            ["tests/decoder/test_gpt_export.py::test_book_gpt_every_form_equals_the_books_model[gpt.inplace.onnx]"]),
-    # ---- export/mha_export/decoder/graphs/shared.py
-    Mutant("shared-out-proj-untransposed", "export/mha_export/decoder/graphs/shared.py",
-           'out=(g.init(f"h{i}.out.weight", w[f"{p}att.out_proj.weight"].T),',
-           'out=(g.init(f"h{i}.out.weight", w[f"{p}att.out_proj.weight"]),',
+    # ---- export/mha_export/decoder/archs/gpt2/graph.py (GPT-2's ONNX pieces, both graph builders')
+    Mutant("shared-out-proj-untransposed", "export/mha_export/decoder/archs/gpt2/graph.py",
+           'out = Linear(g.init(f"h{i}.out.weight", w[f"{p}att.out_proj.weight"].T),',
+           'out = Linear(g.init(f"h{i}.out.weight", w[f"{p}att.out_proj.weight"]),',
            "the attention's out projection is stored untransposed (square, so it loads): every form computes wrong",
            ["tests/decoder/test_gpt_export.py::test_book_gpt_every_form_equals_the_books_model[gpt.onnx]"]),
-    # ---- export/mha_export/decoder/plan.py
-    Mutant("plan-lossy-forms-kept", "export/mha_export/decoder/plan.py",
-           'left = [f for f in FORMS if f in chosen and FORMS[f].kind == "inplace"]',
-           'left = [f for f in FORMS if f in chosen and f == INPLACE_FORM]',
+    # ---- runtime/mha_runtime/artifact/forms.py (the forms' selection both kinds share; a form built from one a
+    # config refuses shares its refusal: int8 and int4 need inplace, whose row refuses the head size)
+    Mutant("plan-lossy-forms-kept", "runtime/mha_runtime/artifact/forms.py",
+           "    return next((why for need in row.needs if (why := refusal(table, table[need], config, also))), None)\n",
+           "    return None\n",
            "a head size GQA cannot take leaves out gpt.inplace.onnx but keeps int8/int4: the default export fails",
            ["tests/decoder/test_gpt_cli_refusals.py::test_a_head_size_gqa_cannot_take_limits_only_the_in_place_forms"]),
-    # ---- runtime/mha_runtime/serve/decoder/wire.py
+    # ---- runtime/mha_runtime/serve/decoder/wire.py (and the ids it takes, checked in decoder/contract.py)
     Mutant("wire-bool-token-id", "runtime/mha_runtime/decoder/contract.py",
            "bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int)]",
            "bad = [t for t in ids if not isinstance(t, int)]",
@@ -350,10 +352,11 @@ MUTANTS: list[Mutant] = [
            "+ _key(TENSOR_RAW_DATA) + _varint(array.nbytes)", "+ _key(TENSOR_RAW_DATA) + _varint(array.size)",
            "the streamed writer gives raw_data its element count as length: every exported .onnx is corrupt",
            ["tests/decoder/test_gpt_build.py::test_streamed_files_equal_onnx_save"]),
-    # ---- issue 56: the lossy forms (export/mha_export/decoder/lossy/), the check
-    # (runtime/mha_runtime/decoder/quality.py,
-    # record_check.py, graph_plan.py, golden_check.py, cli/gpt_inspect.py) and the drop-in files (hf_files.py,
-    # checkpoint.py, the eos ids of every runtime). `python3 tools/seed_bugs.py --only 'i56-*'`.
+    # ---- issue 56: the lossy forms (export/mha_export/decoder/lossy/, their methods' rows in lossy/methods.py, and
+    # decoder/plan.py's leniency), the check (runtime/mha_runtime/decoder/quality.py, record_check.py, graph_plan.py,
+    # golden_check.py, cli/decoder_inspect.py, gguf/check.py) and the drop-in files (export/mha_export/decoder/
+    # hf_files.py, archs/gpt2/__init__.py's hf_config, checkpoint.py, the eos ids of every runtime).
+    # `python3 tools/seed_bugs.py --only 'i56-*'`.
     Mutant("i56-embedding-tied-zero-points-dropped", "export/mha_export/decoder/lossy/embedding.py",
            "symmetric = len(head_node.input) < 4", "symmetric = True",
            "a tied asymmetric head's gather reads its rows without the head's zero points: every embedding is off",
@@ -372,9 +375,10 @@ MUTANTS: list[Mutant] = [
            "    stored = dict(plan.embedding)\n",
            "the token embedding stays fp32 (the int8 file larger than fp32 again) while the plan says it is quantized",
            [f"{EMB}::test_lossy_files_are_small_beside_fp32"]),
-    Mutant("i56-fast4-head-at-8-bits", "export/mha_export/decoder/lossy/quantize.py",
-           "4: QuantPlan(4, block_size=256, symmetric=False, finer={HEAD: BLOCK})}",
-           "4: QuantPlan(4, {HEAD: \"int8\"}, block_size=256, symmetric=False)}",
+    # the matmulnbits-4 row: the head kept at its 8 bits (higher) instead of in finer 4-bit blocks; the fast plan is
+    # then the one this mutant seeded in the former FAST table (head int8 in blocks of 256), and the fine plans keep it
+    Mutant("i56-fast4-head-at-8-bits", "export/mha_export/decoder/lossy/methods.py",
+           'finer=("head",), ranks_embedding=True)', 'stays_higher=("head",), ranks_embedding=True)',
            "the 4-bit fast plan keeps the head (and a tied embedding) at 8 bits: gpt-mini's int4 file is 0.204x fp32",
            [f"{EMB}::test_lossy_files_are_small_beside_fp32"]),
     Mutant("i56-fit-embedding-block-to-vocab", "export/mha_export/decoder/lossy/quantize.py",
@@ -392,7 +396,7 @@ MUTANTS: list[Mutant] = [
            "the search for the bar keeps the matrices rounding moves least: a plan keeps the wrong ones",
            ["tests/decoder/test_gpt_lossy_plans.py::test_the_planted_outlier_matrix_ranks_first_and_is_the_one_kept"]),
     Mutant("i56-ranking-embedding-at-8-bits", "export/mha_export/decoder/lossy/build.py",
-           "table = None if tied or bits == 8 else next(", "table = None if tied else next(",
+           "table = None if tied or not method.ranks_embedding else next(", "table = None if tied else next(",
            "the 8-bit search may keep the embedding at fp32 (the demo's int8 file doubled for it)",
            ["tests/decoder/test_gpt_lossy_plans.py::test_only_the_4_bit_search_may_keep_the_embedding_higher"]),
     Mutant("i56-windows-from-training-text", "export/mha_export/decoder/lossy/build.py",
@@ -400,8 +404,8 @@ MUTANTS: list[Mutant] = [
            "the quality windows are text the demo trained on: a trained model's lossy forms are judged on seen text",
            ["tests/decoder/test_gpt_lossy_plans.py::test_the_quality_windows_are_text_the_demo_never_trained_on"]),
     Mutant("i56-lenient-only-plain-all", "export/mha_export/decoder/plan.py",
-           "return GPTPlan(files, pte, ALL_VARIANTS in variants, tuple(notes), gguf)",
-           "return GPTPlan(files, pte, variants == (ALL_VARIANTS,), tuple(notes), gguf)",
+           "return GPTPlan(files, PTE_VARIANT in built, ALL in variants, notes, GGUF_VARIANT in built)",
+           "return GPTPlan(files, PTE_VARIANT in built, variants == (ALL,), notes, GGUF_VARIANT in built)",
            "`all,pte` (make export) fails the export on a lossy form that misses its bar, where `all` leaves it out",
            ["tests/decoder/test_gpt_lossy_plans.py::test_every_set_with_all_leaves_a_missing_lossy_form_out"]),
     Mutant("i56-quality-infinity-accepted", "runtime/mha_runtime/decoder/quality.py",
@@ -454,7 +458,7 @@ MUTANTS: list[Mutant] = [
            "        results.append(judge(measured))\n", "",
            "mha check runs a GGUF quant type's generations but never its quality: an edited figure is shown unchecked",
            ["tests/decoder/test_gpt_gguf.py::test_check_measures_each_quant_types_quality_again"]),
-    Mutant("i56-hf-config-transformersjs-dtype-dropped", "export/mha_export/decoder/hf_files.py",
+    Mutant("i56-hf-config-transformersjs-dtype-dropped", "export/mha_export/decoder/archs/gpt2/__init__.py",
            '        "transformers.js_config": {"dtype": "fp32"},\n', "",
            "a browser's transformers.js asks for onnx/model_quantized.onnx (its wasm default) and loads nothing",
            ["tests/decoder/test_gpt_dropin_browser.py::test_browser_fetches_onnx_model_onnx_and_nothing_else_of_the_folder"]),
@@ -464,7 +468,7 @@ MUTANTS: list[Mutant] = [
            ["tests/decoder/test_gpt_checkpoint.py::test_the_checkpoints_eos_and_generation_defaults_reach_the_folder_and_"
             "every_runtime"]),
     Mutant("i56-checkpoint-dropouts-invented", "export/mha_export/decoder/hf_files.py",
-           "return {k: v for k, v in fields.items() if k not in CARRIED} | origin.carried",
+           "return {k: v for k, v in fields.items() if k not in arch.HF_CARRIED} | origin.carried",
            "return fields",
            "the exported config.json says dropout 0.0 and eos 50256 where the checkpoint said otherwise",
            ["tests/decoder/test_gpt_checkpoint.py::test_the_checkpoints_eos_and_generation_defaults_reach_the_folder_and_"
