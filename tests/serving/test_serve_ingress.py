@@ -12,7 +12,10 @@ import pytest
 from ray.exceptions import RayTaskError
 
 from mha_runtime.artifact.errors import ServeError, cause_line
+from mha_runtime.artifact.manifest import DECODER_KIND
+from mha_runtime.kinds import KINDS
 from mha_runtime.serve import launcher
+from mha_runtime.serve import options as serve_options
 from mha_runtime.serve.launcher import HAProxyStartError
 from mha_runtime.serve.options import ServeOptions
 
@@ -62,7 +65,8 @@ def starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Starts]:
         del os.environ[key]
     monkeypatch.setattr(launcher, "prepare", lambda options: ({}, {}))
     monkeypatch.setattr(launcher, "check_port", lambda host, port: None)
-    monkeypatch.setattr(launcher.ServeOptions, "gpt", property(lambda self: True))
+    # a decoder folder: its kind serves behind HAProxy by default on a local Ray instance (mha_runtime.kinds)
+    monkeypatch.setattr(serve_options, "kind_of", lambda folder: KINDS[DECODER_KIND])
     recorder = Starts(failures=1)
     monkeypatch.setattr(launcher, "_start", recorder)
     os.environ["TMPDIR"] = str(tmp_path)  # HAProxy's private folder goes here (tempfile reads it anew)
