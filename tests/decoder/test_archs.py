@@ -37,9 +37,13 @@ from mha_export.decoder.graphs.concat import concat_model
 from mha_export.decoder.graphs.inplace import inplace_model
 from mha_export.decoder.graphs.shared import Graph, numpy_state
 from mha_runtime.artifact.errors import BadValueError
+from mha_runtime.artifact.tolerance import compare
+from mha_runtime.decoder.contract import CONCAT_FORM
+from mha_runtime.decoder.forms import FORMS
 
 # A small config of every architecture: a new row needs one here (test_every_row_has_a_small_config).
 SMALL = {"gpt2": GPTConfig(vocab_size=61, context_length=12, emb_dim=16, n_heads=2, n_layers=2, qkv_bias=True)}
+FP32 = FORMS[CONCAT_FORM].tolerance  # the fp32 forms' row: every comparison here is held to it
 
 
 def _members(protocol: type) -> tuple[dict[str, object], set[str]]:
@@ -149,7 +153,7 @@ def test_gpt2_names_are_transformers_gpt2_keys_and_read_back_its_logits(tmp_path
     book.load_state_dict(read.state, strict=False)
     ids = torch.randint(0, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        assert torch.allclose(book(ids), model(ids).logits, atol=1e-4)
+        assert compare(book(ids).numpy(), model(ids).logits.numpy(), FP32).ok
 
 
 def test_gpt2_gguf_tensors_are_llama_cpps_gpt2_names(tmp_path: Path) -> None:
@@ -238,16 +242,16 @@ def test_grouped_query_attention_in_both_forms(monkeypatch: pytest.MonkeyPatch) 
     names = [o.name for o in concat.get_outputs()]
     got = dict(zip(names, concat.run(None, feeds | empty), strict=True))
     assert got["present.0.key"].shape == (2, k, 5, d)
-    np.testing.assert_allclose(got["logits"], expected[:, :5], atol=1e-4)
+    assert compare(got["logits"], expected[:, :5], FP32).ok
     past = {f"past_key_values.{i}.{n}": got[f"present.{i}.{n}"] for i in layers for n in ("key", "value")}
     step = {"input_ids": ids[:, 5:], "attention_mask": np.ones((2, 6), np.int64), "position_ids": np.full((2, 1), 5)}
-    np.testing.assert_allclose(concat.run(["logits"], step | past)[0][:, 0], expected[:, 5], atol=1e-4)
+    assert compare(concat.run(["logits"], step | past)[0][:, 0], expected[:, 5], FP32).ok
 
     inplace = ort.InferenceSession(inplace_model(state, cfg, tied=False).full().SerializeToString())
     buffers = {f"past_key_values.{i}.{n}": np.zeros((2, k, cfg.context_length, d), np.float32)
                for i in layers for n in ("key", "value")}
     feeds = {"input_ids": ids, "past_tokens": np.zeros(2, np.int32)}
-    np.testing.assert_allclose(inplace.run(["next_token_logits"], feeds | buffers)[0], expected[:, -1], atol=1e-4)
+    assert compare(inplace.run(["next_token_logits"], feeds | buffers)[0], expected[:, -1], FP32).ok
 
 
 def test_mapping_members_are_read_only() -> None:
