@@ -138,13 +138,13 @@ class ConfigFile:
             raise type(exc)(f"{flag} {path}: {exc}") from None
 
 
-def check_own_config(config: ConfigFile, own: Any, where: str) -> None:
-    """The manifest's config is the model's own (`own`: the dict in its metadata, written at export). manifest.json
-    is not listed in itself, so an edited one is caught here, before anything is sized from it (as the C runner
-    does)."""
+def check_own_config(config: ConfigFile | dict[str, Any], own: Any, where: str) -> None:
+    """The manifest's config is the model's own (`own`: the dict in its metadata, written at export), compared key by
+    key whatever the keys (a decoder's config is its architecture's own dict). manifest.json is not listed in
+    itself, so an edited one is caught here, before anything is sized from it (as the C runner does)."""
     if not isinstance(own, dict):
         raise ArtifactError(f"{where}: expected metadata holding the model's config")
-    mine = config.to_dict()
+    mine = config if isinstance(config, dict) else config.to_dict()
     for key in sorted(mine.keys() | own.keys()):
         if own.get(key) != mine.get(key):
             said = str(mine.get(key)) if len(str(mine.get(key))) <= 24 else str(mine.get(key))[:21] + "..."

@@ -9,7 +9,8 @@ gives alone; steps then run all rows at once:
   position_ids counting each row's real tokens (Optimum's convention); every step returns the grown cache.
 Every shape is the manifest's contract.shapes (KV: its kv_heads, fewer than the query heads under grouped-query
 attention); a session whose inputs or outputs are not the contract's for them is refused in one line before a
-buffer is sized (check_signature), and its config metadata must be the manifest's config (check_own).
+buffer is sized (check_signature), and its config metadata must be the manifest's config
+(artifact.config_fields.check_own_config).
 """
 from __future__ import annotations
 
@@ -69,18 +70,6 @@ def own_config(session: ort.InferenceSession) -> Any:
         return json.loads(raw) if raw is not None else None
     except ValueError:
         return None
-
-
-def check_own(config: dict[str, Any], own: Any, where: str) -> None:
-    """The manifest's config is the model's own (its metadata, written at export), compared as parsed JSON and
-    whatever the architecture's keys: manifest.json is not listed in itself, so an edited one is caught here."""
-    if not isinstance(own, dict):
-        raise ArtifactError(f"{where}: expected metadata holding the model's config")
-    if own != config:
-        key = sorted(k for k in own.keys() | config.keys() if own.get(k) != config.get(k))[0]
-        raise ArtifactError(f"{where}: the manifest's config says {key}={json.dumps(config.get(key))[:24]}, the "
-                            f"model's own metadata {key}={json.dumps(own.get(key))[:24]}; the model does not belong "
-                            "to this folder")
 
 
 def _shown(signed: Signed) -> str:

@@ -11,10 +11,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mha_runtime.artifact.config_fields import check_own_config
 from mha_runtime.artifact.errors import ArtifactError, ContractError
 from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.decoder.contract import PTE_FORM, TOKENIZER_FILE, id_problem
-from mha_runtime.decoder.decoder import Decoder, check_own, check_signature, decoder_for, make_session, own_config
+from mha_runtime.decoder.decoder import Decoder, check_signature, decoder_for, make_session, own_config
 from mha_runtime.decoder.forms import FASTEST, FORMS, PTE
 from mha_runtime.decoder.manifest import GPTManifest, load_gpt_manifest
 from mha_runtime.decoder.sampling import Sampler, check_sampling
@@ -118,7 +119,7 @@ class Generator:
         else:
             self.session = make_session(read_verified(self.folder, self.form, self.manifest), provider=provider,
                                         threads=threads, where=str(where))
-            check_own(self.manifest.config, own_config(self.session), str(where))
+            check_own_config(self.manifest.config, own_config(self.session), str(where))
             check_signature(self.session, self.kind, self.shapes, str(where))
         self.tokenizer: GPTTokenizer | None = None
         if self.manifest.tokenizer is not None:
