@@ -125,3 +125,14 @@ def test_a_folder_exported_before_contract_shapes_runs(runtime: str, book: tuple
     folder, want = book
     edited = _edited(folder, tmp_path, lambda m: (m.update(kind="gpt"), m["contract"].pop("shapes")))
     assert _ids(runtime, _generate(runtime, edited)) == want
+
+
+def test_the_c_legacy_reader_bounds_the_head_size_it_derives(book: tuple[Path, list[int]], tmp_path: Path) -> None:
+    """An old folder's head size is emb_dim / n_heads: the C reader holds it to its head-size bound too, before a
+    buffer, as it holds contract.shapes' head_dim."""
+    def edit(m: dict[str, Any]) -> None:
+        m.update(kind="gpt")
+        m["contract"].pop("shapes")
+        m["config"].update(emb_dim=1 << 17, n_heads=1)
+
+    _refused("c", _generate("c", _edited(book[0], tmp_path, edit)), "head size 131072 is over the runner's bound")

@@ -28,8 +28,13 @@ int int_field(const JsonValue *obj, const char *key, long long lo, long long hi,
     return MHA_OK;
 }
 
-/* What every shape must satisfy, whoever read it: kv_heads divides n_heads, one layer's cache fits the bound. */
+/* What every shape must satisfy, whoever read it: a head size within its bound (legacy_shapes derives it), kv_heads
+ * divides n_heads, one layer's cache fits the bound. */
 static int shapes_fit(const MhaGptShapes *s, const char *where, char *err, size_t n) {
+    if (s->head_dim > MHA_GPT_MAX_HEAD_DIM) {
+        say(err, n, "%s: head size %lld is over the runner's bound of %lld", where, s->head_dim, MHA_GPT_MAX_HEAD_DIM);
+        return MHA_ERROR;
+    }
     if (s->n_heads % s->kv_heads) {
         say(err, n, "%s: n_heads %lld is not a multiple of kv_heads %lld", where, s->n_heads, s->kv_heads);
         return MHA_ERROR;
