@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from mha_export.decoder.archs import gpt2
+from mha_export.decoder.archs import gpt2, llama, qwen3
 from mha_export.decoder.archs.protocol import Architecture, DecoderConfig
 from mha_runtime.artifact.errors import BadValueError
 
 ARCHS: Mapping[str, Architecture] = MappingProxyType({
     gpt2.NAME: gpt2,
+    llama.NAME: llama,
+    qwen3.NAME: qwen3,
 })
 
 
