@@ -231,10 +231,13 @@ def rope_freq_of(factors: np.ndarray, cfg: LlamaConfig) -> LlamaConfig:
         slope, intercept = np.polyfit(1 / wavelen[medium], smooth, 1)
         high = 1 - 1 / intercept  # intercept = -low / (high - low), low = 1
         context = slope * (high - 1)
-        freq = {"factor": factor, "low_freq_factor": 1.0, "high_freq_factor": round(float(high), 6),
-                "original_context_length": round(float(context))}
+        for digits in range(7):  # the shortest decimals that reproduce the tensor (16.0, not 15.999999)
+            freq = {"factor": round(factor, digits), "low_freq_factor": 1.0,
+                    "high_freq_factor": round(float(high), digits), "original_context_length": round(float(context))}
+            if np.allclose(rope_factors(dataclasses.replace(cfg, rope_freq=freq)), given, rtol=1e-5, atol=0):
+                break
     fitted = None if freq is None else dataclasses.replace(cfg, rope_freq=freq)
-    if fitted is None or not np.allclose(rope_factors(fitted), given, rtol=1e-4, atol=0):
+    if fitted is None or not np.allclose(rope_factors(fitted), given, rtol=1e-5, atol=0):
         raise ConfigError(f"{where} is not Llama 3's frequency scaling (with low_freq_factor 1), which the book's "
                           "Llama3Model computes")
     return fitted

@@ -46,7 +46,8 @@ def _rope(data: dict[str, Any], arch: str, context: int) -> tuple[int | float, d
     params = data.get("rope_scaling") or data.get("rope_parameters") or {}
     if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
         raise _refuse("rope_parameters", params, "one RoPE for every layer (a flat object)")
-    base = params.get("rope_theta", data.get("rope_theta", DEFAULT_THETA))
+    base = params.get("rope_theta", data.get("rope_theta"))
+    base = DEFAULT_THETA if base is None else base
     partial = params.get("partial_rotary_factor", data.get("partial_rotary_factor", 1.0))
     if partial not in (None, 1, 1.0):
         raise _refuse("partial_rotary_factor", partial, "1.0 (the book's RoPE rotates the whole head)")
