@@ -32,8 +32,8 @@ from mha_runtime.serve.decoder.wire import GenerateRequest, generate_body_limit,
 
 @pytest.mark.parametrize(("doc", "says"), [
     ({"prompt_ids": [1], "bad": 1}, "unknown key 'bad'"),
-    ({"prompt_ids": [1], "prompt": "x"}, "exactly one of the two"),
-    ({}, "exactly one of the two"),
+    ({"prompt_ids": [1], "prompt": "x"}, "exactly one of them"),
+    ({}, "exactly one of them"),
     ({"prompt_ids": []}, "non-empty list"),
     ({"prompt_ids": [1, "2"]}, "integer token ids"),
     ({"prompt_ids": [1, True]}, "integer token ids"),

@@ -229,7 +229,8 @@ class BatchEngine:
         token = job.sampler.next_ids(logits)[0]
         r = job.request
         job.stop = take_token(job.ids, token, prompt_tokens=len(r.prompt_ids), max_new_tokens=r.max_new_tokens,
-                              eos_id=self.eos_id, context_length=self.shapes.context_length)
+                              eos_id=self.eos_id if r.stop_ids is None else r.stop_ids,  # a chat's own
+                              context_length=self.shapes.context_length)
         now = time.perf_counter()
         if not job.first:
             job.first = now

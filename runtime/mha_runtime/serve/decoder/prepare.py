@@ -5,7 +5,8 @@ from typing import Any
 
 from mha_runtime.artifact.errors import MHAError, ServeError, first_line
 from mha_runtime.artifact.manifest import DECODER_KIND, MANIFEST_NAME, read_verified
-from mha_runtime.decoder.contract import TOKENIZER_FILE
+from mha_runtime.decoder.chat.folder import CHAT_TEMPLATE_FILE, template_source
+from mha_runtime.decoder.contract import TOKENIZER_CONFIG, TOKENIZER_FILE
 from mha_runtime.decoder.forms import FASTEST, FORMS
 from mha_runtime.decoder.generate import MAX_BATCH, Generator
 from mha_runtime.serve.decoder.wire import DEFAULT_MAX_NEW_TOKENS, GENERATE, REQUEST_KEYS, generate_body_limit
@@ -43,13 +44,16 @@ def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]
     except Exception as exc:
         raise ServeError(f"{folder / form}: cannot serve it ({first_line(exc)})") from None
     m = gen.manifest
+    # A chat template with a tokenizer to encode it: messages are taken (its files shipped, read there again).
+    chat = m.tokenizer is not None and template_source(folder, m)[0] is not None
     files = {MANIFEST_NAME: (folder / MANIFEST_NAME).read_bytes()}
-    for name in [form] + ([TOKENIZER_FILE] if m.tokenizer is not None else []):
+    chat_files = [f for f in (TOKENIZER_CONFIG, CHAT_TEMPLATE_FILE) if chat and f in m.files]
+    for name in [form] + ([TOKENIZER_FILE] if m.tokenizer is not None else []) + chat_files:
         files[name] = read_verified(folder, name, m)
     info = {"name": m.name, "kind": DECODER_KIND, "model": form, "sha256": m.files[form].sha256,
             "config": m.config, "contract": m.contract | {"shapes": gen.shapes.to_dict()},  # a legacy folder's too
             "tolerance": FORMS[form].tolerance.to_dict(),
-            "eos_id": m.eos_id, "eos_ids": list(m.stop_ids), "tokenizer": m.tokenizer is not None,
+            "eos_id": m.eos_id, "eos_ids": list(m.stop_ids), "tokenizer": m.tokenizer is not None, "chat": chat,
             "max_batch": max_batch,
             "body_limit_bytes": generate_body_limit(gen.shapes),
             "generate": {"route": GENERATE, "keys": list(REQUEST_KEYS),

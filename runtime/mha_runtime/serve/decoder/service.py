@@ -1,7 +1,8 @@
 """The GPT's HTTP route in the one skeleton (serve/http.py: health, contract, refusals, the 500 line): body limit,
 the answer or the stream. Ray Serve wraps it (gpt/replica.py); tests drive it directly.
 
-    POST /v1/generate  wire.py's request -> one JSON answer, or Server-Sent Events with "stream": true
+    POST /v1/generate  wire.py's request (a prompt, or messages for the chat template) -> one JSON answer, or
+                       Server-Sent Events with "stream": true
     GET  /v1/health    {"status": "ok", "running", "queued", "steps", "cancelled": counts of the engine}
     GET  /v1/contract  the model's name, files, config, I/O contract (with its shapes), tolerance and server limits
 
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from mha_runtime.artifact.errors import RequestError
+from mha_runtime.decoder.chat.folder import FolderChat
 from mha_runtime.decoder.shapes import DecoderShapes
 from mha_runtime.serve.decoder.engine import BatchEngine
 from mha_runtime.serve.decoder.job import Event, Job
@@ -40,9 +42,9 @@ class GenerateService(KindService):
     route = GENERATE
 
     def __init__(self, *, shapes: DecoderShapes, info: dict[str, Any], engine: BatchEngine,
-                 encode: Callable[[str], list[int]] | None) -> None:
+                 encode: Callable[[str], list[int]] | None, chat: FolderChat | None = None) -> None:
         super().__init__(info)
-        self.shapes, self.engine, self.encode = shapes, engine, encode
+        self.shapes, self.engine, self.encode, self.chat = shapes, engine, encode, chat
         self.limit = generate_body_limit(shapes)
 
     def health(self) -> dict[str, Any]:
@@ -53,7 +55,7 @@ class GenerateService(KindService):
         if kind not in ("", JSON):
             raise RequestError(f"Content-Type: expected {JSON}, got {kind!r}")
         data = await read_limited(headers, body, self.limit, limit_reason(self.shapes))
-        request = parse_generate(data, self.encode, self.shapes)
+        request = parse_generate(data, self.encode, self.shapes, self.chat)
         if request.stream:
             return StreamReply(sse_event(event, answer) async for event, answer in self._events(request))
         [(event, answer)] = [item async for item in self._events(request) if item[0] != TOKEN_EVENT]  # done or error

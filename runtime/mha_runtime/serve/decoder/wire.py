@@ -2,7 +2,10 @@
 it, the load test writes requests and reads answers with it.
 
 Request, one JSON object (unknown keys are refused):
-    {"prompt": TEXT} or {"prompt_ids": [ids]}   exactly one of the two; TEXT needs the folder's tokenizer
+    {"prompt": TEXT} or {"prompt_ids": [ids]}   exactly one of the three; TEXT needs the folder's tokenizer
+    or {"messages": [{"role", "content"}...]}   rendered with the folder's chat template (as transformers'
+                                                apply_chat_template(add_generation_prompt=True)); the reply ends
+                                                at the template's end of turn too (decoder/chat/folder.py)
     "max_new_tokens": int >= 1 (default 32)     prompt + max_new_tokens must fit in context_length
     "temperature": 0 (default: greedy) or 1e-4..1e4, "top_k": int or null, "seed": int >= 0 or null, "stream": bool
 
@@ -18,7 +21,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mha_runtime.artifact.errors import RequestError, cut, first_line
+from mha_runtime.artifact.errors import ContractError, RequestError, cut, first_line
+from mha_runtime.decoder.chat.folder import FolderChat
 from mha_runtime.decoder.contract import id_problem
 from mha_runtime.decoder.sampling import TEMPERATURE_RULE, temperature_ok
 from mha_runtime.decoder.shapes import DecoderShapes
@@ -26,7 +30,7 @@ from mha_runtime.serve.attention.wire import load_json
 
 GENERATE = "/v1/generate"
 DEFAULT_MAX_NEW_TOKENS = 32
-REQUEST_KEYS = ("prompt", "prompt_ids", "max_new_tokens", "temperature", "top_k", "seed", "stream")
+REQUEST_KEYS = ("prompt", "prompt_ids", "messages", "max_new_tokens", "temperature", "top_k", "seed", "stream")
 # Keys of the answer object (non-streaming body, and the data of the final `done` event).
 IDS, TEXT, STOP, PROMPT_TOKENS = "ids", "text", "stop", "prompt_tokens"
 TTFT, TOKENS_PER_S, SEED = "time_to_first_token_s", "tokens_per_s", "seed"
@@ -48,10 +52,12 @@ class GenerateRequest:
     top_k: int | None = None
     seed: int | None = None
     stream: bool = False
+    # The ids this generation stops at when not the server's (the folder's eos ids): a chat's (FolderChat.stop_ids).
+    stop_ids: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The request body as the load test sends it (prompt as ids)."""
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "stop_ids"}
 
 
 def generate_body_limit(shapes: DecoderShapes) -> int:
@@ -78,11 +84,25 @@ def _integer(doc: dict[str, Any], key: str, default: int | None, low: int) -> in
     return value
 
 
-def parse_generate(body: bytes, encode: Any, shapes: DecoderShapes) -> GenerateRequest:
+def _chat_ids(messages: object, chat: FolderChat | None) -> list[int]:
+    """The messages rendered with the folder's chat template and encoded; what is wrong with them is one line."""
+    if chat is None:
+        raise RequestError("'messages': this model has no chat template (none in its tokenizer_config.json); "
+                           "send 'prompt'")
+    try:
+        return chat.encode(messages, "'messages'")
+    except ContractError as exc:  # the messages' shape, the template's own refusal, text that is not Unicode
+        raise RequestError(str(exc).replace("prompt: ", "'messages': ", 1)) from None
+
+
+def parse_generate(body: bytes, encode: Any, shapes: DecoderShapes,
+                   chat: FolderChat | None = None) -> GenerateRequest:
     """A request body -> GenerateRequest, or RequestError (400) naming the first thing wrong. `encode` turns text
-    into ids (None: the folder has no tokenizer). Ids, lengths and sampling settings are all checked here."""
+    into ids (None: the folder has no tokenizer); `chat` renders messages (None: the folder has no template). Ids,
+    lengths and sampling settings are all checked here."""
     doc = load_json(body, "body")
-    expected = 'body: expected a JSON object {"prompt": TEXT} or {"prompt_ids": [ids]}'
+    expected = ('body: expected a JSON object {"prompt": TEXT}, {"prompt_ids": [ids]} or {"messages": [{"role", '
+                '"content"}, ...]}')
     if not isinstance(doc, dict):
         raise RequestError(expected)
     unknown = sorted(set(doc) - set(REQUEST_KEYS))
@@ -90,9 +110,14 @@ def parse_generate(body: bytes, encode: Any, shapes: DecoderShapes) -> GenerateR
         listed = ", ".join(repr(cut(k)) for k in unknown[:5])
         raise RequestError(f"body: unknown key{'s' if len(unknown) > 1 else ''} {listed}; "
                            f"expected only {', '.join(REQUEST_KEYS)}")
-    if ("prompt" in doc) == ("prompt_ids" in doc):
-        raise RequestError(f"{expected} (exactly one of the two)")
-    if "prompt" in doc:
+    given = [k for k in ("prompt", "prompt_ids", "messages") if k in doc]
+    if len(given) != 1:
+        raise RequestError(f"{expected} (exactly one of them, got {' and '.join(map(repr, given)) or 'none'})")
+    if "messages" in doc:
+        ids = _chat_ids(doc["messages"], chat)
+        if not ids:
+            raise RequestError("'messages': the chat template renders them to no tokens")
+    elif "prompt" in doc:
         if not isinstance(doc["prompt"], str) or not doc["prompt"]:
             raise RequestError(f"'prompt': expected a non-empty string, got {shown(doc['prompt'])}")
         if encode is None:
@@ -136,7 +161,8 @@ def parse_generate(body: bytes, encode: Any, shapes: DecoderShapes) -> GenerateR
     stream = doc.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(f"'stream': expected true or false, got {shown(stream)}")
-    return GenerateRequest(ids, max_new, float(temperature), top_k, seed, stream)
+    return GenerateRequest(ids, max_new, float(temperature), top_k, seed, stream,
+                           chat.stop_ids if chat is not None and "messages" in doc else None)
 
 
 def sse_event(event: str, data: dict[str, Any]) -> bytes:
