@@ -54,7 +54,10 @@ PORTABLE_OPS = {"embedding", "index_put", "arange", "add", "_to_dim_order_copy",
 
 
 def _op_name(target: object) -> str:
-    """'aten.index_put.default' from an edge op (whose str() also carries its schema) or a plain op overload."""
+    """'aten.index_put.default' from an edge op (whose str() also carries its schema) or a plain op overload;
+    'operator.mul' from Python's arithmetic on symbolic sizes (a grouped-query view's G * T rows)."""
+    if getattr(target, "__module__", None) == "_operator":
+        return f"operator.{getattr(target, '__name__', target)}"
     text = str(target)
     return text.split(": ")[1].rstrip(">") if text.startswith("<EdgeOpOverload: ") else text
 
@@ -64,7 +67,8 @@ def pte_bytes(model: Eager, cfg: DecoderConfig) -> bytes:
     from torch.export import Dim
 
     def refuse(targets: list[Any]) -> None:
-        compute = [o for o in sorted({_op_name(t) for t in targets}) if o.split(".")[1] not in PORTABLE_OPS]
+        compute = [o for o in sorted({_op_name(t) for t in targets})
+                   if not o.startswith("operator.") and o.split(".")[1] not in PORTABLE_OPS]  # sizes: bookkeeping
         if compute:
             raise ExportError(f"{PTE_FORM}: XNNPACK did not take {len(compute)} op(s): {', '.join(compute)}")
 
