@@ -174,6 +174,8 @@ def test_gguf_metadata_reads_back_as_the_config(tmp_path: Path, arch: str) -> No
     got = row.config_from_gguf(fields)
     if arch == "llama":
         assert got == dataclasses.replace(cfg, rope_freq=None)
+        bare = {k: v for k, v in fields.items() if not k.endswith(("key_length", "value_length"))}  # SmolLM2's
+        assert row.config_from_gguf(bare) == got
         fitted = rope_freq_of(tensors[ROPE_FREQS], got)
         assert fitted.rope_freq == cfg.rope_freq
         assert row.read_gguf(tensors, fitted)[1] is True

@@ -190,11 +190,12 @@ def config_from_gguf(fields: Mapping[str, Any], arch: str) -> RotaryConfig:
     tokens = fields.get(k.Tokenizer.LIST)
     heads, width = get(k.Attention.HEAD_COUNT), get(k.LLM.EMBEDDING_LENGTH)
     head_dim = get(k.Attention.KEY_LENGTH, None)
-    for key, said in ((k.Attention.VALUE_LENGTH, get(k.Attention.VALUE_LENGTH, head_dim)),
-                      (k.Rope.DIMENSION_COUNT, get(k.Rope.DIMENSION_COUNT, head_dim))):
-        if said != head_dim:
+    size = head_dim if head_dim is not None else width // heads if heads else None  # llama.cpp's n_embd_head_k
+    for key, said in ((k.Attention.VALUE_LENGTH, get(k.Attention.VALUE_LENGTH, size)),
+                      (k.Rope.DIMENSION_COUNT, get(k.Rope.DIMENSION_COUNT, size))):
+        if said != size:
             raise BadValueError(f"GGUF metadata: {key.format(arch=arch)} {said}; expected the key length "
-                                f"{head_dim} (the book's RoPE rotates the whole head, values as wide as keys)")
+                                f"{size} (the book's RoPE rotates the whole head, values as wide as keys)")
     common: dict[str, Any] = {
         "vocab_size": len(tokens) if tokens is not None else get(k.LLM.VOCAB_SIZE),
         "context_length": get(k.LLM.CONTEXT_LENGTH), "emb_dim": width, "n_heads": heads,
