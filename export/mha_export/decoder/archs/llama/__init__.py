@@ -18,7 +18,7 @@ from mha_export.decoder.archs.llama.config import LLAMA_BOOK_KEYS, LlamaConfig, 
 from mha_export.decoder.archs.llama.gguf_map import gguf_metadata, gguf_tensors, read_gguf
 from mha_export.decoder.archs.llama.hf import hf_config, read_hf
 from mha_export.decoder.archs.llama.keys import BUFFERS, HF_SIGNATURE, book_shapes, describe, hf_names
-from mha_runtime.decoder.contract import GGUF_FORM, GGUF_Q4_0, GGUF_Q8_0
+from mha_runtime.decoder.contract import GGUF_FORM, GGUF_Q4_0, GGUF_Q8_0, INPLACE_FORM, INT4_FORM, INT8_FORM
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,6 +86,10 @@ def refusal(cfg: RotaryConfig, file: str) -> str | None:
     """Why `cfg` cannot have the form `file`: llama.cpp's qwen3 requires q/k norms; its Q8_0 and Q4_0 blocks of 32
     run along every matrix's input axis (emb_dim, checked for every architecture, the feed-forward width and
     n_heads * head_dim here). GroupQueryAttention's and llama.cpp's head-size rules are the forms' own."""
+    if file in (INPLACE_FORM, INT8_FORM, INT4_FORM) and cfg.head_dim % 16:
+        # ONNX Runtime 1.32's GroupQueryAttention rotates in the kernel (do_rotary) only at a head size that is a
+        # multiple of 16 ("head_size shall be a multiple of 16"); the forms' own rule checks 8.
+        return f"head size {cfg.head_dim} is not a multiple of 16, which GroupQueryAttention's rotary needs"
     if file == GGUF_FORM and not cfg.qk_norm and cfg.arch == "qwen3":
         return "llama.cpp's qwen3 graph requires the q/k norms (qk_norm false)"
     if file in (GGUF_Q8_0, GGUF_Q4_0):
