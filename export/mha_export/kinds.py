@@ -42,6 +42,7 @@ class ExportRequest:
     layer: int | None = None
     opset: int = 18
     tokenizer: Path | None = None
+    arch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,7 @@ EXPORT_KINDS: dict[str, ExportKind] = {
          "--opset": "--opset sets the attention's mha.onnx; --gpt builds its forms at their own opset"},
         PRESETS, tuple(PRESETS), _attention_export, _attention_validate, _attention_bench),
     DECODER_KIND: ExportKind(
-        DECODER_KIND, "--gpt", "decoder", {"--tokenizer": "--tokenizer belongs to a GPT export: add --gpt"},
+        DECODER_KIND, "--gpt", "decoder", {"--tokenizer": "--tokenizer belongs to a GPT export: add --gpt",
+                                           "--arch": "--arch names a decoder's architecture: add --gpt"},
         GPT_PRESETS, ("gpt-mini",), _decoder_export, _decoder_validate),
 }

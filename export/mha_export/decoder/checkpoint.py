@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mha_export.decoder.archs import arch_of, by_gguf_arch, config_from_dict, hf_arch
+from mha_export.decoder.archs import arch_named, arch_of, by_gguf_arch, config_from_dict, hf_arch
 from mha_export.decoder.archs.protocol import DecoderConfig
+from mha_export.gguf.source import gguf_ids, is_gguf, metadata
 from mha_runtime.artifact.config_fields import read_config_json
 from mha_runtime.artifact.errors import ConfigError
 from mha_runtime.artifact.manifest import DECODER_KIND, folder_kind
@@ -110,7 +111,10 @@ def unhonoured(generation: dict[str, Any], where: Path) -> str | None:
 def checkpoint_config(weights: Path | None) -> Path | None:
     """The checkpoint's own config.json beside --weights; not the one in a decoder folder of `mha export` (its
     gpt.safetensors has the book's keys, its config.json is Optimum's and transformers.js' view of gpt.onnx:
-    mha_export.decoder.hf_files), whose weights take --config or --preset as before."""
+    mha_export.decoder.hf_files), whose weights take --config or --preset as before. A GGUF is its own config (its
+    metadata), whatever lies beside it."""
+    if weights is not None and is_gguf(weights):
+        return Path(weights)
     if weights is None or not (Path(weights).parent / HF_CONFIG).is_file():
         return None
     return None if folder_kind(Path(weights).parent) == DECODER_KIND else Path(weights).parent / HF_CONFIG
@@ -119,7 +123,7 @@ def checkpoint_config(weights: Path | None) -> Path | None:
 def beside_tokenizer(weights: Path | None) -> Path | None:
     """The tokenizer.json save_pretrained wrote beside the weights, taken as their config.json is (not a decoder
     folder's own, as its config.json is not)."""
-    if weights is None or not (Path(weights).parent / TOKENIZER_FILE).is_file():
+    if weights is None or is_gguf(weights) or not (Path(weights).parent / TOKENIZER_FILE).is_file():
         return None
     return None if folder_kind(Path(weights).parent) == DECODER_KIND else Path(weights).parent / TOKENIZER_FILE
 
@@ -128,19 +132,27 @@ def origin_for(cfg: DecoderConfig, weights: Path | None, config_path: Path | Non
     """The folder's generation facts: from the checkpoint's own config.json beside the weights, else from a
     Hugging Face config.json given as --config, else the architecture's default (default_origin)."""
     own = checkpoint_config(weights)
+    if own is not None and is_gguf(own):
+        return gguf_origin(own, cfg)
     path, flag = (own, "the checkpoint's") if own is not None else (config_path, "--config")
     if path is None or hf_arch(read_json(path, flag)) is None:  # the book's keys (gpt.json)
         return default_origin(cfg)
     return read_origin(path, cfg, flag=flag)
 
 
-def read_config(path: Path, *, flag: str, own: bool = False) -> DecoderConfig:
+def read_config(path: Path, *, flag: str, own: bool = False, arch: str | None = None) -> DecoderConfig:
     """The decoder config in `path`: a Hugging Face config.json (its model_type names the architecture) or the
     book's config dict (its keys name it). `own`: the checkpoint's config.json beside the weights, which the user did
     not name, so a file that is not JSON or has a duplicate key is a bad file (exit 1) alike; a value the
-    architecture cannot take keeps its kind (a bad value, exit 2), as does an unknown architecture."""
+    architecture cannot take keeps its kind (a bad value, exit 2), as does an unknown architecture. `arch` (--arch)
+    names the architecture of the book's keys, which several families' configs share; a file that names its own
+    keeps it (the caller refuses a mismatch)."""
+    if is_gguf(path):  # its metadata; a file gguf-py cannot read is a bad file whoever named it
+        return gguf_config(metadata(path), where=f"{flag} {path}")
     data = read_json(path, flag) if own else read_config_json(path, flag=flag, what=CONFIG_WHAT)
     try:
+        if arch is not None and hf_arch(data) is None:
+            return arch_named(arch).config_from_book(data)
         return config_from_dict(data)
     except ConfigError as exc:
         raise type(exc)(f"{flag} {path}: {exc}") from None
@@ -156,6 +168,20 @@ def gguf_config(fields: dict[str, Any], *, where: str) -> DecoderConfig:
         return by_gguf_arch(name).config_from_gguf(fields)
     except ConfigError as exc:
         raise type(exc)(f"{where}: {exc}") from None
+
+
+def gguf_origin(path: Path, cfg: DecoderConfig) -> Origin:
+    """A GGUF's generation facts: its eos (and end-of-turn) and bos ids (tokenizer.ggml.*), which the folder's
+    config.json and generation_config.json say as the file does; the architecture's other carried fields as its
+    hf_config writes them."""
+    eos_ids, bos = gguf_ids(metadata(path), cfg.vocab_size)
+    arch = arch_of(cfg)
+    ids = {"bos_token_id": bos, "eos_token_id": eos_ids[0] if len(eos_ids) == 1 else list(eos_ids) or None}
+    ids = {k: v for k, v in ids.items() if v is not None}
+    fields = arch.hf_config(cfg, tied=False, eos_id=eos_ids[0] if eos_ids else None)
+    carried = {k: fields[k] for k in arch.HF_CARRIED if k in fields} | {k: v for k, v in ids.items()
+                                                                        if k in arch.HF_CARRIED}
+    return Origin(eos_ids=eos_ids, bos_id=bos, carried=carried, generation=ids)
 
 
 def read_json(path: Path, flag: str) -> dict[str, Any]:

@@ -10,10 +10,11 @@ from typing import Any
 
 import click
 
-from mha_export.decoder.archs import arch_of, hf_arch
+from mha_export.decoder.archs import arch_named, arch_of, hf_arch
 from mha_export.decoder.archs.gpt2.config import gpt_preset
 from mha_export.decoder.archs.protocol import DecoderConfig
-from mha_export.decoder.checkpoint import Origin, checkpoint_config, origin_for, read_config
+from mha_export.decoder.checkpoint import Origin, checkpoint_config, gguf_origin, origin_for, read_config
+from mha_export.gguf.source import check_types, is_gguf, metadata
 from mha_export.kinds import CHECKPOINT, EXPORT_KINDS, ExportRequest, Job, resolve_jobs
 from mha_runtime.artifact.errors import BadValueError, ConfigError, ValidationError
 from mha_runtime.artifact.manifest import DECODER_KIND
@@ -35,9 +36,14 @@ def decoder_jobs(request: ExportRequest) -> list[Job[DecoderConfig]]:
     """(folder name, config, source) per job, by the rules both kinds share (mha_export.kinds.resolve_jobs). A
     Hugging Face checkpoint's config.json beside --weights stands in for --config; a config the user named that
     disagrees with it is refused."""
-    jobs = resolve_jobs(EXPORT_KINDS[DECODER_KIND], request, preset=decoder_preset, read_config=_read_config,
-                        beside=checkpoint_config, weights_alone=WEIGHTS_ALONE)
+    named = None if request.arch is None else arch_named(request.arch).NAME  # unknown: its line, exit 2
+    jobs = resolve_jobs(EXPORT_KINDS[DECODER_KIND], request, preset=decoder_preset,
+                        read_config=partial(_read_config, arch=named), beside=checkpoint_config,
+                        weights_alone=WEIGHTS_ALONE)
     for job in jobs:
+        if named is not None and job.config.arch != named:  # what came with the config or weights names another
+            raise click.BadParameter(f"{named} disagrees with {job.source} ({job.config.arch}); drop --arch or give "
+                                     f"a config of {named}", param_hint="'--arch'")
         if job.source.startswith("--"):  # named by the user: --config or --preset (not the checkpoint's own)
             check_beside(job.config, job.source, request.weights)
     return jobs
@@ -55,11 +61,12 @@ def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str
 CARRIED_IDS = ("eos_token_id", "bos_token_id")
 
 
-def _read_config(path: Path, flag: str) -> DecoderConfig:
-    """The decoder config in `path` (a Hugging Face config.json's model_type or the book's keys name its
-    architecture). The checkpoint's own config.json, which the user did not name: a file that is not JSON or has a
-    duplicate key is a bad file (exit 1) alike; a value the architecture cannot take stays exit 2."""
-    return read_config(path, flag=flag, own=flag == CHECKPOINT)
+def _read_config(path: Path, flag: str, arch: str | None = None) -> DecoderConfig:
+    """The decoder config in `path` (a Hugging Face config.json's model_type, a GGUF's general.architecture, the
+    book's keys or `arch` (--arch) name its architecture). The checkpoint's own config.json, which the user did not
+    name: a file that is not JSON or has a duplicate key is a bad file (exit 1) alike; a value the architecture
+    cannot take stays exit 2."""
+    return read_config(path, flag=flag, own=flag == CHECKPOINT, arch=arch)
 
 
 def check_beside(config: DecoderConfig, source: str, weights: Path | None) -> None:
@@ -86,7 +93,8 @@ def check_beside(config: DecoderConfig, source: str, weights: Path | None) -> No
                 param_hint=f"'{source.split()[0]}'")
     mine_doc = None if named is None else _hf_doc(named, "--config")
     if mine_doc is not None:  # a Hugging Face config.json elsewhere: the ids it would carry into the folder
-        own_doc = _hf_doc(own_path, CHECKPOINT) or {}
+        own_doc = (gguf_origin(own_path, own).generation if is_gguf(own_path)  # a GGUF's ids
+                   else _hf_doc(own_path, CHECKPOINT)) or {}
         for key in CARRIED_IDS:
             if mine_doc.get(key) != own_doc.get(key):
                 raise click.BadParameter(
@@ -113,6 +121,11 @@ def _tokenizer_source(tokenizer: Path | None, weights: Path | None) -> tuple[Pat
     which was taken: save_pretrained's tokenizer.json is taken as its config.json is; --tokenizer wins."""
     from mha_export.decoder.checkpoint import beside_tokenizer
 
+    if tokenizer is None and weights is not None and is_gguf(weights):  # the file's own, where it holds one
+        said = metadata(weights).get("tokenizer.ggml.model")
+        if said in (None, "none"):
+            return None, None
+        return weights, f"the GGUF's own ({weights}: tokenizer.ggml.{said}; --tokenizer takes another)"
     found = beside_tokenizer(weights)
     if found is None:
         return tokenizer, None
@@ -132,6 +145,8 @@ def prepare_export(request: ExportRequest) -> Callable[[], None]:
 
     chosen = parse_gpt_variants(request.variants)
     jobs = decoder_jobs(request)
+    if request.weights is not None and is_gguf(request.weights):
+        check_types(request.weights)  # a tensor type the export cannot dequantize: before any work
     tokenizer, told = _tokenizer_source(request.tokenizer, request.weights)
     for job in jobs:
         check_folder_name(job.folder)  # everything that can be refused, before any work

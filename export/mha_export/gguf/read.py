@@ -18,6 +18,11 @@ def read_metadata(path: Path) -> dict[str, Any]:
         reader = gguf.GGUFReader(str(path), "r")
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"{path}: not a GGUF file gguf-py can read ({first_line(exc)})") from None
+    return fields_of(reader)
+
+
+def fields_of(reader: Any) -> dict[str, Any]:
+    """key -> value of every metadata field a gguf-py GGUFReader parsed."""
     out: dict[str, Any] = {}
     for name, field in reader.fields.items():
         value = field.contents()

@@ -206,6 +206,42 @@ def gguf_tensors(state: Tensors, cfg: GPTConfig, *, tied: bool) -> dict[str, np.
     return out
 
 
+def read_gguf(tensors: Mapping[str, np.ndarray], cfg: GPTConfig) -> tuple[Tensors, bool]:
+    """gguf_tensors undone: llama.cpp's gpt2 tensors (float32, rows first) onto the book's keys, attn_qkv's rows
+    split into W_query, W_key, W_value (as its bias); the head is token_embd where the file has no output.weight.
+    Shapes are checked by the caller; a missing or unknown tensor is one line naming it."""
+    import torch
+
+    block = ("attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down")
+    want = ["token_embd.weight", "position_embd.weight", "output_norm.weight", "output_norm.bias",
+            *(f"blk.{i}.{n}.{p}" for i in range(cfg.n_layers) for n in block for p in ("weight", "bias"))]
+    extra = sorted(set(tensors) - {*want, "output.weight"})
+    missing = [n for n in want if n not in tensors]
+    if extra or missing:
+        said = f"unexpected tensor {extra[0]!r}" if extra else f"missing tensor {missing[0]!r}"
+        raise ConfigError(f"weights: {said} for llama.cpp's gpt2 with {describe(cfg)}")
+
+    def t(name: str) -> torch.Tensor:
+        return torch.from_numpy(tensors[name])
+
+    state: Tensors = {"tok_emb.weight": t("token_embd.weight"), "pos_emb.weight": t("position_embd.weight"),
+                      "final_norm.scale": t("output_norm.weight"), "final_norm.shift": t("output_norm.bias")}
+    for i in range(cfg.n_layers):
+        b, g = f"trf_blocks.{i}.", f"blk.{i}."
+        for w, weight, bias in zip(QKV, t(f"{g}attn_qkv.weight").chunk(3), t(f"{g}attn_qkv.bias").chunk(3),
+                                   strict=True):  # (3E, E) rows and (3E,): q, k, v
+            state |= {f"{b}att.{w}.weight": weight, f"{b}att.{w}.bias": bias}
+        for book, name in (("norm1.scale", "attn_norm.weight"), ("norm1.shift", "attn_norm.bias"),
+                           ("att.out_proj.weight", "attn_output.weight"), ("att.out_proj.bias", "attn_output.bias"),
+                           ("norm2.scale", "ffn_norm.weight"), ("norm2.shift", "ffn_norm.bias"),
+                           ("ff.layers.0.weight", "ffn_up.weight"), ("ff.layers.0.bias", "ffn_up.bias"),
+                           ("ff.layers.2.weight", "ffn_down.weight"), ("ff.layers.2.bias", "ffn_down.bias")):
+            state[b + book] = t(g + name)
+    tied = "output.weight" not in tensors
+    state["out_head.weight"] = state["tok_emb.weight"] if tied else t("output.weight")
+    return state, tied
+
+
 def gguf_metadata(writer: gguf.GGUFWriter, cfg: GPTConfig) -> None:
     """The gpt2 architecture's keys, in the order gpt.gguf has always had them."""
     writer.add_context_length(cfg.context_length)
