@@ -35,6 +35,22 @@ CONVERSATIONS = [
     [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Capital of France?"},
      {"role": "assistant", "content": "Paris."}, {"role": "user", "content": "And of Italy? Ünïcødé ✓"}],
 ]
+# Templates that use what transformers' environment adds to plain Jinja (tojson with arguments, namespace, loop
+# controls, {% generation %}, trim_blocks/lstrip_blocks, one trailing newline dropped) and the named special tokens;
+# each runtime's rendering of them is compared with transformers' apply_chat_template. (@huggingface/jinja 0.5.13
+# drops what an iteration wrote before its {% break %} or {% continue %}; jinja2 keeps it: none is written here.)
+TEMPLATES = {
+    "bos-and-tojson": "{{ bos_token }}{% for m in messages %}{{ m['role'] | upper }}: "
+                      "{{ m['content'] | tojson(indent=2) }}{{ eos_token }}\n{% endfor %}"
+                      "{% if add_generation_prompt %}ASSISTANT:{% endif %}",
+    "namespace-break": "{% set ns = namespace(system='') %}{% for m in messages %}{% if loop.index > 3 %}{% break %}"
+                       "{% endif %}{% if m.role == 'system' %}{% set ns.system = m.content %}{% continue %}{% endif %}"
+                       "[{{ ns.system }}|{{ m.content }}]{% endfor %}{{ messages | length }}",
+    "blocks-and-generation": "{% for m in messages %}\n    {% if m.role == 'assistant' %}\n{% generation %}"
+                             "{{ m.content }}{% endgeneration %}\n    {% else %}\n<{{ m.role }}>{{ m.content }}\n"
+                             "    {% endif %}\n{% endfor %}\n{% if tools is none and documents is none %}none"
+                             "{% endif %}|{{ unk_token }}\n",
+}
 REPLY_IDS = [40313, 13]  # "Paris", "."
 NEWLINE = 198
 

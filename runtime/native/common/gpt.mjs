@@ -20,6 +20,7 @@
 //   [1, KV, C, D] buffer per layer and key/value, KV the key/value heads, bound as past and present), batch 1, prefill then one token per step;
 // - generate.mjs: one generation and its stop rule (max_new_tokens, eos, context_length);
 // - golden.mjs: the golden generations check;
+// - chat.mjs: the folder's chat template through the caller's Template class (@huggingface/jinja), its stop ids;
 // - command.mjs: the command line of `generate` (Node and wasm-in-Node share it).
 export { compare } from './rules.mjs';
 export { ArtifactError, ContractError, DECODER_KIND, GPT_MANIFEST_FORMAT, GENERATIONS_FILE, CONCAT_FORM, INPLACE_FORM,
@@ -28,6 +29,8 @@ export { seedValue, seedSequencePool, generateState64, PCG64 } from './gpt/pcg64
 export { TEMPERATURE_MIN, TEMPERATURE_MAX, TEMPERATURE_RULE, checkSampling, argmax, filteredLogits, probabilities, draw,
   Sampler } from './gpt/sampling.mjs';
 export { readGptManifest, verifiedBytes, listedForms, formKind, checkContract } from './gpt/folder.mjs';
+export { CHAT_TEMPLATE_FILE, namedTokens, checkMessages, templateSource, compileTemplate, renderChat, loadChat, noChat }
+  from './gpt/chat.mjs';
 export { loadTokenizer, TextStream } from './gpt/tokenizer.mjs';
 export { ConcatDecoder, InPlaceDecoder, makeDecoder } from './gpt/decoders.mjs';
 export { checkPrompt, checkRequest, takeToken, generate } from './gpt/generate.mjs';

@@ -7,11 +7,13 @@
 //                                                      when the check stops before any case)
 // mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin    one input as raw little-endian float32
 // On a decoder folder (made by `mha export --gpt`, see gpt.js):
-// mha-node generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T --top-k K --seed S]
+// mha-node generate DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat TEXT) [--max-new-tokens N] [--temperature T --top-k K --seed S]
 //                   [--no-eos] [--form FILE] [--threads N] [--warmup N] [--json | --text]
 //                                                      the new ids as one line of comma-separated integers (greedy
 //                                                      by default), --text the new text as it is made, --json one
-//                                                      object with the ids and time_to_first_token_s, tokens_per_s
+//                                                      object with the ids and time_to_first_token_s, tokens_per_s;
+//                                                      --chat: a user message through the folder's chat template,
+//                                                      the reply ending at its end of turn
 // mha-node check DIR [--json FILE]                     every golden generation (golden/generations.json)
 // Both write their file under a name unique to this process (pid + random suffix) and rename it into place,
 // so concurrent runs on one output path never see each other's half-written files.
@@ -84,6 +86,7 @@ async function main(argv) {
     const opts = gpt.parseGenerateArgs(argv.slice(1));
     if (opts) {
       checkUtf8Arg(argv, '--prompt', (m) => new ContractError(m));
+      checkUtf8Arg(argv, '--chat', (m) => new ContractError(m));
       return gpt.generateCommand(opts);
     }
   }
@@ -112,7 +115,7 @@ async function main(argv) {
     return 0;
   }
   console.error('usage: mha-node check ARTIFACT_DIR [--json FILE] | mha-node run ARTIFACT IN.bin BATCH TOKENS OUT.bin'
-    + ' | mha-node generate DECODER_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T]'
+    + ' | mha-node generate DECODER_DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat TEXT) [--max-new-tokens N] [--temperature T]'
     + ' [--top-k K] [--seed S] [--no-eos] [--form FILE] [--threads N] [--warmup N] [--json | --text]');
   return 2;
 }

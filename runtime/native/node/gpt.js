@@ -2,7 +2,8 @@
 // The whole GPT from Node.js with onnxruntime-node: `mha-node generate` and `mha-node check` on a GPT folder (made by
 // `mha export --gpt`). The generation contract (manifest and sha256 checks, the decoder loop, the sampling rule and
 // numpy's PCG64) is runtime/native/common/gpt.mjs, shared with the wasm runner and the browser page; this file only
-// opens the folder, the session and the tokenizer (@huggingface/tokenizers, pure JS, reading tokenizer.json).
+// opens the folder, the session and the tokenizer (@huggingface/tokenizers, pure JS, reading tokenizer.json), and for
+// --chat the chat template's Template (@huggingface/jinja).
 // Decoder: gpt.inplace.onnx by default. onnxruntime-node 1.30 writes a run's outputs into the tensors given as
 // fetches, over their own memory, so the same [1, H, C, D] tensor is passed as past_key_values.{i}.* and as the
 // preallocated present.{i}.*: GroupQueryAttention sees one buffer and writes only the new rows (checked on the first
@@ -71,17 +72,20 @@ async function openGpt(dir, { form = null, threads = null } = {}) {
   const tokenizer = await gpt.loadTokenizer(io, manifest, Tokenizer);
   const session = await openSession(bytes, path.join(dir, chosen), threads);
   const decoder = gpt.makeDecoder(ort, session, manifest, chosen, { alias: true });
-  return { manifest, decoder, tokenizer, form: chosen };
+  return { manifest, decoder, tokenizer, form: chosen, io };
 }
 
 // `generate DIR ...` (gpt.parseGenerateArgs): the new ids as one line of comma-separated integers, or with --text
 // the new text streamed as it is made, or with --json one object {prompt_ids, ids, stop, seed,
 // time_to_first_token_s, tokens_per_s, form, runtime}; a summary line on stderr unless --json.
 async function generateCommand(o, out = process.stdout, err = process.stderr) {
-  const { manifest, decoder, tokenizer, form } = await openGpt(o.dir, { form: o.form, threads: o.threads });
+  const { manifest, decoder, tokenizer, form, io } = await openGpt(o.dir, { form: o.form, threads: o.threads });
+  // --chat: the folder's template through @huggingface/jinja (transformers.js' library), read only when asked
+  const chat = o.chat != null ? await gpt.loadChat(io, manifest, tokenizer, require('@huggingface/jinja').Template) : null;
   if (o.text && !tokenizer) throw new ArtifactError(`${o.dir}: this folder has no tokenizer (exported without --tokenizer): --text needs one`);
   const stream = o.text ? new gpt.TextStream(tokenizer) : null;
-  const r = await gpt.runGenerate(decoder, manifest, tokenizer, o, { onToken: stream ? (t) => { out.write(stream.push(t)); } : null });
+  const r = await gpt.runGenerate(decoder, manifest, tokenizer, o, { onToken: stream ? (t) => { out.write(stream.push(t)); } : null,
+    chat, where: o.dir });
   if (o.json) {
     out.write(`${JSON.stringify({ prompt_ids: r.prompt_ids, ids: r.ids, stop: r.stop, seed: r.seed,
       time_to_first_token_s: Number(r.time_to_first_token_s.toFixed(6)), tokens_per_s: Number(r.tokens_per_s.toFixed(3)),

@@ -8,7 +8,7 @@
 // (runtime/native/common/report.h).
 // On a decoder folder (manifest kind "decoder", or "gpt" before it was named so; made by `mha export --gpt`) the check runs every golden generation
 // (golden/generations.json) on gpt.onnx and gpt.inplace.onnx through runtime/native/common/gpt.mjs, and
-// node check.mjs generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T --top-k K
+// node check.mjs generate DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat TEXT) [--max-new-tokens N] [--temperature T --top-k K
 //   --seed S] [--no-eos] [--form FILE] [--warmup N] [--json | --text]
 // prints the new ids as one line of comma-separated integers (or the text as it is made, or one JSON object with
 // time_to_first_token_s and tokens_per_s), as `mha-node generate` does.
@@ -133,6 +133,14 @@ async function checkGpt(opts) {
 // of it, so the in-place form moves its whole [1, H, C, D] buffers both ways on every step (2 x 75 MB a token for
 // GPT_CONFIG_124M), the Concat form only the rows filled so far. On gpt-mini (C = 256) the two ran at the same
 // tokens/s; --form gpt.inplace.onnx runs the other.
+async function loadTemplateClass() {
+  try {
+    return (await import('@huggingface/jinja')).Template;
+  } catch {
+    throw new Error('@huggingface/jinja is not installed: run `make web-build` (npm ci in runtime/native/web)');
+  }
+}
+
 async function generateGpt(o) {
   checkFolder(o.dir);
   const io = nodeIo(o.dir);
@@ -144,6 +152,7 @@ async function generateGpt(o) {
   }
   const bytes = await gpt.verifiedBytes(io, manifest, form);
   const tokenizer = await gpt.loadTokenizer(io, manifest, await loadTokenizerClass());
+  const chat = o.chat != null ? await gpt.loadChat(io, manifest, tokenizer, await loadTemplateClass()) : null;
   const ort = await loadOrt();
   const decoder = gpt.makeDecoder(ort, await loadSession(ort, bytes, path.join(o.dir, form)), manifest, form, { alias: false });
   if (o.text && !tokenizer) throw new ArtifactError(`${o.dir}: this folder has no tokenizer (exported without --tokenizer): --text needs one`);
@@ -151,7 +160,7 @@ async function generateGpt(o) {
   // after each piece a turn of the event loop: onnxruntime-web's steps are promises only, so a write to a closed pipe
   // was never seen (its EPIPE waits for libuv) and the whole generation ran on to exit 0
   const show = async (t) => { process.stdout.write(stream.push(t)); await new Promise((done) => setImmediate(done)); };
-  const r = await gpt.runGenerate(decoder, manifest, tokenizer, o, { onToken: stream ? show : null });
+  const r = await gpt.runGenerate(decoder, manifest, tokenizer, o, { onToken: stream ? show : null, chat, where: o.dir });
   if (o.json) {
     console.log(JSON.stringify({ prompt_ids: r.prompt_ids, ids: r.ids, stop: r.stop, seed: r.seed,
       time_to_first_token_s: Number(r.time_to_first_token_s.toFixed(6)), tokens_per_s: Number(r.tokens_per_s.toFixed(3)),
@@ -168,11 +177,12 @@ async function main(argv) {
   if (argv[0] === 'generate') {
     const o = gpt.parseGenerateArgs(argv.slice(1));
     if (!o || o.threads !== null) {
-      console.error(`${USAGE}\n       node check.mjs generate DECODER_DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] `
+      console.error(`${USAGE}\n       node check.mjs generate DECODER_DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat TEXT) [--max-new-tokens N] `
         + '[--temperature T] [--top-k K] [--seed S] [--no-eos] [--form FILE] [--warmup N] [--json | --text]');
       return 2;
     }
     nodeFiles.checkUtf8Arg(argv, '--prompt', (m) => new gpt.ContractError(m));
+    nodeFiles.checkUtf8Arg(argv, '--chat', (m) => new gpt.ContractError(m));
     return generateGpt(o);
   }
   const opts = parseArgs(argv);

@@ -1,14 +1,17 @@
 // The GPT page: loads a GPT folder (?artifact=PATH), checks the sha256 of the decoder and the tokenizer against the
 // manifest before anything runs, tokenizes in the page (@huggingface/tokenizers reading tokenizer.json) and streams
-// the generated text token by token, with time to first token and tokens/s; or (?check=1) runs every golden
+// the generated text token by token, with time to first token and tokens/s; for a folder with a chat template, a chat
+// box too (gpt-chat.mjs: the template through @huggingface/jinja); or (?check=1) runs every golden
 // generation and shows them as a table. No framework, no bundler: onnxruntime-web and the tokenizer are imported by
 // URL from this folder's node_modules (`make web-build`); the generation contract is runtime/native/common/gpt.mjs.
 // When done, body[data-done="1"] is set and window.mhaResult holds the result (what tests/native/test_gpt_js.py reads).
 import * as gpt from '../common/gpt.mjs';
 import { openSession } from './core.mjs';
+import { chatBox } from './gpt-chat.mjs';
 
 const ORT_URL = './node_modules/onnxruntime-web/dist/ort.wasm.min.mjs';
 const TOKENIZERS_URL = './node_modules/@huggingface/tokenizers/dist/tokenizers.min.mjs';
+const JINJA_URL = './node_modules/@huggingface/jinja/dist/index.js';
 const query = new URLSearchParams(location.search);
 const artifact = (query.get('artifact') || 'artifacts/gpt-mini').replace(/^\/+|\/+$/g, '');
 const base = new URL(`/${artifact}/`, location.origin);
@@ -45,7 +48,7 @@ async function imports() {
   const ort = await load(ORT_URL);
   ort.env.wasm.numThreads = 1;  // no SharedArrayBuffer needed, so no COOP/COEP headers
   ort.env.logLevel = 'error';
-  return { ort, Tokenizer: (await load(TOKENIZERS_URL)).Tokenizer };
+  return { ort, Tokenizer: (await load(TOKENIZERS_URL)).Tokenizer, Template: (await load(JINJA_URL)).Template };
 }
 
 // A frame for the browser to paint the text so far (the wasm run itself holds the main thread).
@@ -88,7 +91,7 @@ function control(id, name, parse) {
   return () => parse($(id).value.trim());
 }
 
-async function generatePage({ ort, Tokenizer }) {
+async function generatePage({ ort, Tokenizer, Template }) {
   const manifest = await gpt.readGptManifest(io);
   const listed = gpt.listedForms(manifest);
   const form = query.get('form') || (listed.includes(gpt.CONCAT_FORM) ? gpt.CONCAT_FORM : listed[0]);
@@ -109,6 +112,12 @@ async function generatePage({ ort, Tokenizer }) {
   const topK = control('top-k', 'top_k', (v) => (v === '' ? null : Number(v)));
   const seed = control('seed', 'seed', (v) => (v === '' ? null : v));
   $('panel').hidden = false;
+  // The chat box, only for a folder with a chat template; ?chat=TEXT (repeated: one turn each) and ?system=TEXT
+  // preset it, and with autorun=1 the turns are sent on load instead of the prompt.
+  const chat = await gpt.loadChat(io, manifest, tokenizer, Template);
+  const settings = () => ({ maxNewTokens: maxNew(), temperature: temperature(), topK: topK(), seed: seed() });
+  const box = chat ? chatBox({ chat, decoder, tokenizer, settings, paint }) : null;
+  if (box && query.get('system') !== null) $('system').value = query.get('system');
 
   const run = async () => {
     $('error').textContent = '';
@@ -153,8 +162,14 @@ async function generatePage({ ort, Tokenizer }) {
   };
   $('generate').addEventListener('click', () => { run().then((r) => { window.mhaResult = r; }, () => {}); });
   $('generate').disabled = false;
+  const said = query.getAll('chat');
+  if (query.get('autorun') === '1' && said.length) {
+    if (!box) throw gpt.noChat(io.where);
+    for (const text of said) await box.send(text);
+    return { name: manifest.name, mode: 'chat', form, turns: box.turns, onnxruntime_web: ort.env.versions?.web ?? null };
+  }
   if (query.get('autorun') === '1') return run();
-  return { name: manifest.name, mode: 'ready', form };
+  return { name: manifest.name, mode: 'ready', form, chat: Boolean(box) };
 }
 
 async function main() {

@@ -3,16 +3,17 @@
 import { ContractError } from './base.mjs';
 import { seedValue } from './pcg64.mjs';
 import { generate } from './generate.mjs';
+import { noChat } from './chat.mjs';
 
 // More intra-op threads than `mha generate` (runtime/mha_runtime/cli/options.py MAX_THREADS) and the C runner take.
 const MAX_THREADS = 1024;
 
-// generate DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
+// generate DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat TEXT) [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
 //          [--no-eos] [--form FILE] [--threads N] [--warmup N] [--json] [--text]; null when it is not that form.
 // --warmup N: N untimed generations of the same request first (a fresh process's first one includes the runtime's
 // own start: V8 runs onnxruntime-web's wasm on its baseline compiler until the optimizing tier has compiled it).
 export function parseGenerateArgs(argv) {
-  const o = { dir: null, promptIds: null, prompt: null, maxNewTokens: 32, temperature: 0, topK: null, seed: null,
+  const o = { dir: null, promptIds: null, prompt: null, chat: null, maxNewTokens: 32, temperature: 0, topK: null, seed: null,
     eos: true, form: null, threads: null, warmup: 0, json: false, text: false };
   const number = (flag, text) => {
     const v = /^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$/.test(text) ? Number(text) : NaN;
@@ -32,11 +33,13 @@ export function parseGenerateArgs(argv) {
     };
     // one prompt: `mha generate` makes a batch of a repeated one, so the last silently stood for all (the C runner's
     // words)
-    if ((a === '--prompt-ids' && o.promptIds !== null) || (a === '--prompt' && o.prompt !== null)) {
+    if ((a === '--prompt-ids' && o.promptIds !== null) || (a === '--prompt' && o.prompt !== null)
+      || (a === '--chat' && o.chat !== null)) {
       throw new ContractError(`${a}: given twice (this runner runs one prompt)`);
     }
     if (a === '--prompt-ids') o.promptIds = parseIds(value());
     else if (a === '--prompt') o.prompt = value();
+    else if (a === '--chat') o.chat = value();
     else if (a === '--max-new-tokens') o.maxNewTokens = integer(a, value());
     else if (a === '--temperature') o.temperature = number(a, value());
     else if (a === '--top-k') o.topK = integer(a, value());
@@ -52,7 +55,10 @@ export function parseGenerateArgs(argv) {
     else return null;
   }
   if (o.dir === null) return null;
-  if ((o.promptIds === null) === (o.prompt === null)) {
+  if (o.chat !== null && (o.promptIds !== null || o.prompt !== null)) {
+    throw new ContractError('give --chat TEXT or a prompt (--prompt, --prompt-ids), not both: the chat\'s message is its prompt');
+  }
+  if (o.chat === null && (o.promptIds === null) === (o.prompt === null)) {
     throw new ContractError('give the prompt as --prompt TEXT or as --prompt-ids 1,2,3 (one of the two)');
   }
   if (o.threads !== null && o.threads < 1) throw new ContractError(`--threads: expected an integer >= 1, got ${o.threads}`);
@@ -77,15 +83,21 @@ export function parseIds(text) {
   });
 }
 
-// One generation from parsed arguments on an open folder: the prompt (ids, or text through the tokenizer), the
-// checks before anything runs, then the run. -> { prompt_ids, ...generate()'s result without first_logits, text? }
-export async function runGenerate(decoder, manifest, tokenizer, o, { onToken = null } = {}) {
+// One generation from parsed arguments on an open folder: the prompt (ids, or text through the tokenizer, or --chat's
+// message through the folder's chat template: `chat`, loadChat's, null without one), the checks before anything
+// runs, then the run. -> { prompt_ids, ...generate()'s result without first_logits, text? }
+export async function runGenerate(decoder, manifest, tokenizer, o, { onToken = null, chat = null, where = manifest.name } = {}) {
   let prompt = o.promptIds;
-  if (o.prompt !== null) {
+  let stops = manifest.stop_ids;  // every eos id of the folder; a chat's reply ends at its end of turn too
+  if (o.chat != null) {
+    if (!chat) throw noChat(where);
+    prompt = chat.encode([{ role: 'user', content: o.chat }], '--chat');
+    stops = chat.stopIds;
+  } else if (o.prompt !== null) {
     if (!tokenizer) throw new ContractError(`${manifest.name}: this folder has no tokenizer (exported without --tokenizer); give token ids (--prompt-ids)`);
     prompt = tokenizer.encode(o.prompt);
   }
-  const eosId = o.eos ? manifest.stop_ids : null;  // every eos id of the folder
+  const eosId = o.eos ? stops : null;
   const request = { maxNewTokens: o.maxNewTokens, temperature: o.temperature, topK: o.topK, seed: o.seed, eosId };
   for (let w = 0; w < (o.warmup || 0); w++) await generate(decoder, prompt, request);
   const out = await generate(decoder, prompt, { ...request, onToken });
