@@ -27,6 +27,7 @@ TEXT_PROMPT = "Every effort moves you"
 
 PAIRS = (("encoder.json", "vocab.bpe"), ("vocab.json", "merges.txt"))
 EOS_TEXT = "<|endoftext|>"
+CHAT_TEMPLATE = "chat_template.jinja"  # transformers 5's save_pretrained writes the template here
 
 
 @dataclass(frozen=True)
@@ -123,18 +124,30 @@ def read_tokenizer(path: Path, *, vocab_size: int, context_length: int, flag: st
               "bos_token": EOS_TEXT, "eos_token": EOS_TEXT, "unk_token": EOS_TEXT}
     if own_config is not None and path.name == TOKENIZER_FILE:
         source[TOKENIZER_CONFIG] = sha256_file(path.parent / TOKENIZER_CONFIG)
+        if (path.parent / CHAT_TEMPLATE).is_file():
+            source[CHAT_TEMPLATE] = sha256_file(path.parent / CHAT_TEMPLATE)
     written = own_config or (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
     return TokenizerFiles(data, written, size, source)
 
 
 def _own_config(path: Path, flag: str) -> bytes | None:
-    """A tokenizer folder's tokenizer_config.json (a JSON object), or None when it has none."""
+    """A tokenizer folder's tokenizer_config.json (a JSON object), or None when it has none. A chat_template.jinja
+    beside it (transformers 5's save_pretrained writes the template there) becomes its "chat_template", as
+    transformers loads the folder (the file wins over the config's own), where every runtime here reads it."""
     if not path.is_file():
         return None
     data = path.read_bytes()
     try:
-        if not isinstance(json.loads(data), dict):
+        doc = json.loads(data)
+        if not isinstance(doc, dict):
             raise ValueError("not an object")
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"{flag} {path}: expected a JSON object ({first_line(exc)})") from None
-    return data
+    template = path.parent / CHAT_TEMPLATE
+    if not template.is_file():
+        return data
+    try:
+        doc["chat_template"] = template.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{flag} {template}: expected UTF-8 text ({first_line(exc)})") from None
+    return (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
