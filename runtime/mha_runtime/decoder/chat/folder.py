@@ -45,7 +45,10 @@ class FolderChat:
     def encode(self, messages: object, where: str = "messages") -> list[int]:
         """The rendered text's ids, no special tokens added (apply_chat_template(tokenize=True) encodes with
         add_special_tokens=False: the template writes the ones it wants)."""
-        return self.tokenizer.encode(self.render(messages, where))
+        try:
+            return self.tokenizer.encode(self.render(messages, where))
+        except ContractError as exc:  # text that is not Unicode (a lone surrogate), named by where it came from
+            raise ContractError(str(exc).replace("prompt: ", f"{where}: ", 1)) from None
 
 
 def template_source(folder: Path, manifest: GPTManifest) -> tuple[str | None, dict[str, Any]]:

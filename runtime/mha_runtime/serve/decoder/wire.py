@@ -92,7 +92,7 @@ def _chat_ids(messages: object, chat: FolderChat | None) -> list[int]:
     try:
         return chat.encode(messages, "'messages'")
     except ContractError as exc:  # the messages' shape, the template's own refusal, text that is not Unicode
-        raise RequestError(str(exc).replace("prompt: ", "'messages': ", 1)) from None
+        raise RequestError(str(exc)) from None
 
 
 def parse_generate(body: bytes, encode: Any, shapes: DecoderShapes,
