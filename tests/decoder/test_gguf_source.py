@@ -194,3 +194,19 @@ def test_smollm2s_tokenizer_and_chat_template_come_from_its_gguf(tmp_path: Path)
     if llama_cpp.program() is not None:  # llama.cpp's own tokenizer on the same file (special tokens as text)
         answers = llama_cpp.run(path, [llama_cpp.tokenize(t) for t in TEXTS])
         assert [a["ids"] for a in answers.lines] == [ours.encode(t, add_special_tokens=False).ids for t in TEXTS]
+
+
+def test_a_config_that_disagrees_with_the_ggufs_own_is_refused(tmp_path: Path) -> None:
+    """The GGUF's metadata is its checkpoint's config: a --config saying another head count (which the tensors'
+    shapes cannot tell) is one line naming both values, exit 2, nothing written; one that agrees is taken."""
+    write_gguf(tmp_path / "m.gguf", gguf_tensors(_state(book_model(SMALL, seed=7)), SMALL, tied=False), SMALL,
+               dtype="fp32", name="m", vocab=None)
+    book = {"vocab_size": 512, "context_length": 32, "emb_dim": 32, "n_layers": 2, "qkv_bias": True}
+    for heads, want in ((2, 2), (4, 0)):
+        (tmp_path / "gpt.json").write_text(json.dumps(book | {"n_heads": heads}))
+        code, out = _export("--config", tmp_path / "gpt.json", "--weights", tmp_path / "m.gguf", "--name", "x",
+                            "--variants", "decoder", "--out", tmp_path / f"out{heads}")
+        assert code == want, out
+        if want:
+            assert "n_heads 2 disagrees" in out and "m.gguf (n_head 4)" in out and len(out.strip().splitlines()) == 1
+            assert not (tmp_path / f"out{heads}").exists()
