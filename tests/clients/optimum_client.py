@@ -3,10 +3,10 @@ with no file_name. Runs in its own venv (optimum-requirements.txt: optimum-onnx 
 environment has transformers 5), never imports this project.
 
 Usage: python optimum_client.py JOB.json, the protocol of tests/clients/transformersjs/client.mjs:
-JOB = {"jobs": [{"folder", "prompts": [[ids]], "max_new_tokens", "batch", "logits_dir", "eos"}]} (eos false: no
-stop at the eos of generation_config.json, as the golden cases); prints
+JOB = {"jobs": [{"folder", "prompts": [[ids]], "max_new_tokens", "batch", "logits_dir", "eos", "pad"}]} (eos false: no
+stop at the eos of generation_config.json, as the golden cases; pad: the id under mask 0, default GPT-2's eos); prints
 {"results": [{"solo": [[new ids]], "batch": [[new ids]] | null, "logits": [files] | null}]}: greedy ids of each
-prompt alone and of all prompts as one left-padded batch (pad = eos, mask 0), and the first step's logits (the
+prompt alone and of all prompts as one left-padded batch (pad, mask 0), and the first step's logits (the
 prompt's last token) of each prompt alone as little-endian float32 files.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ from optimum.onnxruntime import ORTModelForCausalLM
 PAD = 50256
 
 
-def ids2d(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def ids2d(rows: list[list[int]], pad: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), PAD, dtype=torch.int64)
+    ids = torch.full((len(rows), width), pad, dtype=torch.int64)
     mask = torch.zeros((len(rows), width), dtype=torch.int64)
     for b, row in enumerate(rows):  # left padding
         ids[b, width - len(row):] = torch.tensor(row)
@@ -32,19 +32,19 @@ def ids2d(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def greedy(model: Any, rows: list[list[int]], new: int, eos: bool) -> list[list[int]]:
-    ids, mask = ids2d(rows)
+def greedy(model: Any, rows: list[list[int]], new: int, eos: bool, pad: int = PAD) -> list[list[int]]:
+    ids, mask = ids2d(rows, pad)
     stop = {} if eos else {"eos_token_id": None}
-    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=PAD,
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=pad,
                          **stop)
     return out[:, ids.shape[1]:].tolist()
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
     model = ORTModelForCausalLM.from_pretrained(job["folder"])
-    new, eos = job["max_new_tokens"], job.get("eos", True)
-    solo = [greedy(model, [p], new, eos)[0] for p in job["prompts"]]
-    batch = greedy(model, job["prompts"], new, eos) if job["batch"] else None
+    new, eos, pad = job["max_new_tokens"], job.get("eos", True), job.get("pad", PAD)
+    solo = [greedy(model, [p], new, eos, pad)[0] for p in job["prompts"]]
+    batch = greedy(model, job["prompts"], new, eos, pad) if job["batch"] else None
     logits = None
     if job.get("logits_dir"):
         logits = []

@@ -1,8 +1,9 @@
 // transformers.js (@huggingface/transformers, package-lock.json here) on GPT folders of `mha export --gpt`, loaded
 // as they are: AutoModelForCausalLM.from_pretrained(folder) with no option, remote models off.
 // Usage: node client.mjs JOB.json; JOB = {"jobs": [{"folder", "prompts": [[ids]], "max_new_tokens", "batch",
-// "logits_dir", "eos"}]} (eos false: no stop at the eos of generation_config.json, as the golden cases). Prints {"results": [{"solo": [[new ids]], "batch": [[new ids]] | null, "logits": [files] |
-// null}]}: greedy ids of each prompt alone and of all prompts as one left-padded batch (pad = eos, mask 0), and
+// "logits_dir", "eos", "pad"}]} (eos false: no stop at the eos of generation_config.json, as the golden cases; pad:
+// the id under mask 0, default GPT-2's eos). Prints {"results": [{"solo": [[new ids]], "batch": [[new ids]] | null, "logits": [files] |
+// null}]}: greedy ids of each prompt alone and of all prompts as one left-padded batch (pad, mask 0), and
 // the first step's logits (the prompt's last token) of each prompt alone as little-endian float32 files.
 // The same protocol as tests/clients/optimum_client.py; tests/decoder/test_gpt_dropin.py compares the answers.
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -14,9 +15,9 @@ env.useFSCache = false;
 
 const PAD = 50256n;
 
-function ids2d(rows) {
+function ids2d(rows, pad = PAD) {
   const width = Math.max(...rows.map((r) => r.length));
-  const ids = new BigInt64Array(rows.length * width).fill(PAD);
+  const ids = new BigInt64Array(rows.length * width).fill(pad);
   const mask = new BigInt64Array(rows.length * width);
   rows.forEach((row, b) => row.forEach((id, t) => {
     const at = b * width + width - row.length + t; // left padding
@@ -27,8 +28,8 @@ function ids2d(rows) {
   return { input_ids: new Tensor('int64', ids, dims), attention_mask: new Tensor('int64', mask, dims), width };
 }
 
-async function greedy(model, rows, maxNew, eos) {
-  const { input_ids, attention_mask, width } = ids2d(rows);
+async function greedy(model, rows, maxNew, eos, pad = PAD) {
+  const { input_ids, attention_mask, width } = ids2d(rows, pad);
   const stop = eos ? {} : { eos_token_id: null };
   const out = await model.generate({ input_ids, attention_mask, max_new_tokens: maxNew, do_sample: false, ...stop });
   return out.tolist().map((row) => row.slice(width).map(Number));
@@ -38,8 +39,9 @@ async function run(job) {
   const model = await AutoModelForCausalLM.from_pretrained(job.folder);
   const solo = [];
   const eos = job.eos ?? true;
-  for (const prompt of job.prompts) solo.push((await greedy(model, [prompt], job.max_new_tokens, eos))[0]);
-  const batch = job.batch ? await greedy(model, job.prompts, job.max_new_tokens, eos) : null;
+  const pad = job.pad === undefined ? PAD : BigInt(job.pad);
+  for (const prompt of job.prompts) solo.push((await greedy(model, [prompt], job.max_new_tokens, eos, pad))[0]);
+  const batch = job.batch ? await greedy(model, job.prompts, job.max_new_tokens, eos, pad) : null;
   let logits = null;
   if (job.logits_dir) {
     logits = [];
