@@ -5,11 +5,11 @@ each source made by the library that defines it and exported once per session:
   scaling, an untied head), save_pretrained; exported by the CLI, `mha export --gpt --weights model.safetensors`
   with nothing else (the default forms; config.json beside the weights names the architecture). The drop-in folder.
 - hf-qwen3: transformers' Qwen3ForCausalLM (HF_QWEN3: q/k norms, head_dim 16 = 2 x hidden / heads, tied head),
-  save_pretrained; export_gpt with the default forms and gpt.gguf.
+  save_pretrained; export_gpt with the default forms and gpt.gguf (where llama.cpp is built).
 - book-llama, book-qwen3: the book's Llama3Model and Qwen3Model (llama_book's configs, Qwen3's feed-forward 96),
   torch.save(state_dict) and the book's config keys as JSON with "dtype" a string, read as `mha export --gpt
-  --config` reads it; export_gpt with the default forms, gpt.gguf and (book-llama, where ExecuTorch is installed)
-  gpt.pte. Their reference is the book's kv_cache model of the same weights.
+  --config` reads it; export_gpt with the default forms, gpt.gguf (where llama.cpp is built) and (book-llama, where
+  ExecuTorch is installed) gpt.pte. Their reference is the book's kv_cache model of the same weights.
 
 The folders are shared by the test modules through one cache per session (`made`): a session fixture defined here
 and imported into two modules would be two fixtures, two exports."""
@@ -38,6 +38,7 @@ PROMPTS = [[5, 17, 42, 8, 61], [3, 80, 14, 14, 77, 29, 51, 2, 66], [7]]
 NEW = 12  # the longest prompt and its new tokens fit the book configs' context of 24
 HAS_PTE = importlib.util.find_spec("executorch") is not None
 HAS_LLAMA_CPP = llama_cpp.program() is not None
+GGUF = ("gguf",) if HAS_LLAMA_CPP else ()  # named without llama.cpp, the export refuses before any work
 # llama_book's Qwen3 with a feed-forward width of 96, a multiple of the Q8_0 / Q4_0 block of 32: at its 80,
 # gpt.q8_0.gguf fails the export instead of being left out (test_llama_export's strict xfail).
 BOOK_QWEN3 = replace(QWEN3, hidden_dim=96)
@@ -94,7 +95,7 @@ def _make(source: str, root: Path) -> Made:
         model = hf_family(arch)
         weights = save_family(model, root / "hf")
         folder, notes = (_cli_export(source, weights, root) if arch == "llama" else _export(
-            source, root, weights, None, ("all", "gguf")))
+            source, root, weights, None, ("all", *GGUF)))
         return Made(source, arch, model, model, folder, notes, time.perf_counter() - start)
     arch = source.removeprefix("book-")
     cfg, tied = (LLAMA, False) if arch == "llama" else (BOOK_QWEN3, True)
@@ -106,7 +107,7 @@ def _make(source: str, root: Path) -> Made:
     config.write_text(json.dumps({k: v for k, v in cfg.to_dict().items() if k not in BOOK_ONLY}))
     cached = book_model(cfg, tied=tied, cached=True)
     cached.load_state_dict(plain.state_dict())
-    variants = ("all", "gguf", "pte") if arch == "llama" and HAS_PTE else ("all", "gguf")
+    variants = ("all", *GGUF, *(("pte",) if arch == "llama" and HAS_PTE else ()))
     folder, notes = _export(source, root, weights, config, variants)
     return Made(source, arch, plain, cached.eval(), folder, notes, time.perf_counter() - start)
 
