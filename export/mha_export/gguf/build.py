@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType
 
+from mha_export.decoder.archs import arch_of
 from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.lossy.build import _counts
 from mha_export.decoder.validate import agreement
@@ -75,10 +76,10 @@ def build_ggufs(stage: Path, state: dict[str, torch.Tensor], cfg: DecoderConfig,
                                                             bos_id=bos_id)
     chosen = llama_cpp.greedy_cases(cases)
     quants = [GGUF_QUANTS[f] for f in GGUF_QUANTS if f in lossy]
-    why = quant_refusal(cfg)
-    if why is not None:
-        out.notes += [f"{file}: {why}" for file in quants]
-        quants = []
+    arch = arch_of(cfg)
+    refused = {file: quant_refusal(cfg) or arch.refusal(cfg, file) for file in quants}  # the block's rule, then
+    out.notes += [f"{file}: {why}" for file, why in refused.items() if why is not None]  # the architecture's
+    quants = [file for file in quants if refused[file] is None]
     scored = windows if quants else None
 
     def write_and_run(file: str, keep: dict[str, GGMLQuantizationType] | None = None) -> _Ran:
