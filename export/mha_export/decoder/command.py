@@ -171,8 +171,8 @@ def _export(request: ExportRequest, jobs: list[Job[DecoderConfig]], chosen: tupl
 
     for job in jobs:
         def announce(folder: str = job.folder, config: DecoderConfig = job.config) -> None:  # the weights are read
-            click.echo(f"exporting {folder} (GPT, {config.n_layers} layers, {config.parameters(tied=False):,} "
-                       "parameters at most) ...", err=True)
+            click.echo(f"exporting {folder} ({config.arch}, {config.n_layers} layers, "
+                       f"{config.parameters(tied=False):,} parameters at most) ...", err=True)
 
         result = export_gpt(job.folder, request.out, config=job.config, weights=request.weights, tokenizer=tokenizer,
                             variants=chosen, progress=True, announce=announce, origin=origins[job.folder])
