@@ -106,14 +106,14 @@ def test_lossy_forms_are_made_within_their_bar_or_left_out_with_a_note(
 def test_the_folder_records_the_family_shapes(source: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """contract.shapes as the runtimes size caches by: grouped-query attention's key/value heads, Qwen3's head size
     that is not width / heads; the head tied where the checkpoint stores one matrix (save_pretrained of a tied
-    Qwen3 leaves lm_head.weight out), its own where it stores out_head.weight (the book's state_dict: the weights
-    reader does not compare it with tok_emb.weight, so an equal head is stored twice)."""
+    Qwen3 leaves lm_head.weight out) or where the book's state_dict holds an out_head.weight equal to tok_emb.weight
+    (its loaders tie by assigning the parameter), its own otherwise."""
     m = made(source, tmp_path_factory)
     manifest = load_gpt_manifest(m.folder)
     shapes = manifest.shapes
     assert (shapes.arch, shapes.n_layers, shapes.n_heads, shapes.kv_heads, shapes.head_dim) == (
         m.arch, 2, 4, 2, 16)
-    assert manifest.weights["tied"] is (source == "hf-qwen3")
+    assert manifest.weights["tied"] is (source in ("hf-qwen3", "book-qwen3"))
     assert manifest.weights["layout"] == f"{source.split('-')[0]}-{'llama3' if source == 'book-llama' else m.arch}"
 
 

@@ -71,6 +71,9 @@ def _book(source: WeightFile, cfg: DecoderConfig, arch: Architecture) -> GPTWeig
     tied = HEAD_KEY not in state and BOOK_SIGNATURE in state and _saved_tied(source.path)
     if tied:  # a folder's own gpt.safetensors of a tied model: its head is tok_emb.weight, stored once
         state[HEAD_KEY] = state[BOOK_SIGNATURE]
+    elif HEAD_KEY in state and BOOK_SIGNATURE in state:  # the book's loaders tie a head by assigning tok_emb's
+        head, table = state[HEAD_KEY], state[BOOK_SIGNATURE]  # parameter to it: stored once, as Hugging Face's
+        tied = head.shape == table.shape and bool(torch.equal(head, table))
     return GPTWeights(_checked(state, cfg, {}), arch.BOOK_LAYOUT, tied=tied)
 
 
