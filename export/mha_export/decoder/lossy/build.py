@@ -13,10 +13,12 @@ The quality windows: for a GPT-2 folder with its tokenizer, held-out English tex
 documentation topics from character 200,000 on; the demo model trains on the first 40,000 by default), cut into
 16 windows of min(128, context_length) tokens (kept so: the GPT-2 folders' quality.json stays the bytes it was).
 For any other architecture with a tokenizer (a pretrained model's own, SmolLM2's), the repository's held-out text
-(decoder/data/held_out.txt: the second half of the same topics, fixed across Python versions) in windows of
-min(2560, context_length) tokens, as many as score at least 10,240 positions (the issue's >= 10,000 tokens of
-perplexity): 8 windows for SmolLM2. Few wide windows rather than many narrow ones: the in-place decoder holds a
-(rows, KV, context_length, D) cache per layer for every window at once (377 MB a row at SmolLM2's 8,192 context).
+(decoder/data/held_out.txt: the second half of the same topics, fixed across Python versions) in consecutive
+windows of min(1280, context_length) tokens, as many as cover 10,240 tokens of it (the issue's >= 10,000): 8
+windows for SmolLM2, 5,120 positions scored. What bounds them: the in-place decoder holds a (rows, KV,
+context_length, D) cache per layer for every window at once (377 MB a row at SmolLM2's 8,192 context), and a
+measurement runs one decoder step per scored position of a window, all windows together, on both models, for
+every plan tried (docs/measurements/smollm2.md, "The text and the windows").
 Without a tokenizer, windows of seeded random token ids.
 """
 from __future__ import annotations
@@ -48,8 +50,8 @@ HELD_OUT_FROM = 200_000  # characters of the pydoc topics text (mha_export.decod
 CORPUS_NAME = "mha_export.gpt.corpus"
 # Any other architecture's text windows (module docstring): the committed excerpt, its width and scored positions.
 HELD_OUT_TEXT = Path(__file__).resolve().parents[1] / "data" / "held_out.txt"
-TEXT_WIDTH = 2560
-TEXT_POSITIONS = 10_240
+TEXT_WIDTH = 1280
+TEXT_TOKENS = 10_240
 KEEP_SHARE = 4  # at most 1 / KEEP_SHARE of the MatMuls kept at a higher precision
 
 
@@ -78,11 +80,10 @@ def quality_windows(cfg: DecoderConfig, encode: Callable[[str], list[int]] | Non
 
 def _text_windows(cfg: DecoderConfig, encode: Callable[[str], list[int]]) -> Windows | None:
     """The committed held-out text cut from its start into consecutive windows of min(TEXT_WIDTH, context_length)
-    tokens, as many as score TEXT_POSITIONS (each window's second half is scored), as `llama-perplexity -f
-    held_out.txt -c WIDTH --chunks N` cuts it for a GGUF without BOS; None if the text is too short in this
-    tokenizer."""
+    tokens, as many as cover TEXT_TOKENS, as `llama-perplexity -f held_out.txt -c WIDTH --chunks N` cuts it for a
+    GGUF without BOS; None if the text is too short in this tokenizer."""
     width = max(2, min(TEXT_WIDTH, cfg.context_length))
-    count = -(-TEXT_POSITIONS // (width - max(1, width // 2)))
+    count = -(-TEXT_TOKENS // width)
     ids = encode(HELD_OUT_TEXT.read_text(encoding="utf-8").removesuffix("\n"))  # llama.cpp's -f drops one "\n"
     if len(ids) < count * width:
         return None
