@@ -49,9 +49,12 @@ DEFAULT_OUT = Path("artifacts")
 @click.option("--arch", default=None,
               help="With --gpt: the decoder architecture (gpt2, ...) where nothing that comes with the weights names "
                    "it (a config of the book's keys); checked against what they say.")
+@click.option("--context-length", type=click.IntRange(min=2), default=None,
+              help="With --gpt: the folder's context (its cache rows, the positions it takes), at most the model's "
+                   "own; for a model of rotary positions only (learned positions are the weights').")
 def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, name: str | None, out: Path,
                weights: Path | None, layer: int | None, opset: int, variants: str | None,
-               tokenizer: Path | None, arch: str | None) -> None:
+               tokenizer: Path | None, arch: str | None, context_length: int | None) -> None:
     """Export, validate and place the artifacts of each preset, or of your own config and weights."""
     from mha_export.kinds import ExportRequest, selected
 
@@ -60,7 +63,8 @@ def export_cmd(gpt: bool, presets: tuple[str, ...], config_path: Path | None, na
     given = [p.opts[0] for p in ctx.command.params
              if p.name is not None and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT]
     request = ExportRequest(presets=presets, config_path=config_path, name=name, out=out, weights=weights,
-                            variants=variants, layer=layer, opset=opset, tokenizer=tokenizer, arch=arch)
+                            variants=variants, layer=layer, opset=opset, tokenizer=tokenizer, arch=arch,
+                            context_length=context_length)
     work = selected(given).prepare(request, given)  # the kind's row: every refusal before any work
     work()
 

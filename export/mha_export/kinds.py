@@ -43,6 +43,7 @@ class ExportRequest:
     opset: int = 18
     tokenizer: Path | None = None
     arch: str | None = None
+    context_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,8 @@ EXPORT_KINDS: dict[str, ExportKind] = {
         PRESETS, tuple(PRESETS), _attention_export, _attention_validate, _attention_bench),
     DECODER_KIND: ExportKind(
         DECODER_KIND, "--gpt", "decoder", {"--tokenizer": "--tokenizer belongs to a GPT export: add --gpt",
-                                           "--arch": "--arch names a decoder's architecture: add --gpt"},
+                                           "--arch": "--arch names a decoder's architecture: add --gpt",
+                                           "--context-length": "--context-length sets a decoder's cache rows: add "
+                                                               "--gpt"},
         GPT_PRESETS, ("gpt-mini",), _decoder_export, _decoder_validate),
 }

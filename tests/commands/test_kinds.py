@@ -157,7 +157,7 @@ def test_the_flags_given_select_the_row() -> None:
 
 
 # One value per flag a row owns, to give it on the command line (a new owned flag needs one here).
-FLAG_VALUES = {"--layer": "0", "--opset": "20", "--tokenizer": "tok.json", "--arch": "gpt2"}
+FLAG_VALUES = {"--layer": "0", "--opset": "20", "--tokenizer": "tok.json", "--arch": "gpt2", "--context-length": "64"}
 
 
 def _other_owners(kind: str) -> list[tuple[str, str]]:

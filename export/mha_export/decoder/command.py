@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,24 @@ def decoder_jobs(request: ExportRequest) -> list[Job[DecoderConfig]]:
                                      f"a config of {named}", param_hint="'--arch'")
         if job.source.startswith("--"):  # named by the user: --config or --preset (not the checkpoint's own)
             check_beside(job.config, job.source, request.weights)
-    return jobs
+    if request.context_length is None:
+        return jobs
+    return [replace(job, config=shorter(job.config, request.context_length, job.source)) for job in jobs]
+
+
+def shorter(config: DecoderConfig, context: int, source: str) -> DecoderConfig:
+    """The config with `context` cache rows: at most the model's own, and only where no weight's shape depends on
+    it (rotary positions; learned ones are a (context, width) matrix of the weights)."""
+    if context > config.context_length:
+        raise click.BadParameter(f"{context} is more than the model's context {config.context_length} "
+                                 f"({source}); expected at most that", param_hint="'--context-length'")
+    cut = replace(config, context_length=context)  # type: ignore[type-var]
+    arch = arch_of(config)
+    if arch.book_shapes(cut) != arch.book_shapes(config):
+        raise click.BadParameter(f"the {arch.NAME} model's positions are learned weights for "
+                                 f"{config.context_length} tokens ({source}); expected no --context-length",
+                                 param_hint="'--context-length'")
+    return cut
 
 
 def resolve_config(presets: tuple[str, ...], config_path: Path | None, name: str | None,
