@@ -2,14 +2,14 @@
 2 GiB, the machine's memory) and the forms this config's shape can have."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mha_export.decoder.archs import arch_of
 from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.pipeline.budget import PROTOBUF_LIMIT, available_memory, gib
 from mha_runtime.artifact.errors import BadValueError, ConfigError, ExportError
 from mha_runtime.artifact.forms import ALL, Chosen, Selection, parse, select
-from mha_runtime.decoder.forms import FORMS, GGUF_VARIANT, PTE_VARIANT, TABLE, Form
+from mha_runtime.decoder.forms import FORMS, GGUF_FORMS, GGUF_VARIANT, PTE_VARIANT, TABLE, Form, folder_bar
 from mha_runtime.gguf.llama_cpp import BUILD_HINT, program
 
 ALL_VARIANTS = ALL
@@ -32,6 +32,17 @@ def _select(cfg: DecoderConfig, variants: tuple[str, ...]) -> Selection[Form]:
     arch = arch_of(cfg)
     return select(TABLE, Chosen(ALL in variants, tuple(v for v in variants if v != ALL)), cfg,
                   also=lambda form: arch.refusal(cfg, form.file))
+
+
+def folder_form(file: str, cfg: DecoderConfig) -> Form:
+    """The row of `file` (an ONNX form or a GGUF quant type) for this config: a lossy form held to its
+    architecture's bar for its width (LOSSY_BARS) where it names one, within the contract's ceiling."""
+    form = FORMS.get(file) or GGUF_FORMS[file]
+    bar = arch_of(cfg).LOSSY_BARS.get(form.bits or 0) if form.lossy else None
+    if bar is None:
+        return form
+    assert folder_bar(form, bar) == bar, f"{cfg.arch}'s bar {bar} for {file} is above the contract's ceiling"
+    return replace(form, max_mean_kl=bar)
 
 
 def check_gpt_budget(cfg: DecoderConfig) -> None:

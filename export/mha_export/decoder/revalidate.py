@@ -22,7 +22,7 @@ from mha_runtime.artifact.manifest import MANIFEST_NAME, verify_all
 from mha_runtime.cli.tables import table
 from mha_runtime.decoder.contract import INPLACE_FORM, WEIGHTS_FILE
 from mha_runtime.decoder.decoder import decoder_for, make_session
-from mha_runtime.decoder.forms import FORMS
+from mha_runtime.decoder.forms import FORMS, Form, folder_bar
 from mha_runtime.decoder.golden_check import judge_quality
 from mha_runtime.decoder.manifest import load_gpt_manifest
 from mha_runtime.decoder.quality import measure
@@ -88,7 +88,7 @@ def revalidate(folder: Path, *, progress: bool = False) -> Revalidated:
         quality = judge_quality(folder, manifest, file, measured)
         checked.append(FormCheck(file, form.dtype, 1, report.max_abs_error, report.greedy_agreement,
                                  None if quality.error is not None and not quality.ok else quality.max_abs,
-                                 f"mean KL <= {form.max_mean_kl:g}",
+                                 f"mean KL <= {_bar(form, manifest.artifacts[file].quality)}",
                                  () if quality.ok else (f"{file} quality: {quality.error}",)))
         del session
         gc.collect()
@@ -105,3 +105,9 @@ def report_lines(result: Revalidated) -> list[str]:
     passed = sum(f.checks for f in result.forms) - failed
     return [table(["artifact", "dtype", "checks", "max abs err", "greedy agreement", "mean KL", "judged by",
                    "result"], rows), f"{passed} passed, {failed} failed"]
+
+
+def _bar(form: Form, quality: dict[str, object] | None) -> str:
+    """The folder's recorded bar for a lossy form, as the table shows it ("?" where it records none allowed)."""
+    bar = folder_bar(form, (quality or {}).get("bar_mean_kl"))
+    return "?" if bar is None else f"{bar:g}"

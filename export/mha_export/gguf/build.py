@@ -29,6 +29,7 @@ from gguf import GGMLQuantizationType
 from mha_export.decoder.archs import arch_of
 from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.lossy.build import _counts
+from mha_export.decoder.plan import folder_form
 from mha_export.decoder.validate import agreement
 from mha_export.gguf.write import HIGHER, Written, candidates, gguf_tensors, quant_refusal, vocabulary, write_gguf
 from mha_runtime.artifact.errors import MHAError, first_line
@@ -96,7 +97,7 @@ def build_ggufs(stage: Path, state: dict[str, torch.Tensor], cfg: DecoderConfig,
         return out
     ran = {GGUF_FORM: reference}
     for file in quants:
-        form = GGUF_FORMS[file]
+        form = folder_form(file, cfg)
         try:
             assert scored is not None
             found = _search(file, form, tensors, reference, scored, write_and_run)
@@ -112,7 +113,7 @@ def build_ggufs(stage: Path, state: dict[str, torch.Tensor], cfg: DecoderConfig,
             continue
         ran[file] = found
     for file, r in ran.items():
-        form = GGUF_FORMS[file]
+        form = folder_form(file, cfg)
         artifact, failures = _judged(form, r, chosen, eager)
         out.artifacts[file] = artifact
         out.failures += failures

@@ -24,7 +24,7 @@ import numpy as np
 
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.cli.tables import human_size, shown, table
-from mha_runtime.decoder.forms import FORMS
+from mha_runtime.decoder.forms import FORMS, folder_bar
 from mha_runtime.decoder.golden import GENERATIONS_FILE, GoldenGeneration, first_logits, load_generations
 from mha_runtime.decoder.graph_plan import GraphPlan, read_graph_plan
 from mha_runtime.decoder.manifest import GPTArtifact, GPTManifest, load_gpt_manifest
@@ -120,7 +120,8 @@ def _row(folder: Path, file: str, a: GPTArtifact, manifest: GPTManifest, windows
 def _lossy_line(folder: Path, file: str, a: GPTArtifact, windows: Windows | str) -> str:
     """One lossy form: its quality against the contract's bar, and its plan from the graph."""
     form = contract_form(file)
-    bar = "?" if form is None or form.max_mean_kl is None else f"{form.max_mean_kl:g}"
+    bar_value = None if form is None else folder_bar(form, (a.quality or {}).get("bar_mean_kl"))
+    bar = "?" if bar_value is None else f"{bar_value:g}"
     q = _quality(file, a, windows)
     if isinstance(q, Quality):
         figures = f"mean KL divergence from fp32 {q.mean_kl:.3g} (bar {bar}) over {q.positions} positions"

@@ -63,6 +63,20 @@ def gguf_refusal(cfg: Shaped) -> str | None:
 EXACT = Tolerance(atol=1e-3, rtol=1e-4)
 LOSSY_GOLDEN = Tolerance(atol=1e-3, rtol=1e-4)
 INT8_BAR, INT4_BAR = 3e-4, 3e-2
+# An architecture may hold its lossy forms to its own bars (its LOSSY_BARS, measured beside llama.cpp on its real
+# model), at most these: the Llama family's, from SmolLM2-135M-Instruct, where llama.cpp's Q8_0 moves the mean KL
+# by 0.0040 and its Q4_K_M by 0.053 (DESIGN.md section 9), rounded up to one significant figure. A folder records
+# its bar with each lossy form (quality.bar_mean_kl); `mha check` judges by it and refuses one above the ceiling.
+BAR_CEILING = {8: 4e-3, 4: 6e-2}
+
+
+def folder_bar(form: Form, recorded: object) -> float | None:
+    """The bar a folder's lossy form is judged by: the one it records, where that is a number in (0, the width's
+    ceiling]; None for anything else (the record check names it)."""
+    ceiling = BAR_CEILING.get(form.bits or 0)
+    if isinstance(recorded, bool) or not isinstance(recorded, (int, float)) or ceiling is None:
+        return None
+    return float(recorded) if 0 < recorded <= ceiling else None
 # int8 and int4 quantize gpt.inplace.onnx and are measured against it: the folder ships it too (`needs`, named).
 DECODER = Form(name="decoder", file=CONCAT_FORM, kind="concat", dtype="fp32", tolerance=EXACT)
 INPLACE = Form(name="inplace", file=INPLACE_FORM, kind="inplace", dtype="fp32", tolerance=EXACT,

@@ -30,7 +30,7 @@ from mha_runtime.artifact.manifest import verify_all
 from mha_runtime.artifact.results import CaseResult
 from mha_runtime.artifact.tolerance import Tolerance, compare
 from mha_runtime.decoder.contract import GGUF_FORM, INPLACE_FORM, PTE_FORM
-from mha_runtime.decoder.forms import FORMS, GGUF_FORMS, PTE
+from mha_runtime.decoder.forms import FORMS, GGUF_FORMS, PTE, folder_bar
 from mha_runtime.decoder.generate import Generator
 from mha_runtime.decoder.golden import (
     GENERATIONS_FILE,
@@ -113,8 +113,10 @@ def judge_quality(folder: Path, manifest: GPTManifest, form: str, measured: Call
         return CaseResult(form, "quality", (0, 0), float("nan"), float("nan"), tolerance, False, first_line(exc))
     error = None
     differs = got.disagreements(recorded) if recorded_here else []
-    if not spec.meets_bar(got.mean_kl):
-        error = f"mean KL divergence {got.mean_kl:.3g} above the bar {spec.max_mean_kl:g}"
+    bar = folder_bar(spec, record.quality.get("bar_mean_kl"))
+    if bar is None or got.mean_kl > bar:
+        error = (f"mean KL divergence {got.mean_kl:.3g} above the bar {bar:g}" if bar is not None else
+                 f"quality.bar_mean_kl {record.quality.get('bar_mean_kl')!r} is not a bar the contract allows")
     elif differs:
         error = f"quality differs from the recorded figures: {'; '.join(differs)}"
     return CaseResult(form, "quality", shape, got.mean_kl, float("nan"), tolerance, error is None, error,

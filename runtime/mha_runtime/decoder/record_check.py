@@ -15,7 +15,7 @@ from typing import Any
 from mha_runtime.artifact.errors import MHAError, first_line
 from mha_runtime.artifact.tolerance import Tolerance
 from mha_runtime.decoder.contract import PTE_FORM
-from mha_runtime.decoder.forms import FORMS, GGUF_FORMS, PTE, Form
+from mha_runtime.decoder.forms import BAR_CEILING, FORMS, GGUF_FORMS, PTE, Form, folder_bar
 from mha_runtime.decoder.golden import generations_file
 from mha_runtime.decoder.graph_plan import MATMUL_NBITS, GraphPlan, Quantized, read_graph_plan
 from mha_runtime.decoder.manifest import GPTArtifact
@@ -62,8 +62,9 @@ def entry_problems(folder: Path, file: str, entry: GPTArtifact) -> list[str]:
 def _lossy_problems(folder: Path, form: Form, entry: GPTArtifact) -> list[str]:
     out = []
     bar = (entry.quality or {}).get("bar_mean_kl")
-    if bar != form.max_mean_kl or isinstance(bar, bool):
-        out.append(f"quality.bar_mean_kl: expected the contract's {form.max_mean_kl:g}, got {bar!r}")
+    if folder_bar(form, bar) is None:
+        out.append(f"quality.bar_mean_kl: expected a bar above 0 and at most the contract's "
+                   f"{BAR_CEILING[form.bits or 0]:g}, got {bar!r}")
     if entry.generations != generations_file(form.file):
         out.append(f"generations: expected {generations_file(form.file)!r} (its own), got {entry.generations!r}")
     plan = entry.quantization or {}

@@ -150,3 +150,7 @@ class Architecture(Protocol):
     HF_DEFAULTS: Mapping[str, int]  # bos_token_id and eos_token_id where a config.json (or nothing) names none
 
     def hf_config(self, cfg: Any, *, tied: bool, eos_id: int | None) -> dict[str, Any]: ...
+
+    # Lossy forms: the family's mean-KL bar by width (8, 4), measured beside llama.cpp on its real model, at most
+    # mha_runtime.decoder.forms.BAR_CEILING; a width it does not name keeps the forms' own bar.
+    LOSSY_BARS: Mapping[int, float]

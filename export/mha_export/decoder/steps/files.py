@@ -19,6 +19,7 @@ from mha_export.decoder.graphs.shared import HEAD_KEY
 from mha_export.decoder.graphs.table import GRAPHS
 from mha_export.decoder.hf_files import write_hf_files
 from mha_export.decoder.lossy.build import LossyOutcome, build_lossy, quality_windows
+from mha_export.decoder.plan import folder_form
 from mha_export.decoder.steps.load import Eager, Loaded
 from mha_export.decoder.steps.plan import Plan
 from mha_export.gguf.build import GGUFOutcome, build_ggufs
@@ -87,7 +88,7 @@ def _lossy(file: str) -> FileRow[Loaded, Built]:
         config = loaded.plan.config
         assert built.windows is not None
         reference = make_session(str(folder / INPLACE_FORM), where=str(folder / INPLACE_FORM))
-        outcome = build_lossy(FORMS[file], loaded.state, config, folder / file, tied=loaded.eager.tied,
+        outcome = build_lossy(folder_form(file, config), loaded.state, config, folder / file, tied=loaded.eager.tied,
                               reference=lambda: decoder_for("inplace", reference, config, INPLACE_FORM),
                               windows=built.windows)
         if outcome.ok:

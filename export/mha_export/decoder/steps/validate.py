@@ -12,6 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from mha_export.decoder.golden import form_generations, write_generations
+from mha_export.decoder.plan import folder_form
 from mha_export.decoder.steps.files import Built
 from mha_export.decoder.validate import validate_form
 from mha_export.gguf.build import GGUFOutcome
@@ -20,7 +21,7 @@ from mha_export.pipeline.run import Stage
 from mha_runtime.artifact.errors import ValidationError
 from mha_runtime.decoder.contract import PTE_FORM
 from mha_runtime.decoder.decoder import decoder_for, make_session
-from mha_runtime.decoder.forms import FORMS, GGUF_FORMS
+from mha_runtime.decoder.forms import GGUF_FORMS
 from mha_runtime.decoder.manifest import GPTArtifact
 
 
@@ -56,7 +57,8 @@ def validate(built: Built, stage: Stage) -> Validated:
 def _judge_form(built: Built, file: str, folder: Path) -> tuple[GPTArtifact, list[str]]:
     """One ONNX form's manifest entry and failures; a lossy form's own golden generations written beside eager's,
     with how it was made and measured."""
-    config, eager, form = built.plan.config, built.eager, FORMS[file]
+    config, eager = built.plan.config, built.eager
+    form = folder_form(file, config)
     assert eager.refs is not None
     # From the path: ONNX Runtime reads the file itself (from bytes, a second copy of the weights would be held
     # while it parses them).

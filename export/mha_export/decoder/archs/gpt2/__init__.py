@@ -279,6 +279,10 @@ def refusal(cfg: GPTConfig, file: str) -> str | None:
     return None
 
 
+# The forms' own bars (mha_runtime.decoder.forms: measured beside llama.cpp on the trained demo GPT-2).
+LOSSY_BARS: Mapping[int, float] = MappingProxyType({})
+
+
 # ---- Hugging Face's clients: config.json as transformers' GPT2Config (decoder/hf_files.py writes it)
 HF_CARRIED = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "initializer_range", "bos_token_id",
               "eos_token_id", "pad_token_id")

@@ -99,6 +99,11 @@ def refusal(cfg: RotaryConfig, file: str) -> str | None:
     return None
 
 
+# SmolLM2-135M-Instruct beside llama.cpp on the same weights and text: its Q8_0 0.0040, its Q4_K_M 0.053 (DESIGN.md
+# section 9), rounded up to one significant figure (the demo GPT-2's bars refused the real model's every plan).
+LOSSY_BARS: Mapping[int, float] = MappingProxyType({8: 4e-3, 4: 6e-2})
+
+
 # ---- Hugging Face's clients: config.json as transformers' LlamaConfig (llama/hf.py writes it)
 HF_CARRIED = ("attention_dropout", "initializer_range", "pretraining_tp", "bos_token_id", "eos_token_id",
               "pad_token_id")

@@ -14,6 +14,7 @@ from typing import Any
 from mha_export.decoder.archs.llama import (
     BUFFERS,
     HF_SIGNATURE,
+    LOSSY_BARS,
     book_shapes,
     describe,
     eager,
@@ -31,7 +32,7 @@ from mha_export.decoder.archs.llama import (
 )
 from mha_export.decoder.archs.llama.config import QWEN3_BOOK_KEYS, Qwen3Config, RotaryConfig
 
-__all__ = ["BUFFERS", "HF_SIGNATURE", "book_shapes", "describe", "eager", "gguf_metadata", "gguf_tensors",
+__all__ = ["BUFFERS", "HF_SIGNATURE", "LOSSY_BARS", "book_shapes", "describe", "eager", "gguf_metadata", "gguf_tensors",
            "graph_pieces", "hf_config", "hf_names", "pte_module", "read_gguf", "read_hf", "refusal"]
 
 NAME = "qwen3"
