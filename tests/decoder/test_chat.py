@@ -137,8 +137,6 @@ def test_a_listed_chat_template_jinja_wins_as_in_transformers(chat_dir: Path, tm
     assert _chat(folder).render(CONVERSATIONS[0]) == want == f"<{QUESTION}>"  # jinja2 drops one trailing newline
 
 
-@pytest.mark.xfail(strict=True, reason="mha export --tokenizer takes tokenizer_config.json only; transformers 5's "
-                   "save_pretrained writes the template to chat_template.jinja, which the export leaves out")
 def test_the_export_keeps_the_template_of_transformers_default_save(tmp_path: Path) -> None:
     folder, run = export_chat_folder(tmp_path, jinja_file=True)
     assert run.returncode == 0, run.stderr
