@@ -32,7 +32,7 @@ from typing import Any
 import click
 
 from benchmarks.llama_peer import kl_base, llama_bench, llama_bin, llama_kl, logits_file_windows
-from mha_export.decoder.lossy.build import HELD_OUT_TEXT, TEXT_WIDTH
+from mha_export.decoder.lossy.build import HELD_OUT_TEXT, TEXT_TOKENS, TEXT_WIDTH
 
 SOURCE_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MADE = ("Q8_0", "Q4_0", "Q4_K_M")  # by llama-quantize from the F32
@@ -174,23 +174,29 @@ def run(folder: Path | None, *, threads: int, rounds: int, quality: bool = True)
     ours: dict[str, Any] = {}
     forms: list[str] = []
     if folder is not None:
+        from mha_runtime.artifact.errors import ArtifactError
         from mha_runtime.decoder.generate import Generator
         from mha_runtime.decoder.quality import load_windows
 
         manifest = Generator(folder, form="gpt.inplace.onnx", threads=threads).manifest
         forms = [f for f in SPEED_PAIRS if f in manifest.artifacts]
-        ids = load_windows(folder, manifest).ids
+        context = manifest.shapes.context_length
         ours["bytes"] = {f: file_bytes(folder / f) for f in forms}
+        try:
+            ids = load_windows(folder, manifest).ids
+        except ArtifactError:  # no lossy form kept, so no golden/quality.json: the windows it would have held
+            ids = None
     else:
-        ids = None
-    width, chunks = (len(ids[0]), len(ids)) if ids else (TEXT_WIDTH, 8)
+        ids, context = None, TEXT_WIDTH
+    width = len(ids[0]) if ids else min(TEXT_WIDTH, context)
+    chunks = len(ids) if ids else -(-TEXT_TOKENS // width)
     with tempfile.TemporaryDirectory(prefix="mha-smollm2-bench-") as tmp:
         work = Path(tmp)
         ggufs, f32_origin = make_ggufs(folder, work)
         peers: dict[str, Any] = {"f32_from": f32_origin, "bytes": {q: p.stat().st_size for q, p in ggufs.items()}}
         if quality:
             peers["quality"] = peer_quality(ggufs, ids, work, width=width, chunks=chunks, threads=threads)
-            if folder is not None:
+            if ids is not None:
                 ours["quality"] = our_quality(folder, forms, threads=threads)
         timed = speeds(folder, forms, ggufs, threads=threads, rounds=rounds)
     ours["speed"] = {f: timed[f] for f in forms}
