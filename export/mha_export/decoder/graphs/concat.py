@@ -8,8 +8,11 @@ turn (query head j reads key/value head j // (H / K), as Hugging Face's repeat_k
 (H / K) * T rows, so no key or value is copied.
 
 `allowed` (B, 1, T, P + T) is computed once: key s is visible to query t when attention_mask[b, s] is 1 and
-s <= P + t. Masked scores are set to float32's lowest finite value, not -inf, so that a row with nothing to
-attend to (left padding) stays finite instead of turning the cache into NaN.
+s <= P + t; for a layer with a sliding window W (Layer.window), once per W, also s > P + t - W. The window counts
+cache columns, as transformers' sliding-window mask counts cache indices: with left padding (the only padding the
+runners make) a real key's column and position differ by the row's padding, so the window is W positions. Masked
+scores are set to float32's lowest finite value, not -inf, so that a row with nothing to attend to (left padding)
+stays finite instead of turning the cache into NaN.
 """
 from __future__ import annotations
 
@@ -19,7 +22,16 @@ import torch
 
 from mha_export.decoder.archs import arch_of
 from mha_export.decoder.archs.protocol import DecoderConfig
-from mha_export.decoder.graphs.shared import Built, Graph, add_bias, add_head, make_model, numpy_state, project
+from mha_export.decoder.graphs.shared import (
+    Built,
+    Graph,
+    add_bias,
+    add_head,
+    attended,
+    make_model,
+    numpy_state,
+    project,
+)
 from mha_runtime.decoder.contract import (
     ATTENTION_MASK,
     INPUT_IDS,
@@ -33,8 +45,9 @@ from mha_runtime.decoder.contract import (
 )
 
 
-def _mask(g: Graph) -> str:
-    """allowed (B, 1, T, S) bool from attention_mask (B, S) and the causal rule s <= S - T + t."""
+def _mask(g: Graph, windows: set[int]) -> dict[int | None, str]:
+    """allowed (B, 1, T, S) bool from attention_mask (B, S) and the causal rule s <= S - T + t (key None), and for
+    each window W also s > S - T + t - W (key W)."""
     t = g.one("Shape", [INPUT_IDS], start=1, end=2)  # (1,) = T
     s = g.one("Shape", [ATTENTION_MASK], start=1, end=2)  # (1,) = S = P + T
     t0, s0 = g.one("Squeeze", [t]), g.one("Squeeze", [s])
@@ -42,10 +55,15 @@ def _mask(g: Graph) -> str:
     one = g.i64("one", 1)
     queries = g.one("Range", [past, s0, one])  # (T,) absolute positions of the new tokens
     keys = g.one("Range", [g.i64("zero", 0), s0, one])  # (S,)
-    causal = g.one("LessOrEqual", [keys, g.one("Unsqueeze", [queries, g.i64("axis_1", [1])])])  # (T, S)
+    column = g.one("Unsqueeze", [queries, g.i64("axis_1", [1])])  # (T, 1)
+    causal = g.one("LessOrEqual", [keys, column])  # (T, S)
     real = g.one("Cast", [ATTENTION_MASK], to=onnx.TensorProto.BOOL)  # (B, S)
     real = g.one("Unsqueeze", [real, g.i64("axes_12", [1, 2])])  # (B, 1, 1, S)
-    return g.one("And", [causal, real])  # (B, 1, T, S)
+    allowed: dict[int | None, str] = {None: g.one("And", [causal, real])}  # (B, 1, T, S)
+    for w in sorted(windows):
+        near = g.one("Greater", [keys, g.one("Sub", [column, g.i64(f"window_{w}", w)])])  # (T, S)
+        allowed[w] = g.one("And", [allowed[None], near])
+    return allowed
 
 
 def concat_model(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bool) -> Built:
@@ -56,7 +74,7 @@ def concat_model(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bo
     arch = arch_of(cfg).graph_pieces(g, w, cfg, fused=False)
     layers = arch.add_weights()
     x = arch.embed(INPUT_IDS, POSITION_IDS)  # (B, T, E)
-    allowed = _mask(g)
+    allowed = _mask(g, {layer.window for layer in layers if layer.window is not None})
     g.i64("split3", [h * d, kv * d, kv * d])
     g.i64("heads_shape", [0, 0, h, d])
     kv_shape = "heads_shape" if kv == h else g.i64("kv_heads_shape", [0, 0, kv, d])
@@ -81,13 +99,13 @@ def concat_model(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bo
         q = g.one("Reshape", [q, "groups_shape"]) if grouped else q
         scores = g.one("Mul", [g.one("MatMul", [q, g.one("Transpose", [keys], perm=[0, 1, 3, 2])]), "scale"])
         scores = g.one("Reshape", [scores, "scores_shape"]) if grouped else scores
-        scores = g.one("Where", [allowed, scores, "lowest"])  # (B, H, T, S)
+        scores = g.one("Where", [allowed[layer.window], scores, "lowest"])  # (B, H, T, S)
         weights = g.one("Softmax", [scores], axis=-1)
         weights = g.one("Reshape", [weights, "weights_shape"]) if grouped else weights
         context = g.one("MatMul", [weights, values])  # (B, H, T, D); grouped (B, K, (H / K) T, D)
         context = g.one("Reshape", [context, "context_shape"]) if grouped else context
         context = g.one("Reshape", [g.one("Transpose", [context], perm=[0, 2, 1, 3]), "merge_shape"])  # (B, T, HD)
-        x = g.one("Add", [x, add_bias(g, project(g, context, layer.out))])
+        x = g.one("Add", [x, add_bias(g, attended(g, arch, context, layer))])
         m = arch.norm(x, layer.norm2)
         x = g.one("Add", [x, add_bias(g, arch.mlp(m, layer))])
     final = arch.norm(x, arch.final_norm())

@@ -27,6 +27,7 @@ from mha_export.decoder.graphs.shared import (
     Projected,
     add_bias,
     add_head,
+    attended,
     make_model,
     numpy_state,
     project,
@@ -71,14 +72,16 @@ def inplace_model(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: b
             x = summed
         qkv = add_bias(g, project(g, a, layer.qkv))  # (B, T, (H + 2K) D)
         given = arch.attention_inputs(qkv, layer)
+        # A sliding window: ONNX Runtime 1.32's local_window_size counts the query's own position (W keys seen).
+        window = {} if layer.window is None else {"local_window_size": layer.window}
         attention = g.one("GroupQueryAttention", [*given.qkv, past_key(i), past_value(i), seqlens, total_max,
                                                   *given.rotary],
                           out=[f"h{i}.attention", present_key(i), present_value(i)], domain=MS,
-                          num_heads=cfg.n_heads, kv_num_heads=cfg.kv_heads, **given.attrs)  # (B, T, HD); causal
+                          num_heads=cfg.n_heads, kv_num_heads=cfg.kv_heads, **given.attrs, **window)  # (B, T, HD)
         if i == cfg.n_layers - 1:  # the rest of the block is position-wise: only the last token goes on
             attention = g.one("Gather", [attention, last_index], axis=1)  # (B, 1, HD)
             x = g.one("Gather", [x, last_index], axis=1)  # (B, 1, E) the residual, skip and bias added in
-        m, summed = arch.skip_norm(x, project(g, attention, layer.out), layer.norm2)
+        m, summed = arch.skip_norm(x, attended(g, arch, attention, layer), layer.norm2)
         assert summed is not None
         x = summed
         skip = arch.mlp(m, layer)

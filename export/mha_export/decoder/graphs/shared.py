@@ -17,7 +17,7 @@ import torch
 from onnx import numpy_helper
 
 from mha_export.attention.graphs.contrib import stamped_model
-from mha_export.decoder.archs.protocol import DecoderConfig
+from mha_export.decoder.archs.protocol import DecoderConfig, Pieces
 from mha_runtime.decoder.contract import META_GPT_CONFIG, META_GPT_CONTRACT, n_inputs
 
 OPSET = 20  # Gelu(approximate="tanh") is opset 20
@@ -85,6 +85,9 @@ class Layer:
     norm2: tuple[str, ...]  # the norm before the MLP
     mlp: tuple[Linear, ...]  # the MLP's projections, in the architecture's order
     extra: tuple[str, ...] = ()  # anything else its pieces read (a q/k norm's parameters)
+    # A local layer's sliding window: it sees the last `window` positions, its own included (None: all of them).
+    window: int | None = None
+    post_attention: tuple[str, ...] = ()  # a norm of the attention's output before the residual add (Gemma's)
 
 
 def project(g: Graph, x: str, linear: Linear) -> Projected:
@@ -95,6 +98,13 @@ def project(g: Graph, x: str, linear: Linear) -> Projected:
 def add_bias(g: Graph, projected: Projected) -> str:
     out, bias = projected
     return out if bias is None else g.one("Add", [out, bias])
+
+
+def attended(g: Graph, arch: Pieces, context: str, layer: Layer) -> Projected:
+    """The out projection of the attention's context (B, T, H * D), normed where the layer has a post-attention
+    norm (its bias then added before the norm)."""
+    out = project(g, context, layer.out)
+    return out if not layer.post_attention else (arch.norm(add_bias(g, out), layer.post_attention), None)
 
 
 def add_head(g: Graph, w: dict[str, np.ndarray], hidden: str, *, tied: bool, matmul: bool = False) -> str:
