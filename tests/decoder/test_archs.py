@@ -30,6 +30,7 @@ from mha_export.decoder.archs import (
     config_from_dict,
     hf_arch,
 )
+from mha_export.decoder.archs.gemma3.config import Gemma3Config
 from mha_export.decoder.archs.gpt2.config import GPTConfig
 from mha_export.decoder.archs.gpt2.graph import GPT2Pieces
 from mha_export.decoder.archs.llama.config import LlamaConfig, Qwen3Config
@@ -47,7 +48,10 @@ SMALL = {"gpt2": GPTConfig(vocab_size=61, context_length=12, emb_dim=16, n_heads
          "llama": LlamaConfig(vocab_size=61, context_length=12, emb_dim=16, n_heads=4, n_layers=2, hidden_dim=24,
                               n_kv_groups=2, rope_base=10_000.0),
          "qwen3": Qwen3Config(vocab_size=61, context_length=12, emb_dim=16, n_heads=4, n_layers=2, hidden_dim=24,
-                              n_kv_groups=2, rope_base=10_000.0, head_dim_=8)}
+                              n_kv_groups=2, rope_base=10_000.0, head_dim_=8),
+         "gemma3": Gemma3Config(vocab_size=61, context_length=12, emb_dim=16, n_heads=4, n_layers=2, hidden_dim=24,
+                                head_dim=8, n_kv_groups=2, rope_base=1e6, rope_local_base=1e4, sliding_window=4,
+                                layer_types=("sliding_attention", "full_attention"), query_pre_attn_scalar=8)}
 FP32 = FORMS[CONCAT_FORM].tolerance  # the fp32 forms' row: every comparison here is held to it
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from mha_export.decoder.archs import gpt2, llama, qwen3
+from mha_export.decoder.archs import gemma3, gpt2, llama, qwen3
 from mha_export.decoder.archs.protocol import Architecture, DecoderConfig
 from mha_runtime.artifact.errors import BadValueError
 
@@ -19,6 +19,7 @@ ARCHS: Mapping[str, Architecture] = MappingProxyType({
     gpt2.NAME: gpt2,
     llama.NAME: llama,
     qwen3.NAME: qwen3,
+    gemma3.NAME: gemma3,
 })
 
 
