@@ -9,18 +9,27 @@ The model is the book's GPTModel of that vocabulary, its weights set so that gre
 ends in "\\n" (a ChatML generation prompt does) with "Paris." and then <|im_end|>: every block's output projections
 are zero (each block passes its input on), the position embedding is zero, and out_head maps the final norm of the
 token embedding of "\\n" to "Paris", of "Paris" to ".", of "." to <|im_end|> (every other row zero). The folder's
-own eos stays GPT-2's <|endoftext|> (50256): a reply ends at <|im_end|> because the template is ChatML.
-"""
+own eos stays GPT-2's <|endoftext|> (50256): a reply ends at <|im_end|>, the special token the template closes each
+turn with, which the export records among the folder's end-of-turn ids (contract.chat.end_of_turn_ids).
+
+The chat tests of every runtime share one export per session (`chat_folder`: a session fixture imported into several
+modules would be one fixture each, one export each), transformers' tokenizer of it (`reference`), and the copy of it
+without a template (`without_template`)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 
 from gpt_sources import vocab_dir
+from helpers import reseal
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
           " + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
@@ -99,3 +108,53 @@ def export_chat_folder(root: Path, *, jinja_file: bool = False) -> tuple[Path, s
                           "--out", str(root / "out"), "--variants", "decoder,inplace"],
                          capture_output=True, text=True, timeout=600)
     return root / "out" / "chat", run
+
+
+_FOLDER: dict[str, Path] = {}
+
+
+def chat_folder(factory: pytest.TempPathFactory) -> Path:
+    """export_chat_folder's folder, exported once per session (read only: copy it to change it)."""
+    if "folder" not in _FOLDER:
+        folder, run = export_chat_folder(factory.mktemp("chat"))
+        assert run.returncode == 0, run.stderr
+        _FOLDER["folder"] = folder
+    return _FOLDER["folder"]
+
+
+@cache
+def reference(folder: Path) -> Any:
+    """transformers' AutoTokenizer of the exported folder: the reference every runtime's rendering is held to."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def chat_text(tok: Any, messages: list[dict[str, str]], template: str | None = None) -> str:
+    """apply_chat_template's text with the generation prompt (the folder's template, or `template`)."""
+    return str(tok.apply_chat_template(messages, chat_template=template, add_generation_prompt=True, tokenize=False))
+
+
+def chat_ids(tok: Any, messages: list[dict[str, str]]) -> list[int]:
+    """apply_chat_template's ids with the generation prompt."""
+    return list(tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=False))
+
+
+def without_template(folder: Path, dest: Path) -> Path:
+    """A copy of `folder` at `dest` whose tokenizer_config.json has no chat_template, resealed."""
+    bare = Path(shutil.copytree(folder, dest, symlinks=True))
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    reseal(bare, "tokenizer_config.json")
+    return bare
+
+
+def before_end_of_turn(folder: Path, dest: Path) -> Path:
+    """A copy of `folder` at `dest` as an export made before contract.chat existed wrote it (manifest.json lists no
+    file of its own: nothing to reseal)."""
+    old = Path(shutil.copytree(folder, dest, symlinks=True))
+    doc = json.loads((old / "manifest.json").read_text())
+    del doc["contract"]["chat"]
+    (old / "manifest.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return old

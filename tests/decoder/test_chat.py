@@ -12,7 +12,18 @@ from typing import Any
 
 import pytest
 
-from chat_sources import CHATML, CONVERSATIONS, ENDOFTEXT, IM_END, REPLY_IDS, TEMPLATES, export_chat_folder
+from chat_sources import (
+    CHATML,
+    CONVERSATIONS,
+    ENDOFTEXT,
+    IM_END,
+    REPLY_IDS,
+    TEMPLATES,
+    chat_folder,
+    export_chat_folder,
+    reference,
+    without_template,
+)
 from helpers import reseal, reseal_json
 from mha_runtime.artifact.errors import ContractError
 from mha_runtime.decoder.chat.folder import FolderChat, folder_chat
@@ -29,9 +40,7 @@ def mha(*args: object) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def chat_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder, run = export_chat_folder(tmp_path_factory.mktemp("chat"))
-    assert run.returncode == 0, run.stderr
-    return folder
+    return chat_folder(tmp_path_factory)
 
 
 def _chat(folder: Path) -> FolderChat:
@@ -40,9 +49,7 @@ def _chat(folder: Path) -> FolderChat:
 
 
 def _reference(folder: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(folder)
+    return reference(folder)
 
 
 def test_the_export_keeps_a_save_pretrained_folders_template(chat_dir: Path) -> None:
@@ -90,8 +97,10 @@ def test_raise_exception_is_one_line_as_transformers_raises_it(chat_dir: Path) -
 
 
 def test_generate_chat_prints_the_reply_and_stops_at_im_end(chat_dir: Path) -> None:
-    """The folder's eos is GPT-2's <|endoftext|>; the reply ends at <|im_end|> (a ChatML template), not printed."""
-    assert json.loads((chat_dir / "manifest.json").read_text())["eos_ids"] == [ENDOFTEXT]
+    """The folder's eos is GPT-2's <|endoftext|>; the reply ends at <|im_end|> (the template closes each turn with
+    it: the export recorded it among the end-of-turn ids), not printed."""
+    doc = json.loads((chat_dir / "manifest.json").read_text())
+    assert doc["eos_ids"] == [ENDOFTEXT] and doc["contract"]["chat"]["end_of_turn_ids"] == [ENDOFTEXT, IM_END]
     assert _chat(chat_dir).stop_ids == (ENDOFTEXT, IM_END)
     shown = mha("generate", chat_dir, "--chat", QUESTION)
     assert shown.returncode == 0, shown.stderr
@@ -109,11 +118,7 @@ def test_refusals_are_one_line(chat_dir: Path, tmp_path: Path) -> None:
     both = mha("generate", chat_dir, "--chat", QUESTION, "--prompt", "Hello")
     assert both.returncode == 2 and both.stderr.count("\n") == 1, both.stderr
     assert "give --chat TEXT or a prompt (--prompt, --prompt-ids), not both" in both.stderr
-    bare = Path(shutil.copytree(chat_dir, tmp_path / "bare", symlinks=True))
-    config = json.loads((bare / "tokenizer_config.json").read_text())
-    del config["chat_template"]
-    (bare / "tokenizer_config.json").write_text(json.dumps(config))
-    reseal(bare, "tokenizer_config.json")
+    bare = without_template(chat_dir, tmp_path / "bare")
     none = mha("generate", bare, "--chat", QUESTION)
     assert none.returncode == 2 and none.stderr.count("\n") == 1 and not none.stdout, none.stderr
     assert f"{bare}: this folder has no chat template" in none.stderr

@@ -1,12 +1,11 @@
 """Chat in JavaScript: runtime/native/common/gpt/chat.mjs with @huggingface/jinja (pinned as transformers.js 4.3.2
 resolves it) renders what transformers' apply_chat_template renders, in Node.js (`mha-node generate --chat`),
 onnxruntime-web in Node.js (`check.mjs generate --chat`) and the browser page's chat box (gpt.html, Debian's
-chromium), and the reply ends at <|im_end|> (a ChatML template; the folder's own eos is GPT-2's). Needs `make
-native-build` and `make web-build`, and /usr/bin/chromium for the page."""
+chromium), and the reply ends at <|im_end|> (the end-of-turn ids the export recorded; the folder's own eos is
+GPT-2's). Needs `make native-build` and `make web-build`, and /usr/bin/chromium for the page."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,28 +14,31 @@ from urllib.parse import quote
 import pytest
 from test_gpt_js import NATIVE, NODE, REPO, RUNNERS, _page
 
-from chat_sources import CONVERSATIONS, ENDOFTEXT, IM_END, REPLY_IDS, TEMPLATES, export_chat_folder
-from helpers import reseal
+import chat_sources
+from chat_sources import (
+    CONVERSATIONS,
+    ENDOFTEXT,
+    IM_END,
+    REPLY_IDS,
+    TEMPLATES,
+    before_end_of_turn,
+    chat_folder,
+    chat_ids,
+    chat_text,
+    without_template,
+)
 
 QUESTION = "What is the capital of France?"
 
 
 @pytest.fixture(scope="module")
 def chat_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder, run = export_chat_folder(tmp_path_factory.mktemp("chat"))
-    assert run.returncode == 0, run.stderr
-    return folder
+    return chat_folder(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def reference(chat_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(chat_dir)
-
-
-def _text(tok: Any, messages: list[dict[str, str]], template: str | None = None) -> str:
-    return str(tok.apply_chat_template(messages, chat_template=template, add_generation_prompt=True, tokenize=False))
+    return chat_sources.reference(chat_dir)
 
 
 def _run(command: list[str], *args: object) -> subprocess.CompletedProcess[str]:
@@ -55,18 +57,16 @@ def test_chat_mjs_renders_what_transformers_renders(package: str, chat_dir: Path
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     for messages, got in zip(CONVERSATIONS, doc["folder"], strict=True):
-        assert got["text"] == _text(reference, messages)
-        assert got["ids"] == list(reference.apply_chat_template(messages, add_generation_prompt=True,
-                                                                return_dict=False))
+        assert got["text"] == chat_text(reference, messages)
+        assert got["ids"] == chat_ids(reference, messages)
     for name, source in TEMPLATES.items():
-        assert doc["templates"][name] == [_text(reference, m, source) for m in CONVERSATIONS], name
+        assert doc["templates"][name] == [chat_text(reference, m, source) for m in CONVERSATIONS], name
     assert doc["stop_ids"] == [ENDOFTEXT, IM_END]
 
 
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
 def test_generate_chat_answers_and_stops_at_im_end(runner: str, chat_dir: Path, reference: Any) -> None:
-    want = list(reference.apply_chat_template([{"role": "user", "content": QUESTION}], add_generation_prompt=True,
-                                              return_dict=False))
+    want = chat_ids(reference, [{"role": "user", "content": QUESTION}])
     for form in ("gpt.onnx", "gpt.inplace.onnx"):
         done = _run(RUNNERS[runner], "generate", chat_dir, "--chat", QUESTION, "--json", "--form", form)
         assert done.returncode == 0, done.stderr
@@ -84,22 +84,19 @@ def test_chat_refusals_are_one_line(runner: str, chat_dir: Path, tmp_path: Path)
     both = _run(RUNNERS[runner], "generate", chat_dir, "--chat", QUESTION, "--prompt", "Hi")
     assert both.returncode == 1 and both.stderr.strip().count("\n") == 0 and not both.stdout, both.stderr
     assert "give --chat TEXT or a prompt (--prompt, --prompt-ids), not both" in both.stderr
-    bare = _without_template(chat_dir, tmp_path)
+    bare = without_template(chat_dir, tmp_path / "bare")
     none = _run(RUNNERS[runner], "generate", bare, "--chat", QUESTION)
     assert none.returncode == 1 and not none.stdout, none.stderr
     assert none.stderr == f"error: {bare}: this folder has no chat template (no chat_template in its " \
                           "tokenizer_config.json, no chat_template.jinja); give a prompt instead\n"
     plain = _run(RUNNERS[runner], "generate", bare, "--prompt", "Hi", "--max-new-tokens", "2")
     assert plain.returncode == 0, plain.stderr  # a prompt needs no template
-
-
-def _without_template(folder: Path, tmp_path: Path) -> Path:
-    bare = Path(shutil.copytree(folder, tmp_path / "bare", symlinks=True))
-    config = json.loads((bare / "tokenizer_config.json").read_text())
-    del config["chat_template"]
-    (bare / "tokenizer_config.json").write_text(json.dumps(config))
-    reseal(bare, "tokenizer_config.json")
-    return bare
+    old = before_end_of_turn(chat_dir, tmp_path / "old")  # exported before contract.chat: Python's line
+    refused = _run(RUNNERS[runner], "generate", old, "--chat", QUESTION)
+    assert refused.returncode == 1 and not refused.stdout, refused.stderr
+    assert refused.stderr == f"error: {old}: the manifest records no end-of-turn ids (contract.chat.end_of_turn_ids: " \
+                             "the folder was exported before it); re-export it to chat with it, or give a prompt\n"
+    assert _run(RUNNERS[runner], "generate", old, "--prompt", "Hi", "--max-new-tokens", "2").returncode == 0
 
 
 def test_the_pages_chat_box_renders_and_answers_as_transformers(chat_dir: Path, reference: Any,
@@ -115,14 +112,13 @@ def test_the_pages_chat_box_renders_and_answers_as_transformers(chat_dir: Path, 
               {"role": "assistant", "content": "Paris."}, {"role": "user", "content": second}]]
     assert doc["mode"] == "chat" and len(doc["turns"]) == 2 and doc["log"] == []
     for turn, messages in zip(doc["turns"], asked, strict=True):
-        assert turn["messages"] == messages and turn["rendered"] == _text(reference, messages)
-        assert turn["prompt_ids"] == list(reference.apply_chat_template(messages, add_generation_prompt=True,
-                                                                        return_dict=False))
+        assert turn["messages"] == messages and turn["rendered"] == chat_text(reference, messages)
+        assert turn["prompt_ids"] == chat_ids(reference, messages)
         assert (turn["ids"], turn["stop"], turn["text"]) == (REPLY_IDS, "eos", "Paris.")
 
 
 def test_the_page_shows_no_chat_box_without_a_template(chat_dir: Path, tmp_path: Path) -> None:
-    bare = _without_template(chat_dir, tmp_path)
+    bare = without_template(chat_dir, tmp_path / "bare")
     code, doc, err = _page(bare, tmp_path, "", tmp_path / "ready.png")
     assert code == 0 and doc["mode"] == "ready" and doc["chat"] is False, err + json.dumps(doc)
     code, doc, err = _page(chat_dir, tmp_path / "with", "", tmp_path / "ready2.png")

@@ -1,7 +1,8 @@
 """`POST /v1/generate` with "messages": rendered with the folder's chat template as transformers'
-apply_chat_template renders them, the reply ending at the template's end of turn (<|im_end|> of a ChatML template
-whose folder's own eos is GPT-2's); a prompt beside messages, or neither, is a 400 of one line. The wire format on
-its own, then a real Ray Serve server on loopback."""
+apply_chat_template renders them, the reply ending at the folder's recorded end of turn (<|im_end|> of a ChatML
+template whose folder's own eos is GPT-2's); a prompt beside messages, or neither, is a 400 of one line; a folder
+exported before its end-of-turn ids were recorded is refused before Ray starts. The wire format on its own, then a
+real Ray Serve server on loopback."""
 from __future__ import annotations
 
 import json
@@ -12,19 +13,28 @@ from typing import Any
 import pytest
 
 from benchmarks.process import ServerProcess
-from chat_sources import CONVERSATIONS, ENDOFTEXT, IM_END, REPLY_IDS, export_chat_folder
+from chat_sources import (
+    CONVERSATIONS,
+    ENDOFTEXT,
+    IM_END,
+    REPLY_IDS,
+    before_end_of_turn,
+    chat_folder,
+    chat_ids,
+    reference,
+)
 from gpt_serving import call, served_answer
-from mha_runtime.artifact.errors import RequestError
+from mha_runtime.artifact.errors import ArtifactError, RequestError
 from mha_runtime.decoder.chat.folder import FolderChat, folder_chat
 from mha_runtime.decoder.generate import Generator
+from mha_runtime.serve.decoder.prepare import prepare_gpt
 from mha_runtime.serve.decoder.wire import generate_body_limit, parse_generate
+from mha_runtime.serve.options import ServeOptions
 
 
 @pytest.fixture(scope="module")
 def chat_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder, run = export_chat_folder(tmp_path_factory.mktemp("chat"))
-    assert run.returncode == 0, run.stderr
-    return folder
+    return chat_folder(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +50,10 @@ def _parse(doc: Any, gen: Generator, chat: FolderChat | None) -> Any:
 
 def test_messages_are_the_templates_ids_and_stop_at_its_end_of_turn(chat_dir: Path,
                                                                     gen_chat: tuple[Generator, FolderChat]) -> None:
-    from transformers import AutoTokenizer
-
     gen, chat = gen_chat
-    tok = AutoTokenizer.from_pretrained(chat_dir)
     for messages in CONVERSATIONS:
         request = _parse({"messages": messages, "max_new_tokens": 4}, gen, chat)
-        assert request.prompt_ids == list(tok.apply_chat_template(messages, add_generation_prompt=True,
-                                                                  return_dict=False))
+        assert request.prompt_ids == chat_ids(reference(chat_dir), messages)
         assert request.stop_ids == (ENDOFTEXT, IM_END)
     plain = _parse({"prompt": "Hello"}, gen, chat)
     assert plain.stop_ids is None and "stop_ids" not in plain.to_json()  # the server's own eos; the load test's body
@@ -78,6 +84,14 @@ def test_messages_without_a_template_and_a_template_that_refuses(gen_chat: tuple
     with pytest.raises(RequestError, match=r"^chat template: roles must alternate$"):
         _parse({"messages": CONVERSATIONS[0]}, gen, strict)
     assert generate_body_limit(gen.shapes) > len(json.dumps({"messages": CONVERSATIONS[2]}))
+
+
+def test_a_folder_made_before_the_end_of_turn_ids_is_refused_before_ray(chat_dir: Path, tmp_path: Path) -> None:
+    old = before_end_of_turn(chat_dir, tmp_path / "old")
+    options = ServeOptions(artifact=old, max_batch=2)
+    with pytest.raises(ArtifactError, match=r"the manifest records no end-of-turn ids \(contract\.chat\."
+                                            r"end_of_turn_ids: the folder was exported before it\)"):
+        prepare_gpt(options)
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,18 @@ differ: no padding); its output is next_token_logits (B, V), the logits of each 
 (mutable buffers [1, H, context_length, D] per layer): forward(input_ids (1, T) int64, input_pos (1,) int64) ->
 next_token_logits (1, V), writing the T new rows at input_pos .. input_pos + T - 1. Its bounds (pte_bounds) are
 in the manifest and are refused before the runtime.
+
+A folder with a chat template records the ids a chat's reply ends at (`contract.chat.end_of_turn_ids`, chat_contract):
+the export finds them (mha_runtime.decoder.chat.turns), every runtime reads them here; a folder without a template
+has no "chat" entry, so its manifest is what it was before the field existed.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from mha_runtime.artifact.errors import ArtifactError
 from mha_runtime.decoder.shapes import DecoderShapes, Shaped
 
 INPUT_IDS = "input_ids"
@@ -116,10 +122,40 @@ def n_inputs(kind: str, config: Shaped) -> int:
     return (3 if kind == "concat" else 2) + 2 * config.n_layers
 
 
-def contract_dict(config: Shaped, *, executorch: bool = False) -> dict[str, Any]:
+# The manifest's contract entry of a folder with a chat template, and its one field.
+CHAT = "chat"
+END_OF_TURN = "end_of_turn_ids"
+
+
+def chat_contract(end_of_turn_ids: Sequence[int]) -> dict[str, Any]:
+    """contract.chat: the ids a reply to a chat (messages rendered with the folder's template) ends at."""
+    return {END_OF_TURN: list(end_of_turn_ids),
+            "stop": "a reply to messages rendered with the folder's chat template ends at the first of these ids: the "
+                    "eos ids, tokenizer_config.json's eos_token and the special token the template closes each "
+                    "turn with"}
+
+
+def read_end_of_turn(contract: dict[str, Any], vocab_size: int, where: str) -> tuple[int, ...] | None:
+    """contract.chat.end_of_turn_ids as ids, or None in a folder made before the field (or without a template);
+    anything else there is one ArtifactError line."""
+    chat = contract.get(CHAT)
+    if chat is None:
+        return None
+    ids = chat.get(END_OF_TURN) if isinstance(chat, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size
+                                            for i in ids):
+        raise ArtifactError(f"{where}: contract.chat.{END_OF_TURN}: expected a list of token ids below "
+                            f"vocab_size {vocab_size}, got {json.dumps(ids)[:60]}")
+    return tuple(ids)
+
+
+def contract_dict(config: Shaped, *, executorch: bool = False,
+                  end_of_turn: Sequence[int] | None = None) -> dict[str, Any]:
     """The contract as the manifest records it, for programs that drive the files without this package; the
-    gpt.pte entry only in a folder that has it."""
+    gpt.pte entry only in a folder that has it, the chat entry only in one with a chat template (`end_of_turn`)."""
     out = _contract_dict(config)
+    if end_of_turn is not None:
+        out[CHAT] = chat_contract(end_of_turn)
     if executorch:
         h, c, d = config.kv_heads, config.context_length, config.head_dim
         out["executorch"] = {"file": PTE_FORM, "signature": pte_signature(config), "bounds": pte_bounds(config),

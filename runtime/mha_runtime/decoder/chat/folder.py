@@ -6,10 +6,9 @@ tokenizer_config.json's "chat_template" (a string, or a list of {name, template}
 transformers and transformers.js take it). The named special tokens come from tokenizer_config.json alone: a
 tokenizer class's own defaults for tokens the file leaves out are not applied.
 
-A reply ends at the first of (stop_ids, in this order): the folder's eos ids (manifest eos_ids: what
-transformers' generate stops at), the id of tokenizer_config.json's eos_token (a chat model's end of turn:
-Llama 3's <|eot_id|>, Qwen's <|im_end|>), and for a ChatML template (one that writes <|im_end|>) the id of
-<|im_end|>. A token counts only where the folder's tokenizer encodes its text as exactly one id.
+A reply ends at the first of the end-of-turn ids the export recorded (contract.chat.end_of_turn_ids; how they are
+found: chat/turns.py). A folder exported before that field, whose template has no recorded end of turn, is refused
+for a chat in one line (re-export it): it still generates from a prompt.
 """
 from __future__ import annotations
 
@@ -21,12 +20,11 @@ from typing import Any
 from mha_runtime.artifact.errors import ArtifactError, ContractError, first_line
 from mha_runtime.artifact.manifest import read_verified
 from mha_runtime.decoder.chat.template import Message, check_messages, named_tokens, render
-from mha_runtime.decoder.contract import TOKENIZER_CONFIG
+from mha_runtime.decoder.contract import END_OF_TURN, TOKENIZER_CONFIG, read_end_of_turn
 from mha_runtime.decoder.manifest import GPTManifest
 from mha_runtime.decoder.tokenizer import GPTTokenizer
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
-CHATML_END = "<|im_end|>"
 
 
 @dataclass(frozen=True)
@@ -68,19 +66,18 @@ def template_source(folder: Path, manifest: GPTManifest) -> tuple[str | None, di
             return read_verified(folder, CHAT_TEMPLATE_FILE, manifest).decode("utf-8"), config
         except UnicodeDecodeError:
             raise ArtifactError(f"{folder / CHAT_TEMPLATE_FILE}: expected UTF-8 text") from None
+    return listed_template(config, str(folder / TOKENIZER_CONFIG)), config
+
+
+def listed_template(config: dict[str, Any], where: str) -> str | None:
+    """tokenizer_config.json's "chat_template": a string, or the "default" of a list of {name, template}; None."""
     listed = config.get("chat_template")
     if isinstance(listed, list):  # several named templates: the default one
         listed = next((t.get("template") for t in listed if isinstance(t, dict) and t.get("name") == "default"), None)
     if listed is not None and not isinstance(listed, str):
-        raise ArtifactError(f"{folder / TOKENIZER_CONFIG}: 'chat_template': expected a string or a list of "
-                            f"{{name, template}} with a 'default', got {type(listed).__name__}")
-    return listed, config
-
-
-def single_id(tokenizer: GPTTokenizer, text: str) -> int | None:
-    """The id of `text` when the tokenizer encodes it as one token, else None."""
-    ids = tokenizer.encode(text)
-    return ids[0] if len(ids) == 1 else None
+        raise ArtifactError(f"{where}: 'chat_template': expected a string or a list of {{name, template}} with a "
+                            f"'default', got {type(listed).__name__}")
+    return listed
 
 
 def folder_chat(folder: Path, manifest: GPTManifest, tokenizer: GPTTokenizer | None) -> FolderChat:
@@ -93,11 +90,11 @@ def folder_chat(folder: Path, manifest: GPTManifest, tokenizer: GPTTokenizer | N
     if tokenizer is None:
         raise ContractError(f"{folder}: this folder has a chat template but no tokenizer (exported without "
                             "--tokenizer); a chat needs one")
-    tokens = named_tokens(config)
-    ends = [tokens.get("eos_token")] + ([CHATML_END] if CHATML_END in source else [])
-    extra = [single_id(tokenizer, t) for t in ends if t]
-    stops = tuple(dict.fromkeys([*manifest.stop_ids, *(i for i in extra if i is not None)]))
-    return FolderChat(template=source, tokens=tokens, stop_ids=stops, tokenizer=tokenizer)
+    stops = read_end_of_turn(manifest.contract, manifest.shapes.vocab_size, str(folder / "manifest.json"))
+    if stops is None:
+        raise ArtifactError(f"{folder}: the manifest records no end-of-turn ids (contract.chat.{END_OF_TURN}: the "
+                            "folder was exported before it); re-export it to chat with it, or give a prompt")
+    return FolderChat(template=source, tokens=named_tokens(config), stop_ids=stops, tokenizer=tokenizer)
 
 
 def user_message(text: str) -> list[Message]:

@@ -5,7 +5,7 @@ from typing import Any
 
 from mha_runtime.artifact.errors import MHAError, ServeError, first_line
 from mha_runtime.artifact.manifest import DECODER_KIND, MANIFEST_NAME, read_verified
-from mha_runtime.decoder.chat.folder import CHAT_TEMPLATE_FILE, template_source
+from mha_runtime.decoder.chat.folder import CHAT_TEMPLATE_FILE, folder_chat, template_source
 from mha_runtime.decoder.contract import TOKENIZER_CONFIG, TOKENIZER_FILE
 from mha_runtime.decoder.forms import FASTEST, FORMS
 from mha_runtime.decoder.generate import MAX_BATCH, Generator
@@ -46,6 +46,8 @@ def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]
     m = gen.manifest
     # A chat template with a tokenizer to encode it: messages are taken (its files shipped, read there again).
     chat = m.tokenizer is not None and template_source(folder, m)[0] is not None
+    if chat:  # a folder exported before its end-of-turn ids were recorded: its one line here, before Ray starts
+        folder_chat(folder, m, gen.tokenizer)
     files = {MANIFEST_NAME: (folder / MANIFEST_NAME).read_bytes()}
     chat_files = [f for f in (TOKENIZER_CONFIG, CHAT_TEMPLATE_FILE) if chat and f in m.files]
     for name in [form] + ([TOKENIZER_FILE] if m.tokenizer is not None else []) + chat_files:

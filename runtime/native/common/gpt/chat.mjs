@@ -6,8 +6,9 @@
 //   string, or the "default" of a list of {name, template});
 // - the variables: messages, tools and documents null, add_generation_prompt true, and the named special tokens of
 //   tokenizer_config.json (a string or an AddedToken's content; extra_special_tokens only when a dict names them);
-// - the stop ids: the folder's eos ids, then tokenizer_config.json's eos_token, then <|im_end|> for a template that
-//   writes it (each only where the tokenizer encodes its text as one id).
+// - the stop ids: the end-of-turn ids the export recorded in the manifest (contract.chat.end_of_turn_ids, defined in
+//   runtime/mha_runtime/decoder/contract.py, found by chat/turns.py); a folder exported before that field is refused
+//   for a chat in one line (re-export it).
 // @huggingface/jinja's Template is transformers' environment already: lstrip_blocks and trim_blocks, one trailing
 // newline dropped, {% generation %} rendered as its body, raise_exception, strftime_now, namespace and tojson. Three
 // differences from jinja2 remain in 0.5.13 (transformers.js has them too): a boolean prints as true/false (Python:
@@ -17,7 +18,7 @@ import { ArtifactError, ContractError, TOKENIZER_CONFIG, firstLine, isObject } f
 import { verifiedBytes, verifiedJson } from './folder.mjs';
 
 export const CHAT_TEMPLATE_FILE = 'chat_template.jinja';
-const CHATML_END = '<|im_end|>';
+const END_OF_TURN = 'end_of_turn_ids';
 const NAMED_TOKENS = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'];
 const cut = (text, limit = 40) => (text.length <= limit ? text : `${text.slice(0, limit)}...`);
 
@@ -92,13 +93,25 @@ export async function loadChat(io, manifest, tokenizer, Template) {
   if (!tokenizer) {
     throw new ContractError(`${io.where}: this folder has a chat template but no tokenizer (exported without --tokenizer); a chat needs one`);
   }
+  const stopIds = endOfTurn(io, manifest);
   const template = compileTemplate(Template, source);
   const tokens = namedTokens(config);
-  const single = (text) => { const ids = tokenizer.encode(text); return ids.length === 1 ? ids[0] : null; };
-  const ends = [tokens.eos_token, ...(source.includes(CHATML_END) ? [CHATML_END] : [])].filter((t) => t);
-  const stopIds = [...new Set([...manifest.stop_ids, ...ends.map(single).filter((i) => i !== null)])];
   const render = (messages, where = 'messages') => renderChat(template, checkMessages(messages, where), tokens);
   return { source, tokens, stopIds, render, encode: (messages, where) => tokenizer.encode(render(messages, where)) };
+}
+
+// contract.chat.end_of_turn_ids (Python's read_end_of_turn and folder_chat, in their words): the ids a reply ends at.
+export function endOfTurn(io, manifest) {
+  const chat = manifest.contract.chat;
+  if (chat === undefined || chat === null) {
+    throw new ArtifactError(`${io.where}: the manifest records no end-of-turn ids (contract.chat.${END_OF_TURN}: the folder was exported before it); re-export it to chat with it, or give a prompt`);
+  }
+  const ids = isObject(chat) ? chat[END_OF_TURN] : undefined;
+  const vocab = manifest.shapes.vocab_size;
+  if (!Array.isArray(ids) || !ids.every((i) => Number.isInteger(i) && i >= 0 && i < vocab)) {
+    throw new ArtifactError(`${io.where}/manifest.json: contract.chat.${END_OF_TURN}: expected a list of token ids below vocab_size ${vocab}, got ${String(JSON.stringify(ids)).slice(0, 60)}`);
+  }
+  return ids;
 }
 
 // The one line for a chat asked of a folder without a template (`mha generate --chat`'s words).
