@@ -38,7 +38,7 @@ __all__ = ["BUFFERS", "HF_SIGNATURE", "book_shapes", "describe", "gguf_metadata"
 
 NAME = "gemma3"
 HF_MODEL_TYPE = "gemma3_text"
-HF_CONFIG_KEY = "query_pre_attn_scalar"  # Gemma3TextConfig's own among the table's families
+HF_CONFIG_KEY = "hidden_activation"  # Gemma3TextConfig's own among the table's (the book's has query_pre_attn_scalar)
 GGUF_ARCH = "gemma3"
 GENAI_TYPE = "gemma3_text"  # onnxruntime-genai 0.18's builder writes Gemma3ForCausalLM as this model type
 BOOK_MODEL = "the book's Gemma3Model"
@@ -88,9 +88,10 @@ def pte_module(model: torch.nn.Module, cfg: Gemma3Config) -> torch.nn.Module:
 
 
 def refusal(cfg: Gemma3Config, file: str) -> str | None:
-    """Why `cfg` cannot have the form `file`: llama.cpp scales queries by the head size (not query_pre_attn_scalar); its Q8_0 and Q4_0 blocks of 32 run along every matrix's input axis
-    (emb_dim, checked for every architecture, the feed-forward width and n_heads * head_dim here). GroupQueryAttention's
-    and llama.cpp's head-size rules are the forms' own."""
+    """Why `cfg` cannot have the form `file`: llama.cpp scales queries by the head size, not by
+    query_pre_attn_scalar; its Q8_0 and Q4_0 blocks of 32 run along every matrix's input axis (emb_dim, checked for
+    every architecture, the feed-forward width and n_heads * head_dim here). GroupQueryAttention's and llama.cpp's
+    head-size rules are the forms' own."""
     if file in (INPLACE_FORM, INT8_FORM, INT4_FORM) and cfg.head_dim % 16:
         # ONNX Runtime 1.32's GroupQueryAttention rotates in the kernel (do_rotary) only at a head size that is a
         # multiple of 16 ("head_size shall be a multiple of 16"); the forms' own rule checks 8.

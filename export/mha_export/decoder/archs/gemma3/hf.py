@@ -121,7 +121,8 @@ def read_hf(source: WeightFile, cfg: Gemma3Config, prefix: str) -> tuple[Tensors
 def hf_config(cfg: Gemma3Config, *, tied: bool, eos_id: int | None) -> dict[str, Any]:
     """transformers' Gemma3TextConfig fields of the model, in the names transformers 4.57 (Optimum 2.1's) and 5
     both read: rope_theta and rope_local_base_freq (5 moves them into rope_parameters on load), layer_types (the
-    config's tuple: a list in JSON) and sliding_window as they are. head_dim is written: transformers.js sizes the cache by it."""
+    config's tuple: a list in JSON) and sliding_window as they are. head_dim is written: transformers.js sizes the
+    cache by it."""
     return {
         "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
         "vocab_size": cfg.vocab_size, "max_position_embeddings": cfg.context_length, "hidden_size": cfg.emb_dim,
