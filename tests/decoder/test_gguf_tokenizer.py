@@ -137,3 +137,60 @@ def test_gemma3s_folder_tokenizer_is_transformers_and_llama_cpps(tmp_path: Path)
         ids = ours.encode(text).ids  # type: ignore[attr-defined]
         assert ids == theirs(text).input_ids == folder(text).input_ids, text
         assert ours.decode(ids, skip_special_tokens=True) == text  # type: ignore[attr-defined]
+
+
+def test_the_pre_name_written_is_llama_cpps_for_the_folders_pre_tokenizer() -> None:
+    """gpt.gguf's tokenizer.ggml.pre from the folder's tokenizer.json: GPT-2's ByteLevel alone, SmolLM2's digits
+    first, and the splits transformers' own GGUF converter writes for llama-bpe and qwen2 (its regex table)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+
+    from mha_export.gguf.write import pre_name
+
+    def doc(pre: object) -> dict[str, object]:
+        tok = Tokenizer(models.BPE(vocab={"a": 0}, merges=[]))
+        tok.pre_tokenizer = pre
+        return json.loads(tok.to_str())
+
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    assert pre_name(doc(byte_level)) == "gpt-2"
+    assert pre_name(doc(pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level]))) == \
+        "smollm"
+    assert pre_name(doc(pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=False), byte_level]))) == \
+        "gpt-2"
+    for name in ("llama-bpe", "qwen2"):
+        split = pre_tokenizers.Split(Regex(GGUF_PRE_TOKENIZER_SPLITS[name]), behavior="isolated")
+        assert pre_name(doc(pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(use_regex=False)]))) == name
+
+
+@needs_llama
+@pytest.mark.parametrize("copied", [True, False])
+def test_llama_cpp_tokenizes_with_our_gpt_gguf_as_with_smollm2s_own(copied: bool, tmp_path: Path) -> None:
+    """A gpt.gguf with SmolLM2's vocabulary (GPT-2's architecture, small random weights: the tokenizer is what is
+    asked): the source's tokenizer keys copied (a folder made from the GGUF), or built from the folder's
+    tokenizer.json and tokenizer_config.json (pre name `smollm`): llama.cpp's ids equal those it gives on the
+    original file over the held-out text and the hard set, and the chat template is the original's."""
+    import gguf
+
+    from gpt_sources import book_model
+    from mha_export.decoder.archs.gpt2.config import GPTConfig
+    from mha_export.decoder.tokenizer import read_tokenizer
+    from mha_export.gguf.write import gguf_tensors, tokenizer_source, vocabulary, write_gguf
+
+    path = _smollm2()
+    cfg = GPTConfig(vocab_size=49152, context_length=32, emb_dim=32, n_heads=2, n_layers=1, drop_rate=0.0,
+                    qkv_bias=True)
+    state = {k: v.detach() for k, v in book_model(cfg, seed=5).state_dict().items() if "mask" not in k}
+    files = read_tokenizer(path, vocab_size=49152, context_length=32, flag="--weights")
+    source = tokenizer_source(path, files) if copied else None
+    assert (source == path) is copied
+    vocab = vocabulary(files.tokenizer_json, 49152, eos_ids=(2,), bos_id=1, config_json=files.config_json,
+                       source=source)
+    ours = tmp_path / "gpt.gguf"
+    write_gguf(ours, gguf_tensors(state, cfg, tied=False), cfg, dtype="fp32", name="s", vocab=vocab)
+    texts = [HELD_OUT.read_bytes().decode("utf-8"), *HARD]
+    assert _llama_ids(ours, texts) == _llama_ids(path, texts)
+    fields = {k: f.contents() for k, f in gguf.GGUFReader(ours).fields.items()}
+    original = {k: f.contents() for k, f in gguf.GGUFReader(path).fields.items()}
+    assert fields["tokenizer.chat_template"] == original["tokenizer.chat_template"]
+    assert (fields["tokenizer.ggml.pre"], fields["tokenizer.ggml.bos_token_id"]) == ("smollm", 1)

@@ -68,13 +68,16 @@ class _Ran:
 def build_ggufs(stage: Path, state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bool, name: str,
                 tokenizer_json: bytes | None, lossy: list[str], cases: list[GoldenGeneration],
                 eager: dict[str, np.ndarray], windows: Windows | None, eos_ids: tuple[int, ...] | None = None,
-                bos_id: int | None = None) -> GGUFOutcome:
+                bos_id: int | None = None, tokenizer_config: bytes | None = None,
+                tokenizer_gguf: Path | None = None) -> GGUFOutcome:
     """Write and run gpt.gguf, then the quant types of the lossy forms built (`lossy`), in the folder `stage`; bos
-    and eos the folder's (`eos_ids`, `bos_id`)."""
+    and eos the folder's (`eos_ids`, `bos_id`); the tokenizer's keys those of `tokenizer_gguf` where the folder's
+    tokenizer came from that GGUF, its chat template `tokenizer_config`'s (gguf.write.vocabulary)."""
     out = GGUFOutcome()
     tensors = gguf_tensors(state, cfg, tied=tied)
     vocab = None if tokenizer_json is None else vocabulary(tokenizer_json, cfg.vocab_size, eos_ids=eos_ids,
-                                                            bos_id=bos_id)
+                                                            bos_id=bos_id, config_json=tokenizer_config,
+                                                            source=tokenizer_gguf)
     chosen = llama_cpp.greedy_cases(cases)
     quants = [GGUF_QUANTS[f] for f in GGUF_QUANTS if f in lossy]
     arch = arch_of(cfg)

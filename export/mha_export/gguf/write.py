@@ -117,22 +117,94 @@ def quant_refusal(cfg: DecoderConfig) -> str | None:
     return None
 
 
+# The tokenizer's GGUF keys: a value, its type and, for an array, its items' type (gguf-py's add_key_value).
+Keys = dict[str, tuple[Any, gguf.GGUFValueType, "gguf.GGUFValueType | None"]]
+# Written from the folder's own bos and eos ids (its manifest's), not copied from a source GGUF.
+FOLDER_IDS = ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")
+# llama.cpp's pre names for a tokenizer.json's split regex as its tokenizer.json files spell it (the "original regex
+# from tokenizer.json" of llama-vocab.cpp): Llama 3's and Qwen2's. Any other pre-tokenizer is written "gpt-2".
+SPLITS = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+    r"\s+(?!\S)|\s+": "llama-bpe",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+    r"\s+(?!\S)|\s+": "qwen2",
+}
+
+
 @dataclass(frozen=True)
 class Vocabulary:
+    """gpt.gguf's tokenizer: GPT-2's byte-level BPE from the folder's tokenizer.json (tokens, types, merges, llama.cpp's
+    pre name for its pre-tokenizer), or the keys of the GGUF the folder's tokenizer was built from (`copied`), and
+    the folder's bos, eos and chat template."""
+
     tokens: list[str]
     types: list[int]
     merges: list[str]
     eos: int | None
     bos: int | None = None
     eot: int | None = None  # a second eos id (a chat model's end of turn): llama.cpp stops at it too
+    pre: str = "gpt-2"
+    chat_template: str | None = None
+    copied: Keys | None = None
+
+
+def pre_name(doc: dict[str, Any]) -> str:
+    """llama.cpp's `tokenizer.ggml.pre` for a tokenizer.json's pre-tokenizer: ByteLevel alone is GPT-2's, each digit
+    split first then ByteLevel SmolLM2's (`smollm`), a Split by a regex SPLITS knows then ByteLevel that name."""
+    pre = doc.get("pre_tokenizer") or {}
+    steps = (pre.get("pretokenizers") or []) if pre.get("type") == "Sequence" else [pre]
+    kinds = [step.get("type") for step in steps]
+    if kinds == ["Digits", "ByteLevel"] and steps[0].get("individual_digits") and steps[1].get("use_regex", True):
+        return "smollm"
+    if kinds == ["Split", "ByteLevel"] and not steps[1].get("use_regex", True):
+        return SPLITS.get((steps[0].get("pattern") or {}).get("Regex"), "gpt-2")
+    return "gpt-2"
+
+
+def source_keys(path: Path, vocab_size: int) -> Keys:
+    """Every `tokenizer.*` key of the GGUF at `path` as it is (the model, pre name, tokens, scores, token types,
+    merges, add_bos and the others, the chat template) but the bos, eos and end-of-turn ids (FOLDER_IDS): llama.cpp
+    tokenizes our gpt.gguf as the original (a SentencePiece vocabulary's scores included)."""
+    reader = gguf.GGUFReader(str(path), "r")
+    keys: Keys = {}
+    for name, field in reader.fields.items():
+        if name.startswith("tokenizer.") and name not in FOLDER_IDS:
+            value = field.contents()
+            sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+            keys[name] = (value.item() if hasattr(value, "item") else value, field.types[0], sub)
+    tokens = keys.get("tokenizer.ggml.tokens", ([], None, None))[0]
+    if len(tokens) != vocab_size:
+        raise ExportError(f"gpt.gguf: {path.name} holds {len(tokens)} tokens, the model's vocab_size is {vocab_size}")
+    return keys
+
+
+def tokenizer_source(weights: Path | None, tokenizer: Any) -> Path | None:
+    """`weights` where it is a GGUF the folder's tokenizer was built from (`tokenizer`: decoder.tokenizer's
+    TokenizerFiles, whose source names that file and its sha256), else None."""
+    from mha_export.gguf.source import is_gguf
+    from mha_runtime.artifact.manifest import sha256_file
+
+    if weights is None or tokenizer is None or not is_gguf(weights):
+        return None
+    said = tokenizer.source.get(Path(weights).name)
+    return Path(weights) if said is not None and said == sha256_file(Path(weights)) else None
 
 
 def vocabulary(tokenizer_json: bytes, vocab_size: int, *, eos_ids: tuple[int, ...] | None = None,
-               bos_id: int | None = None) -> Vocabulary:
+               bos_id: int | None = None, config_json: bytes | None = None, source: Path | None = None
+               ) -> Vocabulary:
     """GPT-2's byte-level BPE from the folder's tokenizer.json, as the converter writes it (tokens by id, special
-    tokens CONTROL, merges as "a b"); bos and eos the folder's (`eos_ids`, `bos_id`: the checkpoint's, as the
-    manifest's), or GPT-2's <|endoftext|> where none are given. llama.cpp keeps one eos and one end-of-turn id: a
-    third eos id and on are the other runtimes' only (docs/gpt.md)."""
+    tokens CONTROL, merges as "a b"), or the tokenizer keys of `source`, the GGUF it was built from; bos and eos the
+    folder's (`eos_ids`, `bos_id`: the checkpoint's, as the manifest's), or GPT-2's <|endoftext|> where none are
+    given; the chat template of its tokenizer_config.json (`config_json`). llama.cpp keeps one eos and one
+    end-of-turn id: a third eos id and on are the other runtimes' only (docs/gpt.md)."""
+    config = json.loads(config_json) if config_json else {}
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    template = template if isinstance(template, str) else None
+    if source is not None:
+        eos_ids = eos_ids or ()
+        return Vocabulary([], [], [], eos_ids[0] if eos_ids else None, bos_id, eos_ids[1] if len(eos_ids) > 1 else None,
+                          chat_template=template, copied=source_keys(source, vocab_size))
     doc = json.loads(tokenizer_json)
     model = doc.get("model") or {}
     if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
@@ -149,7 +221,8 @@ def vocabulary(tokenizer_json: bytes, vocab_size: int, *, eos_ids: tuple[int, ..
         gpt2 = GPT2_EOS_ID if by_id.get(GPT2_EOS_ID, ("", 0))[0] == "<|endoftext|>" else None
         eos_ids, bos_id = (() if gpt2 is None else (gpt2,)), gpt2
     return Vocabulary([by_id[i][0] for i in range(vocab_size)], [by_id[i][1] for i in range(vocab_size)], merges,
-                      eos_ids[0] if eos_ids else None, bos_id, eos_ids[1] if len(eos_ids) > 1 else None)
+                      eos_ids[0] if eos_ids else None, bos_id, eos_ids[1] if len(eos_ids) > 1 else None,
+                      pre_name(doc), template)
 
 
 class _Writer(gguf.GGUFWriter):
@@ -167,6 +240,30 @@ class _Writer(gguf.GGUFWriter):
         return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
+def _write_vocabulary(w: gguf.GGUFWriter, vocab: Vocabulary) -> None:
+    """The tokenizer's keys: a source GGUF's as they were, or GPT-2's BPE with the folder's pre name; then the
+    folder's bos and eos; then the chat template where the source's keys did not hold it."""
+    copied = vocab.copied or {}
+    for key, (value, vtype, sub) in copied.items():
+        w.add_key_value(key, value, vtype, sub)
+    if not copied:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(vocab.pre)
+        w.add_token_list(vocab.tokens)
+        w.add_token_types(vocab.types)
+        w.add_token_merges(vocab.merges)
+    if vocab.bos is not None:
+        w.add_bos_token_id(vocab.bos)
+    if vocab.eos is not None:
+        w.add_eos_token_id(vocab.eos)
+    if vocab.eot is not None:
+        w.add_eot_token_id(vocab.eot)
+    if not copied:
+        w.add_add_bos_token(False)  # GPT-2 and the book put nothing before the prompt
+    if vocab.chat_template is not None and "tokenizer.chat_template" not in copied:
+        w.add_chat_template(vocab.chat_template)
+
+
 def write_gguf(path: Path, tensors: dict[str, np.ndarray], cfg: DecoderConfig, *, dtype: str, name: str,
                vocab: Vocabulary | None, keep: dict[str, gguf.GGMLQuantizationType] | None = None) -> Written:
     """One GGUF file: the architecture's keys, the tokenizer (or, without one, llama.cpp's "none" vocabulary of
@@ -180,18 +277,7 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], cfg: DecoderConfig, *
         w.add_tokenizer_model("none")
         w.add_vocab_size(cfg.vocab_size)
     else:
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("gpt-2")
-        w.add_token_list(vocab.tokens)
-        w.add_token_types(vocab.types)
-        w.add_token_merges(vocab.merges)
-        if vocab.bos is not None:
-            w.add_bos_token_id(vocab.bos)
-        if vocab.eos is not None:
-            w.add_eos_token_id(vocab.eos)
-        if vocab.eot is not None:
-            w.add_eot_token_id(vocab.eot)
-        w.add_add_bos_token(False)  # GPT-2 and the book put nothing before the prompt
+        _write_vocabulary(w, vocab)
     types: dict[str, str] = {}
     head, keep = head_tensor(tensors), keep or {}
     for tensor_name, array in tensors.items():

@@ -23,6 +23,7 @@ from mha_export.decoder.plan import folder_form
 from mha_export.decoder.steps.load import Eager, Loaded
 from mha_export.decoder.steps.plan import Plan
 from mha_export.gguf.build import GGUFOutcome, build_ggufs
+from mha_export.gguf.write import tokenizer_source
 from mha_export.pipeline.builders import FileRow, always, write_files, write_weights
 from mha_export.pipeline.run import Stage
 from mha_runtime.decoder.contract import (
@@ -108,7 +109,9 @@ def _ggufs(loaded: Loaded, built: Built, folder: Path) -> Built:
     outcome = build_ggufs(folder, loaded.state, plan.config, tied=eager.tied, name=plan.name,
                           tokenizer_json=None if plan.tokenizer is None else plan.tokenizer.tokenizer_json,
                           lossy=list(built.lossy), cases=cases, eager=logits, windows=built.windows,
-                          eos_ids=plan.origin.eos_ids, bos_id=plan.origin.bos_id)
+                          eos_ids=plan.origin.eos_ids, bos_id=plan.origin.bos_id,
+                          tokenizer_config=None if plan.tokenizer is None else plan.tokenizer.config_json,
+                          tokenizer_gguf=tokenizer_source(plan.weights, plan.tokenizer))
     built = replace(built, gguf=outcome, notes=(*built.notes, *outcome.notes))
     return _missed(built, outcome.misses, lenient=plan.forms.lenient)
 
