@@ -230,9 +230,10 @@ def test_the_search_tries_fast_then_fine_keeping_more_and_keeps_the_roles_in_eve
     ranking = ["h1.fc.weight", HEAD, "h0.qkv.weight", "h1.proj.weight"]
     method = METHODS["matmulnbits-4"]
     tried = method.plans(ranking, [0, 1, 2])
-    assert tried[0] == method.fast(ranking) and tried[1] == method.fine(ranking)
-    assert [list(p.kept) for p in tried[1:]] == [[], ["h1.fc.weight"], ["h1.fc.weight", HEAD]]
-    assert {p.kept.get("h1.fc.weight") for p in tried[2:]} == {method.higher}
+    assert tried[0] == method.fast(ranking) and tried[1] == method.offset_plan(ranking)  # the 4-bit row's offsets
+    assert tried[2] == method.fine(ranking)
+    assert [list(p.kept) for p in tried[2:]] == [[], ["h1.fc.weight"], ["h1.fc.weight", HEAD]]
+    assert {p.kept.get("h1.fc.weight") for p in tried[3:]} == {method.higher}
     edges = replace(method, stays_higher=("first", "last"))
     for plan in edges.plans(ranking, [0, 2]):
         assert {w for w, p in plan.kept.items() if p == method.higher} >= {"h0.qkv.weight", "h1.fc.weight",
