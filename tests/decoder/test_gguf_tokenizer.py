@@ -72,8 +72,8 @@ def test_a_digits_first_pre_name_splits_each_digit_as_llama_cpp_does() -> None:
 
     tok = _backend(pre_tokenizers.ByteLevel(add_prefix_space=False))
     llama_cpp_split(tok, "gpt2", "smollm")
-    pieces = [p for p, _ in tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("In 2024, x12")]
-    assert pieces == ["In", "Ġ", "2", "0", "2", "4", ",", "Ġx", "1", "2"]
+    pieces = [p for p, _ in tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str("In 2024, x12 ٣½")]
+    assert pieces == ["In", "Ġ", "2", "0", "2", "4", ",", "Ġx", "1", "2", "Ġ", "Ù£", "Â½"]  # every numeral alone
     assert {"smollm", "starcoder", "command-r"} <= DIGITS_FIRST and "gpt-2" not in DIGITS_FIRST
 
 
@@ -158,6 +158,8 @@ def test_the_pre_name_written_is_llama_cpps_for_the_folders_pre_tokenizer() -> N
         "smollm"
     assert pre_name(doc(pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=False), byte_level]))) == \
         "gpt-2"
+    numerals = pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated")  # what the export writes for smollm
+    assert pre_name(doc(pre_tokenizers.Sequence([numerals, byte_level]))) == "smollm"
     for name in ("llama-bpe", "qwen2"):
         split = pre_tokenizers.Split(Regex(GGUF_PRE_TOKENIZER_SPLITS[name]), behavior="isolated")
         assert pre_name(doc(pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(use_regex=False)]))) == name

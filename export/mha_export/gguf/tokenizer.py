@@ -14,7 +14,7 @@ Decisions:
 - The pre-tokenizer is llama.cpp's for the file's `tokenizer.ggml.pre` where transformers' converter has none of
   its own for that name (DIGITS_FIRST): llama.cpp keys its split regexes by that name (llama-vocab.cpp), and a
   `gpt2` file whose name transformers does not know gets GPT-2's ByteLevel split alone. SmolLM2's `smollm` splits
-  digits one by one first, as its own tokenizer.json does (Digits then ByteLevel); without it the ids part from
+  each numeral alone first, as its own tokenizer.json does (Digits then ByteLevel); without it the ids part from
   llama.cpp's on numbers (docs/measurements/smollm2.md).
 - transformers is the tests' dependency, not the export's: without it, one line says to install it or give
   --tokenizer.
@@ -35,7 +35,10 @@ TRANSFORMERS = "transformers==5.24.0"  # the version the tests pin (pyproject.to
 SPECIAL = ("bos_token", "eos_token", "unk_token", "pad_token")
 # llama.cpp's pre names whose regexes are `\p{N}` (each digit alone) then GPT-2's (llama-vocab.cpp: SMOLLM,
 # STARCODER, REFACT, COMMAND_R, CODESHELL, EXAONE, MINERVA, MELLUM2), where transformers' converter leaves GPT-2's
-# ByteLevel split alone. `tokenizers`' Digits(individual_digits=True) splits on Unicode numerics, as `\p{N}` does.
+# ByteLevel split alone. Written as a Split by that regex, not as Digits(individual_digits=True) (SmolLM2's own
+# tokenizer.json): Python's `tokenizers` splits both on every Unicode numeral, but the JS library's Digits matches
+# `\d`, ASCII digits only ("٣" or "½" then tokenize otherwise in Node, wasm and the page); its Split takes `\p{N}`.
+NUMERAL = r"\p{N}"
 DIGITS_FIRST = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b",
                           "mellum2"})
 
@@ -56,7 +59,7 @@ def gguf_tokenizer(path: Path, fields: dict[str, Any], *, context_length: int, f
 def llama_cpp_split(tok: Any, model: str | None, pre: str | None) -> None:
     """Give the converted tokenizer (a transformers tokenizer) llama.cpp's pre-tokenizer for `pre` where the
     converter's is GPT-2's ByteLevel split alone and llama.cpp's splits digits first (DIGITS_FIRST)."""
-    from tokenizers import pre_tokenizers
+    from tokenizers import Regex, pre_tokenizers
 
     backend = tok.backend_tokenizer
     current = json.loads(backend.to_str()).get("pre_tokenizer") or {}
@@ -64,7 +67,8 @@ def llama_cpp_split(tok: Any, model: str | None, pre: str | None) -> None:
         return
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=bool(current.get("add_prefix_space")),
                                           trim_offsets=bool(current.get("trim_offsets", True)), use_regex=True)
-    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    numerals = pre_tokenizers.Split(Regex(NUMERAL), behavior="isolated")
+    backend.pre_tokenizer = pre_tokenizers.Sequence([numerals, byte_level])
 
 
 @lru_cache(maxsize=2)  # the plan checks it, the export's plan step builds it: the same file, converted once

@@ -29,6 +29,7 @@ import torch
 from mha_export.decoder.archs import arch_of
 from mha_export.decoder.archs.gpt2.config import GPT2_EOS_ID
 from mha_export.decoder.archs.protocol import DecoderConfig
+from mha_export.gguf.tokenizer import NUMERAL
 from mha_runtime.artifact.errors import ExportError
 from mha_runtime.decoder.forms import Form
 
@@ -149,12 +150,15 @@ class Vocabulary:
 
 
 def pre_name(doc: dict[str, Any]) -> str:
-    """llama.cpp's `tokenizer.ggml.pre` for a tokenizer.json's pre-tokenizer: ByteLevel alone is GPT-2's, each digit
-    split first then ByteLevel SmolLM2's (`smollm`), a Split by a regex SPLITS knows then ByteLevel that name."""
+    """llama.cpp's `tokenizer.ggml.pre` for a tokenizer.json's pre-tokenizer: ByteLevel alone is GPT-2's, each numeral
+    split first (Digits, or a Split by `\\p{N}`) then ByteLevel SmolLM2's (`smollm`), a Split by a regex SPLITS knows
+    then ByteLevel that name."""
     pre = doc.get("pre_tokenizer") or {}
     steps = (pre.get("pretokenizers") or []) if pre.get("type") == "Sequence" else [pre]
     kinds = [step.get("type") for step in steps]
-    if kinds == ["Digits", "ByteLevel"] and steps[0].get("individual_digits") and steps[1].get("use_regex", True):
+    numerals = steps[0].get("individual_digits") if kinds[:1] == ["Digits"] else \
+        (steps[0].get("pattern") or {}).get("Regex") == NUMERAL and steps[0].get("behavior") == "Isolated"
+    if kinds in (["Digits", "ByteLevel"], ["Split", "ByteLevel"]) and numerals and steps[1].get("use_regex", True):
         return "smollm"
     if kinds == ["Split", "ByteLevel"] and not steps[1].get("use_regex", True):
         return SPLITS.get((steps[0].get("pattern") or {}).get("Regex"), "gpt-2")
