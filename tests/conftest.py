@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from fresh_export import this_trees_export
 from helpers import MID, REPO
 from mha_export.attention.pipeline.export import export_preset
 
@@ -52,44 +53,12 @@ def mid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _this_trees_export(name: str) -> Path | None:
-    """artifacts/<name> when it is what this tree's `mha export` writes, else None. `make test` exports seed,
-    gpt2-small and gpt-mini there (for native-test and web-test) minutes before pytest, and mid beside them; a
-    second export of them was about two minutes of the suite (docs/measurements/tests.md). Taken only when the
-    folder holds exactly the manifest's files, each as the manifest says, the artifacts are the pinned bytes
-    (tests/data/preset_digests.json; a fresh export must equal them: test_golden.py), the manifest is newer
-    than every source file of both packages (make's rule: an edit means a fresh export), and torch, onnx and
-    onnxruntime (and ExecuTorch, for a GPT folder with gpt.pte) are the versions installed here. The tests that get
-    it only read it (those that alter a folder take a copy: seed_copy)."""
-    import json
-
-    from helpers import PRESET_DIGESTS, preset_digests
-    from mha_export.pipeline.seal import versions
-    from mha_runtime.artifact.errors import ArtifactError
-    from mha_runtime.artifact.manifest import folder_kind, verify_all
-    from mha_runtime.attention.manifest import load_manifest
-    from mha_runtime.decoder.manifest import load_gpt_manifest
-
-    folder = REPO / "artifacts" / name
-    try:
-        gpt = folder_kind(folder) == "decoder"
-        manifest = load_gpt_manifest(folder) if gpt else load_manifest(folder)
-        verify_all(folder, manifest)  # both kinds list their files the same way
-    except ArtifactError:
-        return None
-    held = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    if held != {*manifest.files, "manifest.json"}:
-        return None
-    sources = [*(REPO / "runtime" / "mha_runtime").rglob("*.py"), *(REPO / "export" / "mha_export").rglob("*.py"),
-               REPO / "runtime" / "pyproject.toml", REPO / "export" / "pyproject.toml"]
-    newest = max(p.stat().st_mtime for p in sources)
-    installed = versions()
-    if "executorch" in manifest.versions:
-        from importlib.metadata import version
-
-        installed["executorch"] = version("executorch")
-    fresh = (folder / "manifest.json").stat().st_mtime > newest and manifest.versions == installed
-    pinned = preset_digests(folder) == json.loads(PRESET_DIGESTS.read_text())[name]
-    return folder if fresh and pinned else None
+    """artifacts/<name> when it is what this tree's `mha export` writes and its artifacts are the pinned bytes
+    (tests/fresh_export.py), else None. `make test` exports seed, gpt2-small and gpt-mini there (for native-test and
+    web-test) minutes before pytest, and mid beside them; a second export of them was about two minutes of the suite
+    (docs/measurements/tests.md). The tests that get it only read it (those that alter a folder take a copy:
+    seed_copy)."""
+    return this_trees_export(REPO / "artifacts" / name, pinned=True)
 
 
 @pytest.fixture(scope="session")

