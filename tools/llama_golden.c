@@ -9,8 +9,9 @@
  *   generate N ID...   prefill the prompt ids, then N greedy steps (argmax of llama.cpp's logits, the first
  *                      maximum): {"ids": [N new ids]}; the first step's logits (one row) go to LOGITS.bin
  *   score FIRST ID...  the ids in one batch: {"rows": K}; the logits at positions FIRST .. n-1 (K rows)
- *   tokenize HEX       the UTF-8 text (hex) by the GGUF's own tokenizer, no BOS, special tokens as text:
- *                      {"ids": [...]}
+ *   tokenize HEX       the UTF-8 text (hex) by the GGUF's own tokenizer, special tokens as text, with the BOS
+ *                      where the file's tokenizer.ggml.add_bos_token says so (llama.cpp's add_special, as a
+ *                      folder's tokenizer.json post-processor puts Gemma's <bos> first): {"ids": [...]}
  * The first line printed is {"n_vocab": V, "n_ctx_train": C}. Any failure: one line on stderr, exit 1.
  * --kv f32 (the default): a float32 key/value cache and no flash attention, so the logits differ from the
  * model's own only by llama.cpp's kernels; --kv default: llama.cpp's defaults (float16 cache), what its tools run.
@@ -159,7 +160,7 @@ int main(int argc, char **argv) {
             int cap = (int)(hex / 2) + 8;
             llama_token *toks = malloc(sizeof(llama_token) * (size_t)cap);
             if (!toks) die("out of memory");
-            int n = llama_tokenize(vocab, text, (int32_t)(hex / 2), toks, cap, false, false);
+            int n = llama_tokenize(vocab, text, (int32_t)(hex / 2), toks, cap, true, false);
             if (n < 0) die("tokenize failed");
             printf("{\"ids\": [");
             for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", toks[i]);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -45,6 +46,35 @@ def _folder_tokenizer(path: Path) -> tuple[object, dict[str, object]]:
 
     data, config = gguf_tokenizer(path, metadata(path), context_length=512, flag="--weights")
     return Tokenizer.from_str(data.decode()), json.loads(config)
+
+
+# runtime/native/common/gpt/tokenizer.mjs's loadTokenizer on a folder's two files (listed as a manifest lists them),
+# through the Node runner's @huggingface/tokenizers: each text's ids with the post-processor's specials and without.
+JS_ENCODE = """
+const fs = require('fs'), crypto = require('crypto');
+const { gpt } = require('./runtime/native/node/gpt.js');
+const { Tokenizer } = require('./runtime/native/node/node_modules/@huggingface/tokenizers');
+const [dir, size, texts] = [process.argv[1], Number(process.argv[2]), JSON.parse(fs.readFileSync(process.argv[3]))];
+const names = ['tokenizer.json', 'tokenizer_config.json'];
+const files = Object.fromEntries(names.map((n) => { const b = fs.readFileSync(`${dir}/${n}`);
+  return [n, { size: b.length, sha256: crypto.createHash('sha256').update(b).digest('hex') }]; }));
+const io = { where: dir, bytes: async (n) => new Uint8Array(fs.readFileSync(`${dir}/${n}`)),
+  sha256: async (b) => crypto.createHash('sha256').update(b).digest('hex') };
+const manifest = { tokenizer: { file: names[0] }, files, shapes: { vocab_size: size } };
+gpt.loadTokenizer(io, manifest, Tokenizer).then((tok) => console.log(JSON.stringify(
+  texts.map((t) => ({ ids: tok.encode(t), plain: tok.encode(t, false), text: tok.decode(tok.encode(t, false)) })))));
+"""
+
+
+def _js_encode(tok: object, config: dict[str, object], size: int, texts: list[str], tmp: Path) -> list[dict]:
+    import subprocess
+
+    (tmp / "tokenizer.json").write_text(tok.to_str())  # type: ignore[attr-defined]
+    (tmp / "tokenizer_config.json").write_text(json.dumps(config))
+    (tmp / "texts.json").write_text(json.dumps(texts))
+    done = subprocess.run(["node", "-e", JS_ENCODE, str(tmp), str(size), str(tmp / "texts.json")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
 def _llama_ids(path: Path, texts: list[str]) -> list[list[int]]:
@@ -100,17 +130,21 @@ def test_a_split_the_converter_set_is_kept() -> None:
 
 
 @needs_llama
-def test_smollm2s_folder_tokenizer_is_llama_cpps_over_the_held_out_text() -> None:
+def test_smollm2s_folder_tokenizer_is_llama_cpps_over_the_held_out_text(tmp_path: Path) -> None:
     """Before the digits split, the ids parted from llama.cpp's at token 16,122 of the held-out text (26,285 against
-    26,282): every id now, and the hard set's."""
+    26,282): every id now, and the hard set's, in Python and in the JS runners' tokenizer; no BOS (add_bos false:
+    the post-processor adds nothing, llama.cpp neither)."""
     path = _smollm2()
     ours, config = _folder_tokenizer(path)
     texts = [HELD_OUT.read_bytes().decode("utf-8"), *HARD]
-    for text, want in zip(texts, _llama_ids(path, texts), strict=True):
-        got = ours.encode(text, add_special_tokens=False).ids  # type: ignore[attr-defined]
+    js = _js_encode(ours, config, 49152, texts, tmp_path) if shutil.which("node") else None
+    for i, (text, want) in enumerate(zip(texts, _llama_ids(path, texts), strict=True)):
+        got = ours.encode(text).ids  # type: ignore[attr-defined]
         first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
         assert got == want, (text[:40], first, len(got), len(want))
         assert ours.decode(got, skip_special_tokens=False) == text  # type: ignore[attr-defined]
+        if js is not None:  # Node, wasm and the page's tokenizer (non-ASCII numerals too)
+            assert js[i]["ids"] == js[i]["plain"] == want and js[i]["text"] == text, text[:40]
     assert config["add_bos_token"] is False
 
 
@@ -124,18 +158,27 @@ def test_gemma3s_folder_tokenizer_is_transformers_and_llama_cpps(tmp_path: Path)
     from llama.cpp's tokenizer alone (vocab_only) are recorded in docs/measurements/gguf_tokenizers.md."""
     from transformers import AutoTokenizer
 
+    from mha_runtime.decoder.tokenizer import GPTTokenizer
+
     ours, config = _folder_tokenizer(GEMMA3)
     assert (config["bos_token"], config["eos_token"], config["add_bos_token"]) == ("<bos>", "<eos>", True)
     assert "chat_template" not in config  # the base model's file has none
-    (tmp_path / "tokenizer.json").write_text(ours.to_str())  # type: ignore[attr-defined]
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "tokenizer.json").write_text(ours.to_str())  # type: ignore[attr-defined]
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(config))
     theirs = AutoTokenizer.from_pretrained(str(GEMMA3.parent), gguf_file=GEMMA3.name, local_files_only=True)
-    folder = AutoTokenizer.from_pretrained(str(tmp_path))
+    folder = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     golden = "The history of the Roman Empire"
     assert ours.encode(golden).ids == [2, 818, 4083, 529, 506, 10995, 23436]  # type: ignore[attr-defined]
-    for text in (golden, *HARD):
+    runtime = GPTTokenizer(ours.to_str().encode(), vocab_size=262144, where="gemma3")  # type: ignore[attr-defined]
+    texts = [golden, *HARD]
+    js = _js_encode(ours, config, 262144, texts, tmp_path) if shutil.which("node") else None
+    for i, text in enumerate(texts):
         ids = ours.encode(text).ids  # type: ignore[attr-defined]
-        assert ids == theirs(text).input_ids == folder(text).input_ids, text
+        assert ids == theirs(text).input_ids == folder(text).input_ids == runtime.encode(text), text
+        assert ids[0] == 2 and runtime.encode(text, specials=False) == ids[1:]  # a chat template writes its own
+        if js is not None:
+            assert (js[i]["ids"], js[i]["plain"], js[i]["text"]) == (ids, ids[1:], text), text
         assert ours.decode(ids, skip_special_tokens=True) == text  # type: ignore[attr-defined]
 
 

@@ -88,15 +88,17 @@ class GPTTokenizer:
         if problem is not None:
             raise ArtifactError(f"{where}: {problem}")
 
-    def encode(self, text: str) -> list[int]:
-        """Ids of `text`; text that is not Unicode (a lone surrogate, as a shell passes undecodable bytes) is one
-        ContractError line."""
+    def encode(self, text: str, *, specials: bool = True) -> list[int]:
+        """Ids of `text`, with what tokenizer.json's own post-processor puts around a prompt (`specials`: Gemma's
+        TemplateProcessing puts its <bos> first, as transformers' tokenizer(text) does; GPT-2's and SmolLM2's put
+        nothing); specials=False for a rendered chat template, which writes the ones it wants. Text that is not
+        Unicode (a lone surrogate, as a shell passes undecodable bytes) is one ContractError line."""
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ContractError(f"prompt: expected text (valid Unicode), got a lone surrogate {text[exc.start]!r} "
                                 f"at character {exc.start}") from None
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
+        return list(self._tok.encode(text, add_special_tokens=specials).ids)
 
     def decode(self, ids: list[int]) -> str:
         return str(self._tok.decode(ids, skip_special_tokens=False))

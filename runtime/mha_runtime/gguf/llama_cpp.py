@@ -112,7 +112,8 @@ def score(ids: list[int], first: int) -> str:
 
 
 def tokenize(text: str) -> str:
-    """The GGUF's own tokenizer on `text` (no BOS, special tokens' text as text)."""
+    """The GGUF's own tokenizer on `text` (the BOS where the file's add_bos_token says so, special tokens' text as
+    text)."""
     return "tokenize " + text.encode("utf-8").hex()
 
 

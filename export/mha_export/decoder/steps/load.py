@@ -100,4 +100,5 @@ def _encoder(tokenizer_json: bytes) -> Callable[[str], list[int]]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
-    return lambda text: list(tok.encode(text, add_special_tokens=False).ids)
+    # With tokenizer.json's own post-processor, as every runtime encodes a prompt (Gemma's <bos> first).
+    return lambda text: list(tok.encode(text).ids)
