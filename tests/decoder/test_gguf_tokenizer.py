@@ -239,3 +239,39 @@ def test_llama_cpp_tokenizes_with_our_gpt_gguf_as_with_smollm2s_own(copied: bool
     original = {k: f.contents() for k, f in gguf.GGUFReader(path).fields.items()}
     assert fields["tokenizer.chat_template"] == original["tokenizer.chat_template"]
     assert (fields["tokenizer.ggml.pre"], fields["tokenizer.ggml.bos_token_id"]) == ("smollm", 1)
+
+
+@needs_llama
+@needs_gemma3
+@pytest.mark.slow  # the 262,144-token vocabulary converted, parsed and written: about four minutes on two cores
+def test_llama_cpp_tokenizes_with_our_gemma3_gpt_gguf_as_the_folder_does(tmp_path: Path) -> None:
+    """A gemma3 gpt.gguf (small random weights, Gemma 3 270M's vocabulary: its tokenizer keys copied, scores and
+    add_bos included): llama.cpp's tokenizer on it gives the folder tokenizer's ids, <bos> first, over the held-out
+    text and the hard set (llama.cpp on the original file gives the same: docs/measurements/gguf_tokenizers.md; its
+    32,768-token context is more than mha-llama-golden can allocate here)."""
+    import gguf
+
+    from mha_export.decoder.archs.gemma3.config import Gemma3Config, pattern_layers
+    from mha_export.decoder.eager import seeded_gpt
+    from mha_export.decoder.tokenizer import read_tokenizer
+    from mha_export.gguf.write import gguf_tensors, tokenizer_source, vocabulary, write_gguf
+
+    cfg = Gemma3Config(vocab_size=262144, context_length=64, emb_dim=32, n_heads=2, n_layers=2, hidden_dim=64,
+                       head_dim=16, n_kv_groups=1, rope_base=1e6, rope_local_base=1e4, sliding_window=8,
+                       layer_types=pattern_layers(2, 6), query_pre_attn_scalar=16, qk_norm=True, rms_norm_eps=1e-6,
+                       dtype="float32")
+    state = {k: v.detach() for k, v in seeded_gpt(cfg).state_dict().items()}
+    files = read_tokenizer(GEMMA3, vocab_size=262144, context_length=64, flag="--weights")
+    vocab = vocabulary(files.tokenizer_json, 262144, eos_ids=(1,), bos_id=2, config_json=files.config_json,
+                       source=tokenizer_source(GEMMA3, files))
+    ours = tmp_path / "gpt.gguf"
+    write_gguf(ours, gguf_tensors(state, cfg, tied=True), cfg, dtype="fp32", name="g", vocab=vocab)
+    fields = {k: f.contents() for k, f in gguf.GGUFReader(ours).fields.items()}
+    assert (fields["tokenizer.ggml.model"], fields["tokenizer.ggml.add_bos_token"]) == ("llama", True)
+    from tokenizers import Tokenizer
+
+    folder = Tokenizer.from_str(files.tokenizer_json.decode())
+    texts = ["The history of the Roman Empire", HELD_OUT.read_bytes().decode("utf-8"), *HARD]
+    got = _llama_ids(ours, texts)
+    assert got[0] == [2, 818, 4083, 529, 506, 10995, 23436]
+    assert got == [folder.encode(t).ids for t in texts]
