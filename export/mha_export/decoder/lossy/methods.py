@@ -172,9 +172,10 @@ class Method:
 # float offset each (offset_plan: llama.cpp's Q4_1 layout, the head at 8 bits): on SmolLM2, whose weights were handed
 # around as Q4_1, it moved the mean KL 16x less than llama.cpp's Q4_K_M in a smaller file, where symmetric blocks of
 # 32, ORT's k_quant and 8 matrices kept at 8 bits stayed at Q4_0's level (docs/measurements/smollm2.md); it comes
-# before the fine plan because it is the better 4-bit form wherever the fast one misses. Only the 4-bit search ranks an untied embedding: at 4 bits it was most
-# of the trained demo model's loss, and keeping it at fp32 in the 8-bit form doubled the demo's int8 file for what
-# four small matrices kept gave (docs/measurements/gpt.md, "The embedding quantized").
+# before the fine plan because it is the better 4-bit form wherever the fast one misses. Only the 4-bit search
+# ranks an untied embedding: at 4 bits it was most of the trained demo model's loss, and keeping it at fp32 in the
+# 8-bit form doubled the demo's int8 file for what four small matrices kept gave (docs/measurements/gpt.md, "The
+# embedding quantized").
 METHODS: Mapping[str, Method] = MappingProxyType({m.name: m for m in (
     Method("matmulnbits-8", "matmulnbits", 8, higher=FP32, fast_block_size=128, finer=("head",)),
     Method("matmulnbits-4", "matmulnbits", 4, higher="int8", fast_block_size=256, fast_symmetric=False,
