@@ -154,3 +154,6 @@ class Architecture(Protocol):
     # Lossy forms: the family's mean-KL bar by width (8, 4), measured beside llama.cpp on its real model, at most
     # mha_runtime.decoder.forms.BAR_CEILING; a width it does not name keeps the forms' own bar.
     LOSSY_BARS: Mapping[int, float]
+    # The lossy forms' block scales: "fp32" (onnxruntime's quantizer's own) or "fp16" (as llama.cpp stores its d,
+    # 8-bit blocks rounded as its Q8_0: mha_export.decoder.lossy.scales).
+    LOSSY_SCALES: str

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from mha_export.decoder.archs import arch_of
 from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.lossy.embedding import TOKENS, whole_blocks
 from mha_export.decoder.lossy.methods import METHODS, Method
@@ -162,7 +163,9 @@ def build_lossy(form: Form, state: dict[str, torch.Tensor], cfg: DecoderConfig, 
     ranked = ranking(source, method, tied=tied)
     weights = [*matmul_weights(source), *([] if tied else [TOKENS])]  # what the plans' roles may name
     tries: list[dict[str, object]] = []
-    for plan in [fit(p, source, tied=tied) for p in method.plans(ranked, _counts(len(ranked)), weights=weights)]:
+    stored = arch_of(cfg).LOSSY_SCALES  # the block scales' storage the architecture asks for (lossy/scales.py)
+    plans = method.plans(ranked, _counts(len(ranked)), weights=weights)
+    for plan in [fit(replace(p, scales=stored), source, tied=tied) for p in plans]:
         if source is None:
             source = lossy_source(state, cfg, tied=tied)
         quantize_to(source, path, plan, tied=tied)

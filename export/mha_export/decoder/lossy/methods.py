@@ -59,11 +59,15 @@ class QuantPlan:
     # whether it is the head's own weights (tied).
     embedding: dict[str, Any] = field(default_factory=dict)
     quantizer: str = "matmulnbits"  # a key of QUANTIZERS
+    # The block scales' storage: "fp32" (onnxruntime's quantizer's own), or "fp16" as llama.cpp stores its d, 8-bit
+    # blocks rounded as its Q8_0 (lossy/scales.py); the architecture picks it (its LOSSY_SCALES).
+    scales: str = FP32
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": QUANTIZERS[self.quantizer].label, "bits": self.bits,
                 "block_size": self.block_size, "symmetric": self.symmetric, "accuracy_level": self.accuracy_level,
-                "kept": dict(self.kept), "finer": dict(self.finer), "embedding": dict(self.embedding)}
+                "kept": dict(self.kept), "finer": dict(self.finer), "embedding": dict(self.embedding),
+                **({} if self.scales == FP32 else {"scales": self.scales})}  # fp32 folders' manifests as they were
 
     def precision(self, name: str) -> tuple[int, int, bool] | None:
         """(bits, block size, symmetric) of weight `name` under this plan (blocks as fit() leaves them), or None
@@ -84,6 +88,8 @@ class QuantPlan:
         if self.embedding:
             shared = " (the head's)" if self.embedding.get("shared_with_head") else ""
             parts.append(f"embedding {self.embedding['dtype']}{shared}")
+        if self.scales != FP32:
+            parts.append(f"scales in {self.scales}")
         return ", ".join(parts)
 
 

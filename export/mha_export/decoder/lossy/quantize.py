@@ -23,6 +23,7 @@ from onnx import numpy_helper
 
 from mha_export.decoder.archs.protocol import DecoderConfig
 from mha_export.decoder.graphs.inplace import inplace_model
+from mha_export.decoder.lossy import scales
 from mha_export.decoder.lossy.embedding import TOKENS, quantize_embedding, whole_blocks
 from mha_export.decoder.lossy.methods import ACCURACY_LEVEL, BLOCK, FP32, HEAD, METHODS, QUANTIZERS, QuantPlan
 from mha_export.onnx_file.check import check_model_light
@@ -116,7 +117,8 @@ def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan, *, tied: b
     (the bytes equal onnx.save's, whose serialized copy of the whole model was the export's peak:
     docs/measurements/gpt.md). The caller keeps no other copy of the weights, so the peak is about the fp32 model
     once. One quantizer pass per group of `_passes`; weights kept at fp32 are in none; then the token embedding
-    (lossy/embedding.py), stored as the plan says (`tied`: the head's weights)."""
+    (lossy/embedding.py), stored as the plan says (`tied`: the head's weights); scales in fp16 where the plan says
+    (lossy/scales.py: its 8-bit blocks for every 8-bit symmetric pass, then every other scale halved)."""
     targets = matmul_weights(source)
     unknown = sorted((set(plan.kept) | set(plan.finer)) - set(targets) - ({TOKENS} if not tied else set()))
     if unknown:
@@ -129,7 +131,8 @@ def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan, *, tied: b
         for bits, block, symmetric, group in _passes(plan, list(targets)):
             group &= set(targets)  # TOKENS is not a MatMul weight: quantize_embedding stores it
             if group:
-                model = QUANTIZERS[plan.quantizer].quantize(
+                half = plan.scales == scales.FP16 and bits == 8 and symmetric
+                model = (scales.quantize if half else QUANTIZERS[plan.quantizer].quantize)(
                     model, bits=bits, block_size=block, symmetric=symmetric, accuracy_level=plan.accuracy_level,
                     exclude=[n for w, n in targets.items() if w not in group])
     finally:
@@ -141,6 +144,8 @@ def quantize_to(source: onnx.ModelProto, path: Path, plan: QuantPlan, *, tied: b
     stored = quantize_embedding(model, head=HEAD, tied=tied, precision=precision)
     if plan.embedding and stored != plan.embedding:
         raise AssertionError(f"the embedding is stored as {stored}, the plan says {plan.embedding}")
+    if plan.scales == scales.FP16:
+        scales.half_scales(model)
     check_model_light(model)  # the graph, not a second copy of the weights (check.py)
     arrays = [(t.name, numpy_helper.to_array(t)) for t in model.graph.initializer]
     model.graph.ClearField("initializer")

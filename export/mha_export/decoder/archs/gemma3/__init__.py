@@ -110,6 +110,10 @@ def refusal(cfg: Gemma3Config, file: str) -> str | None:
 
 # Llama's bars until Gemma 3 270M is measured beside llama.cpp (the lead sets them from measurements).
 LOSSY_BARS: Mapping[int, float] = MappingProxyType({8: 4e-3, 4: 6e-2})
+# Block scales in fp16 and 8-bit blocks rounded as llama.cpp's Q8_0 (lossy/scales.py): with onnxruntime's fp32
+# scales the 168M-weight tied embedding alone is 9 bits a weight, and the int8 file was larger than Q8_0's
+# (docs/measurements/gemma3.md).
+LOSSY_SCALES = "fp16"
 
 
 # ---- Hugging Face's clients: config.json as transformers' Gemma3TextConfig (gemma3/hf.py writes it)

@@ -281,6 +281,7 @@ def refusal(cfg: GPTConfig, file: str) -> str | None:
 
 # The forms' own bars (mha_runtime.decoder.forms: measured beside llama.cpp on the trained demo GPT-2).
 LOSSY_BARS: Mapping[int, float] = MappingProxyType({})
+LOSSY_SCALES = "fp32"  # onnxruntime's quantizer's scales: the folders' lossy files as they were
 
 
 # ---- Hugging Face's clients: config.json as transformers' GPT2Config (decoder/hf_files.py writes it)

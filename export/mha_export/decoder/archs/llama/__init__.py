@@ -102,6 +102,7 @@ def refusal(cfg: RotaryConfig, file: str) -> str | None:
 # SmolLM2-135M-Instruct beside llama.cpp on the same weights and text: its Q8_0 0.0040, its Q4_K_M 0.053 (DESIGN.md
 # section 9), rounded up to one significant figure (the demo GPT-2's bars refused the real model's every plan).
 LOSSY_BARS: Mapping[int, float] = MappingProxyType({8: 4e-3, 4: 6e-2})
+LOSSY_SCALES = "fp32"  # SmolLM2's lossy files as measured (docs/measurements/smollm2.md)
 
 
 # ---- Hugging Face's clients: config.json as transformers' LlamaConfig (llama/hf.py writes it)

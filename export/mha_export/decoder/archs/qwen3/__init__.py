@@ -15,6 +15,7 @@ from mha_export.decoder.archs.llama import (
     BUFFERS,
     HF_SIGNATURE,
     LOSSY_BARS,
+    LOSSY_SCALES,
     book_shapes,
     describe,
     eager,
@@ -32,8 +33,9 @@ from mha_export.decoder.archs.llama import (
 )
 from mha_export.decoder.archs.llama.config import QWEN3_BOOK_KEYS, Qwen3Config, RotaryConfig
 
-__all__ = ["BUFFERS", "HF_SIGNATURE", "LOSSY_BARS", "book_shapes", "describe", "eager", "gguf_metadata", "gguf_tensors",
-           "graph_pieces", "hf_config", "hf_names", "pte_module", "read_gguf", "read_hf", "refusal"]
+__all__ = ["BUFFERS", "HF_SIGNATURE", "LOSSY_BARS", "LOSSY_SCALES", "book_shapes", "describe", "eager",
+           "gguf_metadata", "gguf_tensors", "graph_pieces", "hf_config", "hf_names", "pte_module", "read_gguf",
+           "read_hf", "refusal"]
 
 NAME = "qwen3"
 HF_MODEL_TYPE = "qwen3"
