@@ -81,14 +81,20 @@ def quality_windows(cfg: DecoderConfig, encode: Callable[[str], list[int]] | Non
 
 def _text_windows(cfg: DecoderConfig, encode: Callable[[str], list[int]]) -> Windows | None:
     """The committed held-out text cut from its start into consecutive windows of min(TEXT_WIDTH, context_length)
-    tokens, as many as cover TEXT_TOKENS, as `llama-perplexity -f held_out.txt -c WIDTH --chunks N` cuts it for a
-    GGUF without BOS; None if the text is too short in this tokenizer."""
+    tokens, as many as cover TEXT_TOKENS, as `llama-perplexity -f held_out.txt -c WIDTH --chunks N` cuts it; where
+    the tokenizer puts a BOS first (Gemma's), every window starts with it, as llama-perplexity overwrites each
+    chunk's first token with BOS for a GGUF that adds one (a window cut mid-text is otherwise a prompt with no BOS,
+    which Gemma never sees). None if the text is too short in this tokenizer."""
     width = max(2, min(TEXT_WIDTH, cfg.context_length))
     count = -(-TEXT_TOKENS // width)
     ids = encode(HELD_OUT_TEXT.read_text(encoding="utf-8").removesuffix("\n"))  # llama.cpp's -f drops one "\n"
     if len(ids) < count * width:
         return None
-    return Windows([ids[i * width:(i + 1) * width] for i in range(count)], text=True,
+    windows = [ids[i * width:(i + 1) * width] for i in range(count)]
+    bos = encode("")  # what the tokenizer puts around any text: [<bos>] for Gemma, nothing for SmolLM2
+    if len(bos) == 1 and ids[:1] == bos:
+        windows = [[*bos, *w[1:]] for w in windows]
+    return Windows(windows, text=True,
                    source=f"{HELD_OUT_TEXT.name} (pydoc_data.topics' second half, PSF licence), {count} windows of "
                           f"{width} tokens")
 
