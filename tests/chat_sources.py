@@ -158,3 +158,17 @@ def before_end_of_turn(folder: Path, dest: Path) -> Path:
     del doc["contract"]["chat"]
     (old / "manifest.json").write_text(json.dumps(doc, indent=2) + "\n")
     return old
+
+
+def with_bos(folder: Path, dest: Path) -> Path:
+    """A copy of `folder` at `dest` whose tokenizer.json's post-processor puts <|endoftext|> before a prompt (as
+    Llama's and Gemma's put their BOS), resealed: a chat's ids must not get it (the template writes its own)."""
+    from tokenizers import Tokenizer, processors
+
+    copy = Path(shutil.copytree(folder, dest, symlinks=True))
+    tok = Tokenizer.from_file(str(copy / "tokenizer.json"))
+    tok.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A", pair="<|endoftext|> $A $B",
+                                                       special_tokens=[("<|endoftext|>", ENDOFTEXT)])
+    (copy / "tokenizer.json").write_text(tok.to_str())
+    reseal(copy, "tokenizer.json")
+    return copy

@@ -20,8 +20,10 @@ from chat_sources import (
     REPLY_IDS,
     TEMPLATES,
     chat_folder,
+    chat_ids,
     export_chat_folder,
     reference,
+    with_bos,
     without_template,
 )
 from helpers import reseal, reseal_json
@@ -146,3 +148,13 @@ def test_the_export_keeps_the_template_of_transformers_default_save(tmp_path: Pa
     folder, run = export_chat_folder(tmp_path, jinja_file=True)
     assert run.returncode == 0, run.stderr
     assert _chat(folder).render(CONVERSATIONS[0]).endswith("<|im_start|>assistant\n")
+
+
+def test_a_chat_gets_no_post_processor_bos(chat_dir: Path, tmp_path: Path) -> None:
+    """A tokenizer whose post-processor puts a BOS before a prompt: the prompt gets it, the rendered chat does not
+    (apply_chat_template encodes with add_special_tokens=False)."""
+    folder = with_bos(chat_dir, tmp_path / "bos")
+    gen = Generator(folder)
+    assert gen.tokenizer is not None and gen.tokenizer.encode("Hi")[0] == ENDOFTEXT
+    for messages in CONVERSATIONS:
+        assert _chat(folder).encode(messages) == chat_ids(_reference(folder), messages)

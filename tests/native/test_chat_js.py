@@ -25,6 +25,7 @@ from chat_sources import (
     chat_folder,
     chat_ids,
     chat_text,
+    with_bos,
     without_template,
 )
 
@@ -62,6 +63,20 @@ def test_chat_mjs_renders_what_transformers_renders(package: str, chat_dir: Path
     for name, source in TEMPLATES.items():
         assert doc["templates"][name] == [chat_text(reference, m, source) for m in CONVERSATIONS], name
     assert doc["stop_ids"] == [ENDOFTEXT, IM_END]
+
+
+@pytest.mark.parametrize("package", ["node", "web"])
+def test_a_chat_gets_no_post_processor_bos(package: str, chat_dir: Path, tmp_path: Path) -> None:
+    """A tokenizer whose post-processor puts a BOS before a prompt: the rendered chat's ids do not get it, as
+    transformers' apply_chat_template's do not."""
+    folder = with_bos(chat_dir, tmp_path / "bos")
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"conversations": CONVERSATIONS, "templates": {}}))
+    done = _run(["node", str(REPO / "tests" / "native" / "chat_render.mjs")], folder, NATIVE / package, request)
+    assert done.returncode == 0, done.stderr
+    tok = chat_sources.reference(folder)
+    assert tok("Hi")["input_ids"][0] == ENDOFTEXT  # the post-processor is there
+    assert [got["ids"] for got in json.loads(done.stdout)["folder"]] == [chat_ids(tok, m) for m in CONVERSATIONS]
 
 
 @pytest.mark.parametrize("runner", sorted(RUNNERS))

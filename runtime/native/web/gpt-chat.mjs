@@ -30,7 +30,7 @@ export function chatBox({ chat, decoder, tokenizer, settings, paint }) {
       if (!messages.length && system) messages.push({ role: 'system', content: system });
       const asked = [...messages, { role: 'user', content: text }];
       const rendered = chat.render(asked);
-      const ids = tokenizer.encode(rendered);
+      const ids = tokenizer.encode(rendered, false);  // the template writes its special tokens (no second BOS)
       messages.push(asked[asked.length - 1]);
       bubble('user', text);
       const reply = bubble('assistant', '');

@@ -42,9 +42,9 @@ class FolderChat:
 
     def encode(self, messages: object, where: str = "messages") -> list[int]:
         """The rendered text's ids, no special tokens added (apply_chat_template(tokenize=True) encodes with
-        add_special_tokens=False: the template writes the ones it wants)."""
+        add_special_tokens=False: the template writes the ones it wants, a post-processor's BOS would be a second)."""
         try:
-            return self.tokenizer.encode(self.render(messages, where))
+            return self.tokenizer.encode(self.render(messages, where), specials=False)
         except ContractError as exc:  # text that is not Unicode (a lone surrogate), named by where it came from
             raise ContractError(str(exc).replace("prompt: ", f"{where}: ", 1)) from None
 

@@ -86,7 +86,8 @@ export function renderChat(template, messages, tokens) {
   }
 }
 
-// The folder's chat { source, tokens, stopIds, render(messages), encode(messages) }, or null when it has no template.
+// The folder's chat { source, tokens, stopIds, render(messages), encode(messages) }, or null when it has no template;
+// encode adds no special tokens (apply_chat_template's add_special_tokens=False: the template writes them).
 export async function loadChat(io, manifest, tokenizer, Template) {
   const { source, config } = await templateSource(io, manifest);
   if (source === null) return null;
@@ -97,7 +98,7 @@ export async function loadChat(io, manifest, tokenizer, Template) {
   const template = compileTemplate(Template, source);
   const tokens = namedTokens(config);
   const render = (messages, where = 'messages') => renderChat(template, checkMessages(messages, where), tokens);
-  return { source, tokens, stopIds, render, encode: (messages, where) => tokenizer.encode(render(messages, where)) };
+  return { source, tokens, stopIds, render, encode: (messages, where) => tokenizer.encode(render(messages, where), false) };
 }
 
 // contract.chat.end_of_turn_ids (Python's read_end_of_turn and folder_chat, in their words): the ids a reply ends at.
