@@ -65,9 +65,10 @@ LOSSY_GOLDEN = Tolerance(atol=1e-3, rtol=1e-4)
 INT8_BAR, INT4_BAR = 3e-4, 3e-2
 # An architecture may hold its lossy forms to its own bars (its LOSSY_BARS, measured beside llama.cpp on its real
 # model), at most these: the Llama family's, from SmolLM2-135M-Instruct, where llama.cpp's Q8_0 moves the mean KL
-# by 0.0040 and its Q4_K_M by 0.053 (DESIGN.md section 9), rounded up to one significant figure. A folder records
+# by 0.0038-0.0041 across window sets (docs/measurements/smollm2.md; 5e-3 leaves room for that spread) and its
+# Q4_K_M by 0.053 (DESIGN.md section 9, rounded up to one significant figure). A folder records
 # its bar with each lossy form (quality.bar_mean_kl); `mha check` judges by it and refuses one above the ceiling.
-BAR_CEILING = {8: 4e-3, 4: 6e-2}
+BAR_CEILING = {8: 5e-3, 4: 6e-2}
 
 
 def folder_bar(form: Form, recorded: object) -> float | None:

@@ -99,10 +99,17 @@ def refusal(cfg: RotaryConfig, file: str) -> str | None:
     return None
 
 
-# SmolLM2-135M-Instruct beside llama.cpp on the same weights and text: its Q8_0 0.0040, its Q4_K_M 0.053 (DESIGN.md
-# section 9), rounded up to one significant figure (the demo GPT-2's bars refused the real model's every plan).
-LOSSY_BARS: Mapping[int, float] = MappingProxyType({8: 4e-3, 4: 6e-2})
-LOSSY_SCALES = "fp32"  # SmolLM2's lossy files as measured (docs/measurements/smollm2.md)
+# SmolLM2-135M-Instruct beside llama.cpp on the same weights and text: its Q4_K_M 0.053 (DESIGN.md section 9),
+# rounded up to one significant figure (the demo GPT-2's bars refused the real model's every plan). Its Q8_0 moves
+# the mean KL by 0.0038 to 0.0041 across window sets and our int8 by as much (0.00403 on the windows where Q8_0 gave
+# 0.00414; both round activations to 8 bits in blocks of 32, which is most of it: docs/measurements/smollm2.md): a
+# bar of 4e-3 sat inside that spread and sent the search through every plan, so it is 5e-3; the bench judges the
+# form against Q8_0 itself.
+LOSSY_BARS: Mapping[int, float] = MappingProxyType({8: 5e-3, 4: 6e-2})
+# fp16 block scales, 8-bit blocks rounded as Q8_0 (lossy/scales.py): SmolLM2's Q8_0 embedding comes back exactly;
+# int8 0.00403 in 145.2 MB and int4 0.00350 in 98.9 MB against 0.00432 in 153.6 MB and 0.00369 in 100.6 MB with
+# fp32 scales (context 8,192; docs/measurements/smollm2.md).
+LOSSY_SCALES = "fp16"
 
 
 # ---- Hugging Face's clients: config.json as transformers' LlamaConfig (llama/hf.py writes it)
