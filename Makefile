@@ -184,7 +184,7 @@ test: lint
 	$(PY) -m pytest -p randomly --randomly-seed=$(TEST_SEED) --durations=25
 	$(PY) tools/portability.py --check docs/portability.md
 
-test-setup: vocab native-test web-test transformersjs optimum llama-cpp $(MID_GOLDEN) $(GEMMA3_GOLDEN)
+test-setup: vocab native-test web-test transformersjs optimum llama-cpp $(MID_GOLDEN)
 
 # For development: the Python suite without the tests marked slow (CI runs everything through make test).
 test-fast: $(STAMP) $(VOCAB_STAMP) $(TJS_STAMP)
@@ -216,9 +216,9 @@ GPT_GOLDEN := artifacts/gpt-mini/golden/generations.json
 $(GPT_GOLDEN): $(STAMP) $(VOCAB_STAMP)
 	$(VENV)/bin/mha export --gpt --preset gpt-mini --tokenizer $(VOCAB) --variants all,pte --out artifacts
 
-GPT_PRESETS := gpt-mini gpt-demo smollm2
+GPT_PRESETS := gpt-mini gpt-demo smollm2 gemma3
 
-native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN) $(DEMO_GOLDEN) $(SMOLLM2_GOLDEN)
+native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN) $(DEMO_GOLDEN) $(SMOLLM2_GOLDEN) $(GEMMA3_GOLDEN)
 	@mkdir -p $(CHECKS); set -eo pipefail; for p in $(PRESETS); do \
 	  echo "== $$p: Python (onnxruntime, torch for mha.pt)"; $(VENV)/bin/mha check artifacts/$$p --json $(CHECKS)/python-$$p.json | tail -1; \
 	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p --json $(CHECKS)/c-$$p.json | tail -1; \
@@ -260,7 +260,7 @@ chromium:
 
 # The WebAssembly backend in Node.js, one thread: every golden case of every artifact it can load (one timed run
 # after the compared one: a check, not a latency figure).
-web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN) $(DEMO_GOLDEN) $(SMOLLM2_GOLDEN)
+web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN) $(DEMO_GOLDEN) $(SMOLLM2_GOLDEN) $(GEMMA3_GOLDEN)
 	@set -eo pipefail; for p in $(PRESETS); do \
 	  echo "== $$p: onnxruntime-web (wasm, Node.js)"; \
 	  node $(WEB)/check.mjs artifacts/$$p --json artifacts/web/$$p.json --repeats 1 | tail -2; \
