@@ -3,7 +3,7 @@ pinned chunk packages), the folder `make gemma3` exports (artifacts/gemma3, take
 exported here as the Makefile does), and transformers' own model and tokenizer of the same file
 (`from_pretrained(dir, gguf_file=...)`), loaded once per session: it is the reference every form is held to.
 
-The context (the Makefile's GEMMA3_CONTEXT, 1024) is past the local layers' 512-token window, and one prompt is
+The context (the Makefile's GEMMA3_CONTEXT, 640) is past the local layers' 512-token window, and one prompt is
 longer than the window, so generation runs with keys leaving the window on five layers of six.
 
 Shared by the test modules through one cache per session, as tests/smollm2_folder.py's folder is."""
@@ -27,7 +27,7 @@ LONG = HELD_OUT.read_text(encoding="utf-8")[:2600]
 PROMPTS = ("The history of the Roman Empire", "def fibonacci(n):", LONG)
 NEW = 32  # as issue 58's proof
 WINDOW = 512  # the file's gemma3.attention.sliding_window
-CONTEXT = 1024  # the Makefile's GEMMA3_CONTEXT; its `make test` forms (GEMMA3_VARIANTS) are the fp32 two
+CONTEXT = 640  # the Makefile's GEMMA3_CONTEXT; its `make test` forms (GEMMA3_VARIANTS) are the fp32 two
 
 NEEDS_GEMMA3 = pytest.mark.skipif(not GGUF.is_file(), reason="Gemma 3 270M's GGUF is not here: run `make gemma3-gguf`")
 
