@@ -175,7 +175,8 @@ def test_inspect_shows_each_forms_quality(hf_gpt: tuple[torch.nn.Module, Path]) 
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_fallback_keeps_the_worst_matrices_until_the_bar_is_met(tmp_path: Path, bits: int) -> None:
+def test_fallback_keeps_the_worst_matrices_until_the_bar_is_met(tmp_path: Path, bits: int,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A model whose fast and fine plans both miss a bar set between their figures and the figure with a quarter
     of the matrices kept at a higher precision: the export keeps matrices (the head among them, the one rounding
     moves most here) in the fine plan until it is met, and records every plan tried, the fast one first."""
@@ -183,8 +184,13 @@ def test_fallback_keeps_the_worst_matrices_until_the_bar_is_met(tmp_path: Path, 
 
     from mha_export.decoder.export import load_gpt
     from mha_export.decoder.graphs.inplace import inplace_model
+    from mha_export.decoder.lossy import build
     from mha_export.decoder.lossy.build import build_lossy, quality_windows
+    from mha_export.decoder.lossy.methods import METHODS
     from mha_runtime.decoder.decoder import decoder_for, make_session
+
+    # The kept-matrix search alone: the 4-bit row's offsets plan (tried second) is test_lossy_offsets's.
+    monkeypatch.setattr(build, "METHODS", {k: replace(m, offsets=False) for k, m in METHODS.items()})
 
     weights = gpt2_checkpoint(tmp_path / "ckpt", initializer_range=0.2)
     cfg = GPTConfig.from_file(weights.parent / "config.json")
