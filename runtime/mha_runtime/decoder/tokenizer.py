@@ -1,5 +1,5 @@
-"""The folder's tokenizer.json (a BPE model: GPT-2's byte-level today), through Hugging Face `tokenizers` (no
-hand-written BPE)."""
+"""The folder's tokenizer.json, whatever its model (byte-level BPE, or a scored vocabulary with byte fallback),
+through Hugging Face `tokenizers` (no hand-written tokenizer)."""
 from __future__ import annotations
 
 import json
@@ -89,9 +89,9 @@ class GPTTokenizer:
             raise ArtifactError(f"{where}: {problem}")
 
     def encode(self, text: str, *, specials: bool = True) -> list[int]:
-        """Ids of `text`, with what tokenizer.json's own post-processor puts around a prompt (`specials`: Gemma's
-        TemplateProcessing puts its <bos> first, as transformers' tokenizer(text) does; GPT-2's and SmolLM2's put
-        nothing); specials=False for a rendered chat template, which writes the ones it wants. Text that is not
+        """Ids of `text`, with what tokenizer.json's own post-processor puts around a prompt (`specials`: a BOS
+        where its TemplateProcessing puts one, as transformers' tokenizer(text) does; nothing where it has none);
+        specials=False for a rendered chat template, which writes the ones it wants. Text that is not
         Unicode (a lone surrogate, as a shell passes undecodable bytes) is one ContractError line."""
         try:
             text.encode("utf-8")

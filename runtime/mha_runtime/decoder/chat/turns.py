@@ -3,11 +3,11 @@ mha_runtime.decoder.contract); every runtime reads that list and nothing else.
 
 They are, in this order and each once: the folder's eos ids (what transformers' generate stops at; a GGUF's
 tokenizer.ggml.eos_token_id and eot_token_id, mha_export.gguf.source.gguf_ids), the id of tokenizer_config.json's
-eos_token (a chat model's end of turn: Llama 3's <|eot_id|>, Qwen's <|im_end|>), and the special token the template
-closes an assistant's turn with. That last one is found from the template itself, whatever its family: a user turn
+eos_token (a chat model's end-of-turn token, where it names one there), and the special token the template
+closes an assistant's turn with. That last one is found from the template itself: a user turn
 and an assistant turn of a marker text are rendered (no generation prompt), and the first token after the marker
-that is not whitespace is taken when it is a special token of the folder's tokenizer (ChatML's <|im_end|>, Llama 3's
-<|eot_id|>, Gemma's <end_of_turn>, Mistral's </s>). A template that refuses that conversation, or closes turns with
+that is not whitespace is taken when it is a special token of the folder's tokenizer (tests/decoder/test_chat_turns.py
+renders eight template shapes). A template that refuses that conversation, or closes turns with
 plain text, adds nothing. A token counts only where the tokenizer encodes its text as exactly one id.
 """
 from __future__ import annotations

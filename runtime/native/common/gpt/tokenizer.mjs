@@ -45,8 +45,8 @@ export async function loadTokenizer(io, manifest, Tokenizer) {
   // Decoded as Python's `tokenizers` decodes: without transformers' clean-up of spaces, which the JS library applies
   // unless told not to (it made ' .' '.' and "n't" of " n't", and TextStream, slicing the shrunk text, lost pieces).
   const decoding = { skip_special_tokens: false, clean_up_tokenization_spaces: false };
-  // encode(text) puts around a prompt what tokenizer.json's own post-processor does (Gemma's <bos> first; GPT-2's
-  // and SmolLM2's nothing), as Python's GPTTokenizer.encode; encode(text, false) for a rendered chat template.
+  // encode(text) puts around a prompt what tokenizer.json's own post-processor does (a BOS where it puts one,
+  // nothing where it has none), as Python's GPTTokenizer.encode; encode(text, false) for a rendered chat template.
   return {
     encode: (text, specials = true) => Array.from(tok.encode(text, { add_special_tokens: specials }).ids),
     decode: (ids) => (ids.length ? tok.decode(Array.from(ids), decoding) : ''),
