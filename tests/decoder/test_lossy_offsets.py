@@ -3,6 +3,8 @@ MatMulNBits plus a MatMul of the input's block sums. The reference is gguf-py's 
 weights on its grid come back exactly, any other weight within half a step of its block."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnx.helper as oh
@@ -13,6 +15,8 @@ from onnx import TensorProto, numpy_helper
 
 from mha_export.decoder.lossy import offsets
 from mha_export.decoder.lossy.methods import METHODS, QUANTIZERS
+from mha_runtime.decoder.graph_plan import read_graph_plan
+from mha_runtime.decoder.record_check import plan_problems
 
 K, N, BLOCK = 128, 48, 32
 
@@ -109,3 +113,23 @@ def test_rows_no_block_divides_fall_back_to_integer_zero_points(rows: int) -> No
                              block_size=BLOCK, symmetric=False, accuracy_level=1, exclude=[])
     node = next(n for n in model.graph.node if n.op_type == "MatMulNBits")
     assert len(node.input) == 4  # MatMulNBits' own asymmetric blocks (padded), integer zero points
+
+
+def test_the_check_reads_float_offsets_from_the_graph_as_the_plan_records_them(tmp_path: Path) -> None:
+    """`mha check` compares the recorded plan with the graph (runtime graph_plan.py): an offsets weight is
+    MatMulNBits without zero points plus the block-sum Add, which the plan records as asymmetric; the same
+    MatMulNBits with its Add taken away reads as symmetric, and the check says so."""
+    rng = np.random.default_rng(4)
+    model = offsets.quantize(_model(rng.standard_normal((K, N)).astype(np.float32)), bits=4, block_size=BLOCK,
+                             symmetric=False, accuracy_level=4, exclude=[])
+    onnx.save(model, tmp_path / "offsets.onnx")
+    got = read_graph_plan(tmp_path / "offsets.onnx").quantized["w"]
+    assert (got.bits, got.block_size, got.symmetric, got.float_offsets) == (4, BLOCK, False, True)
+    assert "float offsets" in got.words()
+    plan = METHODS["matmulnbits-4"].offset_plan(["w"]).to_dict() | {"embedding": {"dtype": "fp32"}}  # no gather
+    assert plan_problems(plan, read_graph_plan(tmp_path / "offsets.onnx")) == []
+    add = next(n for n in model.graph.node if n.op_type == "Add" and n.output[0] == "y")
+    add.op_type = "Max"  # no longer an offset added: the graph's weight is symmetric now
+    onnx.save(model, tmp_path / "no_offsets.onnx")
+    problems = plan_problems(plan, read_graph_plan(tmp_path / "no_offsets.onnx"))
+    assert len(problems) == 1 and "the graph has 4 bits in blocks of 32, symmetric" in problems[0]

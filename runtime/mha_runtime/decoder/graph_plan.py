@@ -15,7 +15,7 @@ from __future__ import annotations
 import mmap
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,15 @@ class Quantized:
     op: str  # MatMulNBits | GatherBlockQuantized
     bits: int
     block_size: int
-    symmetric: bool  # no zero points input
+    symmetric: bool  # no zero points input, and no float offsets added
     accuracy_level: int | None  # MatMulNBits only
+    # MatMulNBits without zero points whose output gets the input's block sums times a float offset per block added
+    # (the export's offsets quantizer, llama.cpp's Q4_1 layout): asymmetric, with offsets that are not integers.
+    # Words only: a plan records such a weight as asymmetric, so equality leaves this out.
+    float_offsets: bool = field(default=False, compare=False)
 
     def words(self) -> str:
-        sym = "symmetric" if self.symmetric else "asymmetric"
+        sym = "symmetric" if self.symmetric else "float offsets" if self.float_offsets else "asymmetric"
         return f"{self.bits} bits in blocks of {self.block_size}, {sym}"
 
 
@@ -108,14 +112,16 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _node(buf: memoryview) -> tuple[str, list[str], dict[str, int]]:
-    """(op_type, inputs, integer attributes) of a NodeProto."""
-    op, inputs, attrs = "", [], {}
+def _node(buf: memoryview) -> tuple[str, list[str], list[str], dict[str, int]]:
+    """(op_type, inputs, outputs, integer attributes) of a NodeProto."""
+    op, inputs, outputs, attrs = "", [], [], {}
     for number, wire, value in _fields(buf):
         if number == 4 and wire == _LEN:
             op = _text(value)
         elif number == 1 and wire == _LEN:
             inputs.append(_text(value))
+        elif number == 2 and wire == _LEN:
+            outputs.append(_text(value))
         elif number == 5 and wire == _LEN:
             name, i = "", None
             for n, w, v in _fields(value):
@@ -125,7 +131,20 @@ def _node(buf: memoryview) -> tuple[str, list[str], dict[str, int]]:
                     i = _signed(v)
             if i is not None:
                 attrs[name] = i
-    return op, inputs, attrs
+    return op, inputs, outputs, attrs
+
+
+def _offset_outputs(nodes: list[tuple[str, list[str], list[str], dict[str, int]]]) -> set[str]:
+    """The tensors that get a float offset per block added: one input of an Add whose other input is a MatMul of
+    a ReduceSum's output (block sums (B, T, K / block) times offsets (K / block, N))."""
+    made_by = {out: (op, inputs) for op, inputs, outputs, _ in nodes for out in outputs}
+
+    def shift(name: str) -> bool:
+        op, inputs = made_by.get(name, ("", []))
+        return op == "MatMul" and bool(inputs) and made_by.get(inputs[0], ("", []))[0] == "ReduceSum"
+
+    return {a if shift(b) else b for op, inputs, _, _ in nodes if op == "Add" and len(inputs) == 2
+            for a, b in [inputs] if shift(a) or shift(b)}
 
 
 def _graph(buf: memoryview) -> GraphPlan:
@@ -136,13 +155,15 @@ def _graph(buf: memoryview) -> GraphPlan:
         elif number == 5 and wire == _LEN:
             initializers |= {_text(v) for n, w, v in _fields(value) if n == 8 and w == _LEN}
     quantized, fp32 = {}, []
-    for op, inputs, attrs in nodes:
+    shifted = _offset_outputs(nodes)
+    for op, inputs, outputs, attrs in nodes:
         at = {MATMUL_NBITS: 1, GATHER_QUANTIZED: 0}.get(op)
         if at is not None and len(inputs) > at:
-            symmetric = len(inputs) < 4 or not inputs[3]  # zero_points is input 3 of both ops
+            offsets = op == MATMUL_NBITS and bool(outputs) and outputs[0] in shifted
+            symmetric = (len(inputs) < 4 or not inputs[3]) and not offsets  # zero_points: input 3 of both ops
             quantized[_SUFFIX.sub("", inputs[at])] = Quantized(
                 op, attrs.get("bits", 4), attrs.get("block_size", 128), symmetric,  # the ops' defaults
-                attrs.get("accuracy_level", 0) if op == MATMUL_NBITS else None)
+                attrs.get("accuracy_level", 0) if op == MATMUL_NBITS else None, offsets)
         elif op == "MatMul" and len(inputs) > 1 and inputs[1] in initializers:
             fp32.append(inputs[1])
     return GraphPlan(quantized, fp32)

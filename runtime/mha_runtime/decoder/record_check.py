@@ -90,8 +90,7 @@ def expected_setting(plan: dict[str, Any], weight: str) -> Quantized | None:
 
 
 def _words(q: Quantized | None) -> str:
-    return "fp32" if q is None else f"{q.bits} bits in blocks of {q.block_size}, " \
-        f"{'symmetric' if q.symmetric else 'asymmetric'}, accuracy level {q.accuracy_level}"
+    return "fp32" if q is None else f"{q.words()}, accuracy level {q.accuracy_level}"
 
 
 def plan_problems(plan: dict[str, Any], graph: GraphPlan) -> list[str]:
