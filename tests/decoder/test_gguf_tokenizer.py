@@ -148,9 +148,22 @@ def test_smollm2s_folder_tokenizer_is_llama_cpps_over_the_held_out_text(tmp_path
     assert config["add_bos_token"] is False
 
 
+def _gemma3_folder_files(factory: pytest.TempPathFactory) -> tuple[object, dict[str, object]]:
+    """The tokenizer.json (a tokenizers Tokenizer) and tokenizer_config.json of the Gemma 3 folder (the one export
+    tests/gemma3_folder.py shares: its conversion of the GGUF's 262,144 tokens is the export's, not made again)."""
+    from tokenizers import Tokenizer
+
+    from gemma3_folder import gemma3_folder
+
+    folder = gemma3_folder(factory)
+    return (Tokenizer.from_str((folder / "tokenizer.json").read_text(encoding="utf-8")),
+            json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")))
+
+
 @needs_gemma3
-@pytest.mark.slow  # transformers builds the 262,144-token vocabulary twice: about a minute on two cores
-def test_gemma3s_folder_tokenizer_is_transformers_and_llama_cpps(tmp_path: Path) -> None:
+@pytest.mark.slow  # the folder and transformers' GGUF tokenizer, shared with tests/decoder/test_gemma3.py
+def test_gemma3s_folder_tokenizer_is_transformers_and_llama_cpps(tmp_path: Path,
+                                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
     """The golden prompt gives [2, 818, 4083, 529, 506, 10995, 23436] (bos first, by tokenizer.json's own
     TemplateProcessing), as transformers' GGUF tokenizer and transformers on the folder; decoding gives the text
     back. llama.cpp is not asked here: mha-llama-golden sizes its context and batch by the file's n_ctx_train
@@ -158,15 +171,16 @@ def test_gemma3s_folder_tokenizer_is_transformers_and_llama_cpps(tmp_path: Path)
     from llama.cpp's tokenizer alone (vocab_only) are recorded in docs/measurements/gguf_tokenizers.md."""
     from transformers import AutoTokenizer
 
+    from gemma3_folder import reference
     from mha_runtime.decoder.tokenizer import GPTTokenizer
 
-    ours, config = _folder_tokenizer(GEMMA3)
+    ours, config = _gemma3_folder_files(tmp_path_factory)
     assert (config["bos_token"], config["eos_token"], config["add_bos_token"]) == ("<bos>", "<eos>", True)
     assert "chat_template" not in config  # the base model's file has none
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "tokenizer.json").write_text(ours.to_str())  # type: ignore[attr-defined]
     (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(config))
-    theirs = AutoTokenizer.from_pretrained(str(GEMMA3.parent), gguf_file=GEMMA3.name, local_files_only=True)
+    theirs = reference().tokenizer  # transformers' AutoTokenizer.from_pretrained(dir, gguf_file=...)
     folder = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     golden = "The history of the Roman Empire"
     assert ours.encode(golden).ids == [2, 818, 4083, 529, 506, 10995, 23436]  # type: ignore[attr-defined]
@@ -243,8 +257,9 @@ def test_llama_cpp_tokenizes_with_our_gpt_gguf_as_with_smollm2s_own(copied: bool
 
 @needs_llama
 @needs_gemma3
-@pytest.mark.slow  # the 262,144-token vocabulary converted, parsed and written: about four minutes on two cores
-def test_llama_cpp_tokenizes_with_our_gemma3_gpt_gguf_as_the_folder_does(tmp_path: Path) -> None:
+@pytest.mark.slow  # the 262,144-token vocabulary parsed twice and written: about a minute on two cores
+def test_llama_cpp_tokenizes_with_our_gemma3_gpt_gguf_as_the_folder_does(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """A gemma3 gpt.gguf (small random weights, Gemma 3 270M's vocabulary: its tokenizer keys copied, scores and
     add_bos included): llama.cpp's tokenizer on it gives the folder tokenizer's ids, <bos> first, over the held-out
     text and the hard set (llama.cpp on the original file gives the same: docs/measurements/gguf_tokenizers.md; its
@@ -253,25 +268,21 @@ def test_llama_cpp_tokenizes_with_our_gemma3_gpt_gguf_as_the_folder_does(tmp_pat
 
     from mha_export.decoder.archs.gemma3.config import Gemma3Config, pattern_layers
     from mha_export.decoder.eager import seeded_gpt
-    from mha_export.decoder.tokenizer import read_tokenizer
-    from mha_export.gguf.write import gguf_tensors, tokenizer_source, vocabulary, write_gguf
+    from mha_export.gguf.write import gguf_tensors, vocabulary, write_gguf
 
     cfg = Gemma3Config(vocab_size=262144, context_length=64, emb_dim=32, n_heads=2, n_layers=2, hidden_dim=64,
                        head_dim=16, n_kv_groups=1, rope_base=1e6, rope_local_base=1e4, sliding_window=8,
                        layer_types=pattern_layers(2, 6), query_pre_attn_scalar=16, qk_norm=True, rms_norm_eps=1e-6,
                        dtype="float32")
     state = {k: v.detach() for k, v in seeded_gpt(cfg).state_dict().items()}
-    files = read_tokenizer(GEMMA3, vocab_size=262144, context_length=64, flag="--weights")
-    vocab = vocabulary(files.tokenizer_json, 262144, eos_ids=(1,), bos_id=2, config_json=files.config_json,
-                       source=tokenizer_source(GEMMA3, files))
+    folder, config = _gemma3_folder_files(tmp_path_factory)  # the export's conversion of the file's tokenizer
+    vocab = vocabulary(folder.to_str().encode(), 262144, eos_ids=(1,), bos_id=2,  # type: ignore[attr-defined]
+                       config_json=json.dumps(config).encode(), source=GEMMA3)
     ours = tmp_path / "gpt.gguf"
     write_gguf(ours, gguf_tensors(state, cfg, tied=True), cfg, dtype="fp32", name="g", vocab=vocab)
     fields = {k: f.contents() for k, f in gguf.GGUFReader(ours).fields.items()}
     assert (fields["tokenizer.ggml.model"], fields["tokenizer.ggml.add_bos_token"]) == ("llama", True)
-    from tokenizers import Tokenizer
-
-    folder = Tokenizer.from_str(files.tokenizer_json.decode())
     texts = ["The history of the Roman Empire", HELD_OUT.read_bytes().decode("utf-8"), *HARD]
     got = _llama_ids(ours, texts)
     assert got[0] == [2, 818, 4083, 529, 506, 10995, 23436]
-    assert got == [folder.encode(t).ids for t in texts]
+    assert got == [folder.encode(t).ids for t in texts]  # type: ignore[attr-defined]

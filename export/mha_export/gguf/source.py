@@ -42,7 +42,7 @@ def is_gguf(path: Path | None) -> bool:
         return False
 
 
-def _reader(path: Path) -> Any:
+def reader(path: Path) -> Any:
     """gguf-py's GGUFReader of the file (memory-mapped), parsed once per file as it is: it parses every token
     string (seconds for a vocabulary of 50,000), and the config, the origin, the tokenizer, the type check and the
     weights all ask. The file's path, modification time and size are the key."""
@@ -64,7 +64,7 @@ def _parsed(path: str, mtime: int, size: int) -> Any:
 def check_types(path: Path) -> None:
     """Refuse, before any work, a GGUF holding a tensor of a type this export does not dequantize (memory-mapped:
     no tensor is read)."""
-    for tensor in _reader(path).tensors:
+    for tensor in reader(path).tensors:
         _readable(path, tensor)
 
 
@@ -82,7 +82,7 @@ def dequantized(path: Path) -> dict[str, np.ndarray]:
     import numpy as np
 
     out: dict[str, np.ndarray] = {}
-    for tensor in _reader(path).tensors:
+    for tensor in reader(path).tensors:
         _readable(path, tensor)
         array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)  # (rows..., columns)
         out[tensor.name] = np.array(array, dtype=np.float32, order="C")  # its own memory, not the file's map
@@ -116,4 +116,4 @@ def metadata(path: Path) -> dict[str, Any]:
     """The GGUF's metadata as plain values (gguf/read.py's fields_of), from the one parse of the file."""
     from mha_export.gguf.read import fields_of
 
-    return fields_of(_reader(path))
+    return fields_of(reader(path))

@@ -169,9 +169,10 @@ def source_keys(path: Path, vocab_size: int) -> Keys:
     """Every `tokenizer.*` key of the GGUF at `path` as it is (the model, pre name, tokens, scores, token types,
     merges, add_bos and the others, the chat template) but the bos, eos and end-of-turn ids (FOLDER_IDS): llama.cpp
     tokenizes our gpt.gguf as the original (a SentencePiece vocabulary's scores included)."""
-    reader = gguf.GGUFReader(str(path), "r")
+    from mha_export.gguf.source import reader
+
     keys: Keys = {}
-    for name, field in reader.fields.items():
+    for name, field in reader(path).fields.items():  # the export's one parse of the file (262,144 tokens: seconds)
         if name.startswith("tokenizer.") and name not in FOLDER_IDS:
             value = field.contents()
             sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
