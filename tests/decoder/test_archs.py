@@ -38,7 +38,7 @@ from mha_export.decoder.archs.protocol import Architecture, Pieces
 from mha_export.decoder.graphs.concat import concat_model
 from mha_export.decoder.graphs.inplace import inplace_model
 from mha_export.decoder.graphs.shared import Graph, numpy_state
-from mha_runtime.artifact.errors import BadValueError
+from mha_runtime.artifact.errors import BadValueError, ConfigError
 from mha_runtime.artifact.tolerance import compare
 from mha_runtime.decoder.contract import CONCAT_FORM
 from mha_runtime.decoder.forms import FORMS
@@ -270,3 +270,22 @@ def test_mapping_members_are_read_only() -> None:
                for m in (a.HF_DEFAULTS, a.HF_DECIDED))
     with pytest.raises(TypeError):
         ARCHS["x"] = ARCHS["gpt2"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("name", sorted(ARCHS))
+def test_a_checkpoint_of_no_known_layout_is_refused_naming_the_architectures_own_keys(name: str,
+                                                                                       tmp_path: Path) -> None:
+    """The refusal names the book's keys of the architecture asked for (Gemma 3's blocks are 'blocks.N', the
+    others' 'trf_blocks.N'), read from its book_shapes, and its Hugging Face names."""
+    from safetensors.torch import save_file
+
+    from mha_export.decoder.weights import read_gpt_weights
+
+    cfg = SMALL[name]
+    save_file({"encoder.layer.0.weight": torch.zeros(2, 2)}, str(tmp_path / "bert.safetensors"))
+    with pytest.raises(ConfigError) as info:
+        read_gpt_weights(tmp_path / "bert.safetensors", cfg)
+    line = str(info.value)
+    prefix = "blocks" if name == "gemma3" else "trf_blocks"
+    assert "\n" not in line and f"('tok_emb.weight', '{prefix}.N...')" in line, line
+    assert ARCHS[name].HF_KEYS in line and "got 1 keys: 'encoder.layer.0.weight'" in line, line

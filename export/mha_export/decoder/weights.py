@@ -11,6 +11,7 @@ metadata tied "true", which reads back tied).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,5 +107,14 @@ def read_gpt_weights(path: Path, cfg: DecoderConfig) -> GPTWeights:
         # A tensor that does not fit is named by the file's key.
         return GPTWeights(_checked(state, cfg, arch.hf_names(cfg, prefix)), arch.HF_LAYOUT, tied=tied)
     sample = ", ".join(repr(k) for k in sorted(keys)[:4])
-    raise ConfigError(f"weights: expected {arch.BOOK_MODEL} state_dict ('tok_emb.weight', 'trf_blocks.N...') or "
+    raise ConfigError(f"weights: expected {arch.BOOK_MODEL} state_dict ({_book_hint(arch, cfg)}) or "
                       f"{arch.HF_KEYS}, got {len(keys)} keys: {sample}")
+
+
+def _book_hint(arch: Architecture, cfg: DecoderConfig) -> str:
+    """The book's key names for `cfg`, as a refusal names them: the embedding, then each block's prefix with its
+    number as N ('trf_blocks.N...' for GPT-2 and Llama, 'blocks.N...' for Gemma 3), read from the architecture's
+    own book_shapes."""
+    blocks = dict.fromkeys(m.group(1) + ".N..." for k in sorted(arch.book_shapes(cfg))
+                           if (m := re.match(r"([\w.]*?)\.\d+\.", k)))
+    return ", ".join(repr(k) for k in (BOOK_SIGNATURE, *blocks))
