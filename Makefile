@@ -177,11 +177,14 @@ $(MID_GOLDEN): $(STAMP) tests/data/mid.json
 # the suite writes (in whatever order it ran).
 # What pytest needs is built TEST_JOBS targets at a time (output kept per target): pip, npm and apt leave a core
 # idle that an export, a training or a compiler then takes (docs/measurements/tests.md).
+# pytest runs on TEST_WORKERS processes (pytest-xdist): alone it kept 1.1 of the 2 cores busy (servers, browsers,
+# subprocesses and pip wait); each process takes whole groups of modules (tests/conftest.py, work_groups).
 TEST_SEED ?= 20261203
 TEST_JOBS ?= 2
+TEST_WORKERS ?= 2
 test: lint
 	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-setup SMOLLM2_VARIANTS=decoder,inplace GEMMA3_VARIANTS=decoder,inplace
-	$(PY) -m pytest -p randomly --randomly-seed=$(TEST_SEED) --durations=25
+	$(PY) -m pytest -n $(TEST_WORKERS) -p randomly --randomly-seed=$(TEST_SEED) --durations=25
 	$(PY) tools/portability.py --check docs/portability.md
 
 test-setup: vocab native-test web-test transformersjs optimum llama-cpp $(MID_GOLDEN)

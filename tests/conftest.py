@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -36,6 +37,48 @@ logging.getLogger("torchao").addFilter(_KernelLibraryNoise())
 # The llama.cpp that `make llama-cpp` builds, for every export and check the tests run, in any folder (the runtime
 # finds it only through this, its cwd or PATH: a shipped module never climbs to the checkout).
 os.environ.setdefault("MHA_LLAMA_CPP", str(REPO / ".cache" / "llama.cpp" / "build" / "bin"))
+
+
+# make test runs the suite on two processes (pytest-xdist; docs/measurements/tests.md), a group of test modules at a
+# time on one process (work_groups): each module whole, so its module fixtures are built once; the modules that
+# share a per-process cache together, so that cache is built once too: the real models' folders and transformers
+# references (smollm2_folder, gemma3_folder), the Llama-family folders (llama_folders), the chat folder
+# (chat_sources); and every serving module together, one after the other: their servers count the HAProxy folders
+# and Ray processes of this machine, and share one GPT server (tests/serving/conftest.py).
+# Not xdist's loadgroup: it renames each test's nodeid, which pytest 9.2 no longer lets it do (xdist 3.8.0).
+SHARED_CACHES = ("smollm2_folder", "gemma3_folder", "llama_folders", "chat_sources")
+_USES_CACHE = re.compile(rf"^\s*(?:from|import) ({'|'.join(SHARED_CACHES)})\b", re.MULTILINE)
+
+
+def work_groups(modules: set[str]) -> dict[str, str]:
+    """Test module path (as in a nodeid) -> the name of its group: "serving", the first name of the caches it shares
+    with other modules (joined through any cache they share), or its own path."""
+    keys = {m: set(_USES_CACHE.findall((REPO / m).read_text())) | ({"serving"} if m.startswith("tests/serving/")
+                                                                    else set()) for m in modules}
+    group = {m: m for m in modules}
+    for module, held in keys.items():
+        for key in sorted(held):  # union: the module and every holder of the key take one name
+            old = {group[module], *(group[m] for m, ks in keys.items() if key in ks)}
+            name = min(old | {key})
+            group = {m: name if g in old else g for m, g in group.items()}
+    return group
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: without -n, pytest runs the suite as before
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """xdist's loadscope (whole scopes to a worker, the scopes with most tests first), a scope a work group."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            groups: dict[str, str] = self.__dict__.setdefault("groups", {})
+            if module not in groups:
+                groups.update(work_groups({n.split("::", 1)[0] for n in self.collection or [nodeid]}))
+            return groups[module]
+
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
