@@ -51,8 +51,8 @@ _USES_CACHE = re.compile(rf"^\s*(?:from|import) ({'|'.join(SHARED_CACHES)})\b", 
 
 
 def work_groups(modules: set[str]) -> dict[str, str]:
-    """Test module path (as in a nodeid) -> the name of its group: "serving", the first name of the caches it shares
-    with other modules (joined through any cache they share), or its own path."""
+    """Test module path (as in a nodeid) -> the name of its group: its own path, or where it holds a key (a cache it
+    imports, "serving" for a serving module) the alphabetically first key of the modules joined through shared keys."""
     keys = {m: set(_USES_CACHE.findall((REPO / m).read_text())) | ({"serving"} if m.startswith("tests/serving/")
                                                                     else set()) for m in modules}
     group = {m: m for m in modules}
