@@ -35,10 +35,12 @@ RUNTIMES: dict[str, list[str]] = {
 FILES = ("manifest.json", "gpt.onnx", "gpt.inplace.onnx", "tokenizer.json", "tokenizer_config.json")
 
 
-def _generate(runtime: str, folder: Path) -> subprocess.CompletedProcess[str]:
+def _generate(runtime: str, folder: Path, *form: str) -> subprocess.CompletedProcess[str]:
+    """`form`: ("--form", FILE), or nothing for the runtime's default (the C runner has only the in-place form)."""
     tail = ["--json"] if runtime == "python" else []  # Python prints text; --json gives its ids
+    form = () if runtime == "c" else form
     return subprocess.run([*RUNTIMES[runtime], str(folder), "--prompt-ids", PROMPT, "--max-new-tokens", str(NEW),
-                           "--no-eos", *tail], capture_output=True, text=True, timeout=600, cwd=REPO)
+                           "--no-eos", *form, *tail], capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
 def _ids(runtime: str, result: subprocess.CompletedProcess[str]) -> list[int]:
@@ -136,3 +138,29 @@ def test_the_c_legacy_reader_bounds_the_head_size_it_derives(book: tuple[Path, l
         m["config"].update(emb_dim=1 << 17, n_heads=1)
 
     _refused("c", _generate("c", _edited(book[0], tmp_path, edit)), "head size 131072 is over the runner's bound")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_cache_lengths_not_one_per_layer_are_refused(runtime: str, book: tuple[Path, list[int]],
+                                                     tmp_path: Path) -> None:
+    """contract.shapes.cache_lengths (a windowed layer's rows) must name every layer, each within the context."""
+    edited = _edited(book[0], tmp_path, lambda m: m["contract"]["shapes"].update(cache_lengths=[4]))
+    _refused(runtime, _generate(runtime, edited), "'cache_lengths': expected 2 integers from 1 to context_length")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_window_the_model_does_not_have_is_refused_before_it_runs(runtime: str, book: tuple[Path, list[int]],
+                                                                    tmp_path: Path) -> None:
+    """Every layer said to keep 8 rows, the manifest's in-place signature saying so too: only the model's own
+    inputs (context_length rows) disagree, and every runtime sizes its buffers by the manifest, so it must refuse."""
+    def edit(m: dict[str, Any]) -> None:
+        shapes = m["contract"]["shapes"]
+        shapes["cache_lengths"] = [8] * shapes["n_layers"]
+        for name, (_, shape) in m["contract"]["inplace"]["signature"].items():
+            if name.startswith(("past_key_values.", "present.")):
+                shape[2] = 8
+
+    result = _generate(runtime, _edited(book[0], tmp_path, edit), "--form", "gpt.inplace.onnx")
+    said = "expected axis 2 of size 8" if runtime == "c" else "expected float32 ["
+    _refused(runtime, result, said)
+    assert "past_key_values.0.key" in result.stderr

@@ -30,6 +30,7 @@ from mha_runtime.decoder.graph_plan import GraphPlan, read_graph_plan
 from mha_runtime.decoder.manifest import GPTArtifact, GPTManifest, load_gpt_manifest
 from mha_runtime.decoder.quality import Quality, Windows, load_windows
 from mha_runtime.decoder.record_check import contract_form
+from mha_runtime.decoder.shapes import cache_rows
 
 HEADERS = ["artifact", "dtype", "size", "golden cases", "first step vs eager (max abs)", "ids = eager's",
            "mean KL (p99)", "same top token", "kept higher"]
@@ -143,8 +144,11 @@ def inspect_gpt(folder: Path, *, as_json: bool) -> None:
     c = manifest.shapes
     click.echo(f"name     {shown(manifest.name)} (decoder, {shown(c.arch)})  created {shown(manifest.created)}")
     click.echo(f"config   {json.dumps(manifest.config)}")
+    rows = cache_rows(c)
+    short = [n for n in rows if n < c.context_length]  # the layers that keep only their sliding window
+    windowed = f" ({len(short)} keep only their window: {'/'.join(map(str, sorted(set(short))))} rows)" if short else ""
     click.echo(f"shapes   {c.n_layers} layers, {c.n_heads} query heads, {c.kv_heads} key/value heads of "
-               f"{c.head_dim}; cache [batch, {c.kv_heads}, {c.context_length}, {c.head_dim}] per layer")
+               f"{c.head_dim}; cache [batch, {c.kv_heads}, {c.context_length}, {c.head_dim}] per layer{windowed}")
     click.echo(f"limits   1 <= prompt + new tokens <= {c.context_length}, token ids 0..{c.vocab_size - 1}")
     click.echo(f"versions {json.dumps(manifest.versions)}")
     click.echo(f"weights  {json.dumps(manifest.weights)}")

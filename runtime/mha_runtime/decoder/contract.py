@@ -6,7 +6,9 @@ past_key_values.{i}.key/.value (B, H, P, D) in; logits (B, T, V) and present.{i}
 The cache grows by Concat; P may be 0 (the same file prefills).
 
 `gpt.inplace.onnx` keeps one preallocated cache per layer, (B, H, context_length, D), bound as both
-past_key_values.{i}.* and present.{i}.* (IO binding): ONNX Runtime writes each step's rows into it in place.
+past_key_values.{i}.* and present.{i}.* (IO binding): ONNX Runtime writes each step's rows into it in place. A layer
+with a sliding window shorter than the context keeps only its W rows (contract.shapes.cache_lengths; shapes.py says
+which rows hold which positions).
 Its other inputs are input_ids (B, T) and past_tokens (B,) int32, each row's own count of cached tokens (rows may
 differ: no padding); its output is next_token_logits (B, V), the logits of each row's last token only.
 
@@ -26,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mha_runtime.artifact.errors import ArtifactError
-from mha_runtime.decoder.shapes import DecoderShapes, Shaped
+from mha_runtime.decoder.shapes import DecoderShapes, Shaped, cache_rows
 
 INPUT_IDS = "input_ids"
 ATTENTION_MASK = "attention_mask"
@@ -94,26 +96,32 @@ def pte_signature(config: Shaped) -> dict[str, Signed]:
             NEXT_LOGITS: ("float32", [1, config.vocab_size])}
 
 
-def _signature(config: Shaped, inputs: dict[str, Signed], past: list[Any], output: tuple[str, Signed],
-               present: list[Any]) -> dict[str, Signed]:
-    """The inputs, every layer's past key and value, the output, every layer's present key and value."""
+def _signature(config: Shaped, inputs: dict[str, Signed], past: Callable[[int], list[Any]],
+               output: tuple[str, Signed], present: Callable[[int], list[Any]]) -> dict[str, Signed]:
+    """The inputs, every layer's past key and value, the output, every layer's present key and value (`past(i)`
+    and `present(i)`: layer i's cache shape)."""
     layers = range(config.n_layers)
-    sig = inputs | {name(i): ("float32", list(past)) for i in layers for name in (past_key, past_value)}
+    sig = inputs | {name(i): ("float32", past(i)) for i in layers for name in (past_key, past_value)}
     sig[output[0]] = output[1]
-    return sig | {name(i): ("float32", list(present)) for i in layers for name in (present_key, present_value)}
+    return sig | {name(i): ("float32", present(i)) for i in layers for name in (present_key, present_value)}
 
 
 def concat_signature(config: Shaped) -> dict[str, Signed]:
     """name -> (dtype, shape) of every input, then every output, of gpt.onnx."""
     h, d = config.kv_heads, config.head_dim
     return _signature(config, {INPUT_IDS: ("int64", [BATCH, TOKENS]), ATTENTION_MASK: ("int64", [BATCH, TOTAL]),
-                               POSITION_IDS: ("int64", [BATCH, TOKENS])}, [BATCH, h, PAST, d],
-                      (LOGITS, ("float32", [BATCH, TOKENS, config.vocab_size])), [BATCH, h, TOTAL, d])
+                               POSITION_IDS: ("int64", [BATCH, TOKENS])}, lambda _: [BATCH, h, PAST, d],
+                      (LOGITS, ("float32", [BATCH, TOKENS, config.vocab_size])), lambda _: [BATCH, h, TOTAL, d])
 
 
 def inplace_signature(config: Shaped) -> dict[str, Signed]:
-    """name -> (dtype, shape) of every input, then every output, of gpt.inplace.onnx (and its lossy forms)."""
-    buffer = [BATCH, config.kv_heads, config.context_length, config.head_dim]
+    """name -> (dtype, shape) of every input, then every output, of gpt.inplace.onnx (and its lossy forms): layer
+    i's buffer holds its cache_rows (context_length, or a window's rows)."""
+    rows = cache_rows(config)
+
+    def buffer(i: int) -> list[Any]:
+        return [BATCH, config.kv_heads, rows[i], config.head_dim]
+
     return _signature(config, {INPUT_IDS: ("int64", [BATCH, TOKENS]), PAST_TOKENS: ("int32", [BATCH])}, buffer,
                       (NEXT_LOGITS, ("float32", [BATCH, config.vocab_size])), buffer)
 
@@ -166,13 +174,20 @@ def contract_dict(config: Shaped, *, executorch: bool = False,
     return out
 
 
+# The in-place cache's rule for a folder with windowed layers (appended to contract.inplace.cache).
+WINDOWED = ("; a layer whose buffer has fewer rows than context_length (shapes.cache_lengths, a sliding window's W) "
+            "keeps only the last W positions: after a call that brings row b to P tokens, its rows 0 .. min(P, W) - 1 "
+            "hold positions P - min(P, W) .. P - 1, in order (GroupQueryAttention's sliding_window_cache)")
+
+
 def _contract_dict(config: Shaped) -> dict[str, Any]:
     return {"shapes": DecoderShapes.of(config).to_dict(),
             "concat": {"file": CONCAT_FORM, "signature": concat_signature(config),
                        "masking": "attention_mask 1 = real token, 0 = padding; position_ids count real tokens"},
             "inplace": {"file": INPLACE_FORM, "signature": inplace_signature(config),
                         "cache": "bind one buffer per past/present pair; row b's new tokens go to rows "
-                                 "past_tokens[b] .. past_tokens[b] + T - 1; T > 1 after a past only at batch 1"},
+                                 "past_tokens[b] .. past_tokens[b] + T - 1; T > 1 after a past only at batch 1"
+                                 + ("" if config.cache_lengths is None else WINDOWED)},
             "sampling": "top-k (keep logits >= the k-th largest), then divide by temperature, then softmax; "
                         "temperature 0: argmax. Draw: u = PCG64(seed).random() per row and step, the first id "
                         "whose cumulative probability exceeds u"}

@@ -2,9 +2,10 @@
 
 Both forms prefill each prompt alone at batch 1, so a row's cache and first logits are exactly what that prompt
 gives alone; steps then run all rows at once:
-- InPlaceDecoder (gpt.inplace.onnx): one (B, KV, context_length, D) buffer per layer and per key/value, bound as
-  both past and present; a row's prefill binds that row's slice of the buffers (no copy), a step binds the
-  whole buffers with each row's own past_tokens.
+- InPlaceDecoder (gpt.inplace.onnx): one (B, KV, C, D) buffer per layer and per key/value (C: context_length, or
+  the layer's window where it keeps only that, contract.shapes.cache_lengths), bound as both past and present; a
+  row's prefill binds that row's slice of the buffers (no copy), a step binds the whole buffers with each row's own
+  past_tokens.
 - ConcatDecoder (gpt.onnx): each row's cache is left-padded to the longest with attention_mask 0 at the pads and
   position_ids counting each row's real tokens (Optimum's convention); every step returns the grown cache.
 Every shape is the manifest's contract.shapes (KV: its kv_heads, fewer than the query heads under grouped-query
@@ -38,7 +39,7 @@ from mha_runtime.decoder.contract import (
     present_key,
     present_value,
 )
-from mha_runtime.decoder.shapes import DecoderShapes
+from mha_runtime.decoder.shapes import DecoderShapes, cache_rows
 from mha_runtime.infer.pick_copy import session_options
 from mha_runtime.infer.providers import resolve_provider, session_providers
 
@@ -109,11 +110,12 @@ class InPlaceDecoder:
                                 f"got {names[:3]}")
 
     def allocate(self, rows: int) -> None:
-        """The cache: per layer one (rows, KV, context_length, D) buffer each for keys and values, zeroed."""
+        """The cache: per layer one (rows, KV, C, D) buffer each for keys and values, zeroed (C: the layer's
+        cache_rows, context_length or its window)."""
         c = self.shapes
-        shape = (rows, c.kv_heads, c.context_length, c.head_dim)
-        self.keys = [np.zeros(shape, np.float32) for _ in range(c.n_layers)]
-        self.values = [np.zeros(shape, np.float32) for _ in range(c.n_layers)]
+        shapes = [(rows, c.kv_heads, n, c.head_dim) for n in cache_rows(c)]
+        self.keys = [np.zeros(shape, np.float32) for shape in shapes]
+        self.values = [np.zeros(shape, np.float32) for shape in shapes]
         self._bindings: dict[tuple[int, int], ort.IOBinding] = {}
 
     def _bind(self, start: int, stop: int) -> ort.IOBinding:

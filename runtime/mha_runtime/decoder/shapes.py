@@ -1,10 +1,18 @@
 """Every shape a runtime allocates for a decoder folder, recorded in the manifest's contract (`contract.shapes`), so
-that no runtime knows an architecture: layers, query and key/value heads, head size, vocabulary and context.
+that no runtime knows an architecture: layers, query and key/value heads, head size, vocabulary and context, and
+per layer the rows of its in-place cache (`cache_lengths`, only where a layer keeps fewer than context_length).
 
 An architecture's config gives them (`Shaped`: GPT-2's GPTConfig has kv_heads == n_heads); a runtime reads them back
-with `DecoderShapes.from_dict`, every field checked, one line naming a bad one."""
+with `DecoderShapes.from_dict`, every field checked, one line naming a bad one.
+
+A windowed cache: a layer that sees only the last W positions (a sliding window, W < context_length) keeps W rows in
+the in-place form, and GroupQueryAttention (`sliding_window_cache`) keeps them as its contract says: after T tokens
+rows 0..min(T, W) - 1 hold positions T - min(T, W) .. T - 1, in order (the capacity is W exactly: ONNX Runtime's CUDA
+kernel takes no other, and so the resident count is min(T, rows) for every layer, windowed or not)."""
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -28,6 +36,8 @@ class Shaped(Protocol):
     def vocab_size(self) -> int: ...
     @property
     def context_length(self) -> int: ...
+    @property
+    def cache_lengths(self) -> tuple[int, ...] | None: ...  # per layer its in-place cache rows; None: context_length
 
 
 # Bounds a runtime checks before it allocates: the export refuses past them too (decoder config limits).
@@ -47,13 +57,21 @@ class DecoderShapes:
     head_dim: int
     vocab_size: int
     context_length: int
+    # Per layer the rows of its in-place cache (window_cache_lengths); None where every layer keeps context_length,
+    # and then absent from the manifest, so a folder without windows records what it did before the field.
+    cache_lengths: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, config: Shaped) -> DecoderShapes:
-        return cls(arch=config.arch, **{f: getattr(config, f) for f in FIELDS})
+        return cls(arch=config.arch, **{f: getattr(config, f) for f in FIELDS}, cache_lengths=config.cache_lengths)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.cache_lengths is None:
+            del out["cache_lengths"]
+        else:
+            out["cache_lengths"] = list(self.cache_lengths)
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> DecoderShapes:
@@ -76,10 +94,38 @@ class DecoderShapes:
         if values["n_heads"] % values["kv_heads"]:
             raise ArtifactError(f"{where}: n_heads {values['n_heads']} is not a multiple of kv_heads "
                                 f"{values['kv_heads']}")
-        extra = sorted(set(data) - {"arch", *FIELDS})
+        extra = sorted(set(data) - {"arch", *FIELDS, CACHE_LENGTHS})
         if extra:
             raise ArtifactError(f"{where}: unknown key {extra[0]!r}")
-        return cls(arch=arch, **values)
+        lengths = data.get(CACHE_LENGTHS)
+        if lengths is not None:
+            lengths = _cache_lengths(lengths, values["n_layers"], values["context_length"], where)
+        return cls(arch=arch, **values, cache_lengths=lengths)
+
+
+CACHE_LENGTHS = "cache_lengths"
+
+
+def _cache_lengths(data: Any, layers: int, context: int, where: str) -> tuple[int, ...]:
+    """contract.shapes.cache_lengths: one integer 1..context_length per layer."""
+    if not isinstance(data, list) or len(data) != layers or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= context for v in data):
+        raise ArtifactError(f"{where}: {CACHE_LENGTHS!r}: expected {layers} integers from 1 to context_length "
+                            f"{context} (one per layer), got {json.dumps(data)[:80]}")
+    return tuple(data)
+
+
+def cache_rows(shapes: Shaped) -> list[int]:
+    """Each layer's in-place cache rows: its cache_lengths entry, or context_length."""
+    lengths = shapes.cache_lengths
+    return [shapes.context_length] * shapes.n_layers if lengths is None else list(lengths)
+
+
+def window_cache_lengths(windows: Sequence[int | None], context_length: int) -> tuple[int, ...] | None:
+    """An architecture's cache_lengths from each layer's window (None: it sees every position): a window shorter
+    than the context keeps its W rows (module docstring); None where no layer's does."""
+    rows = tuple(context_length if w is None or w >= context_length else w for w in windows)
+    return None if all(r == context_length for r in rows) else rows
 
 
 def read_shapes(contract: dict[str, Any], config: dict[str, Any], where: str) -> DecoderShapes:

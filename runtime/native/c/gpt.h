@@ -11,7 +11,7 @@
  * The contract (runtime/mha_runtime/decoder/contract.py, also manifest["contract"]): input_ids int64 [B, T],
  * past_tokens int32 [B], per layer past_key_values.{i}.key/.value float32 [B, KV, C, D] in; next_token_logits
  * float32 [B, V] and present.{i}.key/.value [B, KV, C, D] out (KV: kv_heads, fewer than the query heads under
- * grouped-query attention). One preallocated buffer per layer and per key/value
+ * grouped-query attention; C: context_length, or a layer's window where it keeps only that, contract.shapes.cache_lengths). One preallocated buffer per layer and per key/value
  * is bound as both past_key_values.{i}.* and present.{i}.* (the same OrtValue over the same memory), so ONNX
  * Runtime writes each step's rows into it; the prompt is prefilled at batch 1, then one token per step.
  *
@@ -57,6 +57,9 @@
 typedef struct {
     char arch[64];  /* the architecture that made the folder: shown, never used */
     long long n_layers, n_heads, kv_heads, head_dim, vocab_size, context_length;
+    /* per layer its in-place cache rows C: contract.shapes.cache_lengths where a layer keeps only its sliding window
+     * (after P tokens rows 0 .. min(P, C) - 1 hold the last positions), else context_length */
+    long long cache_length[MHA_GPT_MAX_LAYERS];
 } MhaGptShapes;
 
 typedef struct {

@@ -14,7 +14,7 @@ typedef struct { char name[64]; ONNXTensorElementDataType type; size_t rank; int
 /* The contract's inputs (out = 0) or outputs (out = 1) of gpt.inplace.onnx: -1 for a symbolic axis. */
 static size_t contract_ports(const MhaGptShapes *c, int out, Port *ports) {
     size_t k = 0;
-    int64_t KV = c->kv_heads, C = c->context_length, D = c->head_dim;
+    int64_t KV = c->kv_heads, D = c->head_dim;
     if (!out) {
         ports[k++] = (Port){"input_ids", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, 2, {-1, -1, 0, 0}};
         ports[k++] = (Port){"past_tokens", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, 1, {-1, 0, 0, 0}};
@@ -29,7 +29,7 @@ static size_t contract_ports(const MhaGptShapes *c, int out, Port *ports) {
             p->rank = 4;
             p->dims[0] = -1;
             p->dims[1] = KV;
-            p->dims[2] = C;
+            p->dims[2] = c->cache_length[i];  /* context_length, or the layer's window */
             p->dims[3] = D;
         }
     return k;

@@ -47,6 +47,28 @@ static int shapes_fit(const MhaGptShapes *s, const char *where, char *err, size_
     return MHA_OK;
 }
 
+/* contract.shapes.cache_lengths into s->cache_length: absent, every layer's is context_length; else one integer from
+ * 1 to context_length per layer (the Python reader's rule). */
+static int cache_lengths(const JsonValue *a, const char *where, MhaGptShapes *s, char *err, size_t n) {
+    long long k = 0;
+    int ok = !a || a->type == JSON_ARRAY;
+    for (const JsonValue *v = ok && a ? a->child : NULL; v; v = v->next, k++) {
+        if (k >= s->n_layers || v->type != JSON_NUMBER || !v->is_integer || v->integer < 1 ||
+            v->integer > s->context_length) {
+            ok = 0;
+            break;
+        }
+        s->cache_length[k] = v->integer;
+    }
+    if (a && (!ok || k != s->n_layers)) {
+        say(err, n, "%s: 'cache_lengths': expected %lld integers from 1 to context_length %lld (one per layer)", where,
+            s->n_layers, s->context_length);
+        return MHA_ERROR;
+    }
+    for (k = 0; !a && k < s->n_layers; k++) s->cache_length[k] = s->context_length;
+    return MHA_OK;
+}
+
 /* contract.shapes into s, every field checked (the Python reader's rules, DecoderShapes.from_dict). */
 static int shapes_from(const JsonValue *c, const char *where, MhaGptShapes *s, char *err, size_t n) {
     const JsonValue *arch = json_get(c, "arch");
@@ -67,7 +89,7 @@ static int shapes_from(const JsonValue *c, const char *where, MhaGptShapes *s, c
         int_field(c, "vocab_size", 1, MHA_GPT_MAX_VOCAB, where, &s->vocab_size, err, n) ||
         int_field(c, "context_length", 1, MHA_GPT_MAX_CONTEXT, where, &s->context_length, err, n))
         return MHA_ERROR;
-    return shapes_fit(s, where, err, n);
+    return cache_lengths(json_get(c, "cache_lengths"), where, s, err, n) || shapes_fit(s, where, err, n);
 }
 
 /* The one place the C runner reads an architecture's config keys: a folder exported before issue 57 has no
@@ -92,7 +114,7 @@ static int legacy_shapes(const JsonValue *c, const char *where, MhaGptShapes *s,
     }
     s->kv_heads = s->n_heads;
     s->head_dim = emb / s->n_heads;
-    return shapes_fit(s, where, err, n);
+    return cache_lengths(NULL, where, s, err, n) || shapes_fit(s, where, err, n);
 }
 
 int mha_decoder_kind(const JsonValue *kind) {

@@ -39,9 +39,9 @@ typedef struct {
     OrtIoBinding *bind;
     MhaGptShapes cfg;     /* the manifest's contract.shapes */
     size_t nbuf;          /* 2 * n_layers: key 0, value 0, key 1, ... */
-    float **buf;          /* each [1, KV, C, D], bound as past_key_values.{i}.* and present.{i}.* */
+    float **buf;          /* each [1, KV, C_i, D], bound as past_key_values.{i}.* and present.{i}.* */
     OrtValue **bufv;
-    size_t cache_count;   /* KV * C * D */
+    size_t *counts;       /* floats of each buffer: KV * C_i * D (C_i: cfg.cache_length[i]) */
     float *logits;        /* [1, V], bound as next_token_logits */
     OrtValue *logits_v;
     int64_t *ids;         /* [1, T] for T <= C */

@@ -23,6 +23,7 @@ void run_close(GptRun *r) {
     for (size_t i = 0; r->buf && i < r->nbuf; i++) free(r->buf[i]);
     free(r->buf);
     free(r->bufv);
+    free(r->counts);
     if (r->logits_v) ort->ReleaseValue(r->logits_v);
     if (r->ids_v) ort->ReleaseValue(r->ids_v);
     if (r->past_v) ort->ReleaseValue(r->past_v);
@@ -59,21 +60,24 @@ static int run_open(GptRun *r, const unsigned char *bytes, size_t len, const cha
     if (bad) { run_close(r); return 1; }
     long long KV = cfg->kv_heads, C = cfg->context_length, D = cfg->head_dim;
     r->nbuf = 2 * (size_t)cfg->n_layers;
-    r->cache_count = (size_t)(KV * C * D);  /* <= MHA_GPT_MAX_CACHE_FLOATS (the manifest reader's shapes_fit) */
     r->buf = calloc(r->nbuf, sizeof *r->buf);
     r->bufv = calloc(r->nbuf, sizeof *r->bufv);
+    r->counts = calloc(r->nbuf, sizeof *r->counts);
     r->logits = calloc((size_t)cfg->vocab_size, sizeof(float));
     r->ids = calloc((size_t)C, sizeof(int64_t));
-    if (!r->buf || !r->bufv || !r->logits || !r->ids) { say(why, n, "out of memory"); run_close(r); return 1; }
-    int64_t cache_shape[4] = {1, KV, C, D}, logits_shape[2] = {1, cfg->vocab_size}, past_shape[1] = {1};
+    if (!r->buf || !r->bufv || !r->counts || !r->logits || !r->ids) { say(why, n, "out of memory"); run_close(r); return 1; }
+    int64_t logits_shape[2] = {1, cfg->vocab_size}, past_shape[1] = {1};
     bad = failed(ort->CreateIoBinding(r->session, &r->bind), "IO binding", why, n);
     for (size_t i = 0; !bad && i < r->nbuf; i++) {
         char past[64], present[64];
         snprintf(past, sizeof past, "past_key_values.%zu.%s", i / 2, i % 2 ? "value" : "key");
         snprintf(present, sizeof present, "present.%zu.%s", i / 2, i % 2 ? "value" : "key");
-        if (!(r->buf[i] = calloc(r->cache_count, sizeof(float)))) { say(why, n, "out of memory for the cache"); bad = 1; break; }
+        /* the layer's rows: context_length, or its window (<= context_length: the manifest reader's bound) */
+        int64_t cache_shape[4] = {1, KV, cfg->cache_length[i / 2], D};
+        r->counts[i] = (size_t)(KV * cache_shape[2] * D);  /* <= MHA_GPT_MAX_CACHE_FLOATS (shapes_fit) */
+        if (!(r->buf[i] = calloc(r->counts[i], sizeof(float)))) { say(why, n, "out of memory for the cache"); bad = 1; break; }
         /* one OrtValue over one buffer, bound as both: ONNX Runtime writes the new rows into it in place */
-        bad = !(r->bufv[i] = float_tensor(r->buf[i], cache_shape, 4, r->cache_count, "cache tensor", why, n)) ||
+        bad = !(r->bufv[i] = float_tensor(r->buf[i], cache_shape, 4, r->counts[i], "cache tensor", why, n)) ||
               failed(ort->BindInput(r->bind, past, r->bufv[i]), "bind past", why, n) ||
               failed(ort->BindOutput(r->bind, present, r->bufv[i]), "bind present", why, n);
     }
@@ -141,7 +145,7 @@ int generate_ids(GptRun *r, const int64_t *prompt, long long T, const Request *q
     mha_pcg64_seed(&rng, q->seed);
     out->count = 0;
     out->stop = "max_new_tokens";
-    for (size_t i = 0; i < r->nbuf; i++) memset(r->buf[i], 0, r->cache_count * sizeof(float));
+    for (size_t i = 0; i < r->nbuf; i++) memset(r->buf[i], 0, r->counts[i] * sizeof(float));
     double start = now_s();
     if (run_forward(r, prompt, T, 0, why, n)) return 1;
     if (first) memcpy(first, r->logits, (size_t)r->cfg.vocab_size * sizeof(float));

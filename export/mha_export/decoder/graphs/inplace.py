@@ -2,8 +2,9 @@
 
 Per block: the architecture's skip norm (residual + bias + norm in one op: GPT-2's SkipLayerNormalization) -> MatMul
 (q|k|v) -> Add -> GroupQueryAttention (its query and key/value head counts; rotary positions where the
-architecture has them) over past/present buffers of context_length rows (bound to one OrtValue, so the kernel
-writes only the new rows; each row has its own past_tokens, so batched rows need no padding) -> MatMul -> skip norm
+architecture has them) over past/present buffers of context_length rows, or a sliding window's rows where the layer
+keeps only its window (bound to one OrtValue, so the kernel writes only the new rows; each row has its own
+past_tokens, so batched rows need no padding) -> MatMul -> skip norm
 -> the architecture's MLP (GPT-2: MatMul -> FastGelu, bias + tanh GELU -> MatMul). Positions are past_tokens +
 0..T-1 per row. Only each row's last token reaches the head: decoding needs nothing else. The last block keeps every
 token up to its attention (GroupQueryAttention writes every prompt position's keys and values into the cache),
@@ -42,6 +43,7 @@ from mha_runtime.decoder.contract import (
     present_key,
     present_value,
 )
+from mha_runtime.decoder.shapes import cache_rows
 
 
 def inplace_model(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: bool,
@@ -51,6 +53,7 @@ def inplace_model(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: b
     g = Graph()
     arch = arch_of(cfg).graph_pieces(g, w, cfg, fused=True)
     layers = arch.add_weights()
+    rows = cache_rows(cfg)  # each layer's cache rows
     # Positions and the kernel's sequence lengths from past_tokens (B,) int32 and T.
     t = g.one("Shape", [INPUT_IDS], start=1, end=2)  # (1,) int64
     t32 = g.one("Cast", [t], to=onnx.TensorProto.INT32)
@@ -72,8 +75,12 @@ def inplace_model(state: dict[str, torch.Tensor], cfg: DecoderConfig, *, tied: b
             x = summed
         qkv = add_bias(g, project(g, a, layer.qkv))  # (B, T, (H + 2K) D)
         given = arch.attention_inputs(qkv, layer)
-        # A sliding window: ONNX Runtime 1.32's local_window_size counts the query's own position (W keys seen).
+        # A sliding window: ONNX Runtime 1.32's local_window_size counts the query's own position (W keys seen);
+        # a layer whose cache keeps only the window (cache_rows < context) has the kernel evict (sliding_window_cache).
         window = {} if layer.window is None else {"local_window_size": layer.window}
+        if rows[i] < cfg.context_length:
+            assert layer.window is not None and rows[i] >= layer.window, (i, rows[i], layer.window)
+            window["sliding_window_cache"] = 1
         attention = g.one("GroupQueryAttention", [*given.qkv, past_key(i), past_value(i), seqlens, total_max,
                                                   *given.rotary],
                           out=[f"h{i}.attention", present_key(i), present_value(i)], domain=MS,

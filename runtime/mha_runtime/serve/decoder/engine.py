@@ -167,9 +167,9 @@ class BatchEngine:
         if job.stop:
             self._tell_done(job)
             return None
-        t = job.past
-        return [(k[0, :, :t].copy(), v[0, :, :t].copy()) for k, v in zip(lane.keys, lane.values,
-                                                                          strict=True)]  # (H, T, D) each
+        t = job.past  # a layer's resident rows: min(t, its rows) (a windowed layer keeps its last W positions)
+        return [(k[0, :, :min(t, k.shape[2])].copy(), v[0, :, :min(t, v.shape[2])].copy())
+                for k, v in zip(lane.keys, lane.values, strict=True)]  # (H, min(T, C), D) each
 
     # ---- the step thread ----------------------------------------------------------------------------------------
 
@@ -217,10 +217,9 @@ class BatchEngine:
                     self.room.notify_all()
                     continue
                 slot = self.slots.index(None)  # the lowest: keeps the stepped range short
-                t = job.past
                 for layer, (k, v) in enumerate(prefix):
-                    self.decoder.keys[layer][slot, :, :t] = k
-                    self.decoder.values[layer][slot, :, :t] = v
+                    self.decoder.keys[layer][slot, :, :k.shape[1]] = k
+                    self.decoder.values[layer][slot, :, :v.shape[1]] = v
                 self.slots[slot] = job
 
     def _take(self, job: Job, logits: np.ndarray) -> None:

@@ -9,6 +9,7 @@ from mha_runtime.decoder.chat.folder import CHAT_TEMPLATE_FILE, folder_chat, tem
 from mha_runtime.decoder.contract import TOKENIZER_CONFIG, TOKENIZER_FILE
 from mha_runtime.decoder.forms import FASTEST, FORMS
 from mha_runtime.decoder.generate import MAX_BATCH, Generator
+from mha_runtime.decoder.shapes import cache_rows
 from mha_runtime.serve.decoder.wire import DEFAULT_MAX_NEW_TOKENS, GENERATE, REQUEST_KEYS, generate_body_limit
 from mha_runtime.serve.options import ServeOptions
 
@@ -17,9 +18,9 @@ MAX_CACHE_BYTES = 4 << 30
 
 
 def cache_bytes(gen: Generator, slots: int) -> int:
-    """float32 keys and values of every layer for `slots` sequences of context_length tokens (kv_heads of them)."""
+    """float32 keys and values of every layer for `slots` sequences (kv_heads of them, each layer's cache_rows)."""
     c = gen.shapes
-    return slots * c.n_layers * 2 * c.kv_heads * c.context_length * c.head_dim * 4
+    return slots * 2 * c.kv_heads * sum(cache_rows(c)) * c.head_dim * 4
 
 
 def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:

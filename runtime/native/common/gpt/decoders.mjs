@@ -2,7 +2,7 @@
 // the last token, step(id) -> the next; gpt.onnx (a Concat-grown cache) and gpt.inplace.onnx (one buffer per layer
 // and key/value), over the caller's `ort` (onnxruntime-node or onnxruntime-web).
 import { ArtifactError, ContractError, CONCAT_FORM, INPLACE_FORM, firstLine } from './base.mjs';
-import { checkContract, formKind } from './folder.mjs';
+import { cacheRows, checkContract, formKind } from './folder.mjs';
 
 const int64 = (ort, ids) => new ort.Tensor('int64', BigInt64Array.from(ids, (v) => BigInt(v)), [1, ids.length]);
 
@@ -51,18 +51,23 @@ export class ConcatDecoder {
 }
 
 // gpt.inplace.onnx: one [1, KV, C, D] buffer per layer and key/value, zeroed, fed as past_key_values.{i}.* with
-// past_tokens = the tokens already in it. alias: true (onnxruntime-node) passes the same tensors as the preallocated
+// past_tokens = the tokens already in it (C: context_length, or the layer's window where it keeps only that,
+// contract.shapes.cache_lengths: after P tokens its rows 0 .. min(P, C) - 1 hold the last min(P, C) positions). alias: true (onnxruntime-node) passes the same tensors as the preallocated
 // present.{i}.* outputs, so GroupQueryAttention writes only the new rows into them, in place; the first run checks
 // that the rows landed there. alias: false (onnxruntime-web: its wasm backend copies tensors into its own memory and
 // leaves preallocated outputs unwritten) feeds each run's present.{i}.* back as the next run's past.
 export class InPlaceDecoder {
   constructor(ort, session, shapes, { alias, where = INPLACE_FORM } = {}) {
     Object.assign(this, { ort, session, shapes, where, alias: Boolean(alias), length: 0, checked: false });
-    const { kv_heads: h, context_length: c, head_dim: d, n_layers: layers, vocab_size: v } = shapes;
+    const { kv_heads: h, head_dim: d, n_layers: layers, vocab_size: v } = shapes;
+    this.rows = {};
     this.buffers = {};
-    for (let i = 0; i < layers; i++) {
-      for (const kv of ['key', 'value']) this.buffers[`${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(h * c * d), [1, h, c, d]);
-    }
+    cacheRows(shapes).forEach((c, i) => {
+      for (const kv of ['key', 'value']) {
+        this.rows[`${i}.${kv}`] = c;
+        this.buffers[`${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(h * c * d), [1, h, c, d]);
+      }
+    });
     this.logits = new ort.Tensor('float32', new Float32Array(v), [1, v]);
   }
 
@@ -83,11 +88,12 @@ export class InPlaceDecoder {
       throw runtimeError(this.where, e);
     }
     if (this.alias && !this.checked) {  // the new rows of every buffer are the ones the run returned
-      const { kv_heads: h, context_length: c, head_dim: d } = shapes;
+      const { kv_heads: h, head_dim: d } = shapes;
       for (const name of Object.keys(this.buffers)) {
         const mine = this.buffers[name].data, theirs = out[`present.${name}`].data;
+        const c = this.rows[name], resident = Math.min(p + t, c), fresh = Math.min(t, resident);
         for (let head = 0; head < h; head++) {
-          const from = (head * c + p) * d, to = from + t * d;
+          const from = (head * c + resident - fresh) * d, to = from + fresh * d;
           for (let k = from; k < to; k++) {
             if (!Object.is(mine[k], theirs[k])) {
               throw new ArtifactError(`${this.where}: expected ONNX Runtime to write present.${name} into the buffer bound as `

@@ -38,7 +38,22 @@ function readShapes(shapes, where) {
   }
   const bad = SHAPE_KEYS.find((k) => !isCount(shapes[k]));
   if (bad) throw new ArtifactError(`${where}: '${bad}': expected a positive integer, got ${JSON.stringify(shapes[bad])}`);
-  return fitShapes(Object.fromEntries(['arch', ...SHAPE_KEYS].map((k) => [k, shapes[k]])), where);
+  const extra = Object.keys(shapes).filter((k) => !['arch', ...SHAPE_KEYS, 'cache_lengths'].includes(k)).sort();
+  if (extra.length) throw new ArtifactError(`${where}: unknown key '${extra[0]}'`);
+  const out = fitShapes(Object.fromEntries(['arch', ...SHAPE_KEYS].map((k) => [k, shapes[k]])), where);
+  // cache_lengths: per layer its in-place cache rows where a layer keeps only its sliding window (absent: context_length)
+  const lengths = shapes.cache_lengths ?? null;
+  if (lengths !== null && (!Array.isArray(lengths) || lengths.length !== out.n_layers
+      || !lengths.every((v) => Number.isInteger(v) && v >= 1 && v <= out.context_length))) {
+    throw new ArtifactError(`${where}: 'cache_lengths': expected ${out.n_layers} integers from 1 to context_length `
+      + `${out.context_length} (one per layer), got ${JSON.stringify(lengths).slice(0, 80)}`);
+  }
+  return { ...out, cache_lengths: lengths };
+}
+
+// Each layer's in-place cache rows: contract.shapes.cache_lengths, or context_length (shapes.py cache_rows).
+export function cacheRows(s) {
+  return s.cache_lengths ?? Array.from({ length: s.n_layers }, () => s.context_length);
 }
 
 // The one place the JavaScript runners read an architecture's config keys: a folder exported before issue 57 has no
@@ -148,9 +163,10 @@ export function formKind(form) {
 // The contract's signature of a form's kind for `shapes` (runtime/mha_runtime/decoder/contract.py): its inputs, then
 // its outputs, name -> [dtype, axes], null for a symbolic axis.
 function contractPorts(kind, s) {
-  const cache = ['float32', [null, s.kv_heads, kind === 'inplace' ? s.context_length : null, s.head_dim]];
+  const rows = cacheRows(s);
+  const cache = (i) => ['float32', [null, s.kv_heads, kind === 'inplace' ? rows[i] : null, s.head_dim]];
   const ids = ['int64', [null, null]];
-  const layers = (prefix, keys) => Object.fromEntries(Array.from({ length: s.n_layers }, (_, i) => keys.map((kv) => [`${prefix}.${i}.${kv}`, cache])).flat());
+  const layers = (prefix, keys) => Object.fromEntries(Array.from({ length: s.n_layers }, (_, i) => keys.map((kv) => [`${prefix}.${i}.${kv}`, cache(i)])).flat());
   const inputs = kind === 'inplace' ? { input_ids: ids, past_tokens: ['int32', [null]] }
     : { input_ids: ids, attention_mask: ids, position_ids: ids };
   const logits = kind === 'inplace' ? { next_token_logits: ['float32', [null, s.vocab_size]] } : { logits: ['float32', [null, null, s.vocab_size]] };

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from mha_runtime.artifact.config_fields import ConfigFile, check_fields, from_fields
 from mha_runtime.artifact.errors import BadValueError
-from mha_runtime.decoder.shapes import MAX_CONTEXT, MAX_HEADS
+from mha_runtime.decoder.shapes import MAX_CONTEXT, MAX_HEADS, window_cache_lengths
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 LAYER_TYPES = (SLIDING, FULL)
@@ -114,6 +114,11 @@ class Gemma3Config(ConfigFile):
     def window_of(self, layer: int) -> int | None:
         """How many positions (the query's own included) block `layer` sees: sliding_window, or None (all)."""
         return self.sliding_window if self.is_local(layer) else None
+
+    @property
+    def cache_lengths(self) -> tuple[int, ...] | None:
+        """The local layers' in-place caches keep only their window (when it is shorter than the context)."""
+        return window_cache_lengths([self.window_of(i) for i in range(self.n_layers)], self.context_length)
 
     def parameters(self, *, tied: bool) -> int:
         """Embedding, blocks (q, k, v, out, gate, up, down, four norms, q/k norms), final norm, head unless tied."""

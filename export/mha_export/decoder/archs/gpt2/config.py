@@ -65,6 +65,10 @@ class GPTConfig(ConfigFile):
     def arch(self) -> str:
         return "gpt2"
 
+    @property
+    def cache_lengths(self) -> None:  # no sliding window: every layer's cache holds the context
+        return None
+
     def parameters(self, *, tied: bool) -> int:
         """Parameter count: embeddings, blocks, final norm, and the head unless it is the token embedding."""
         e, v = self.emb_dim, self.vocab_size

@@ -73,6 +73,10 @@ class RotaryConfig(ConfigFile):
         return self.n_kv_groups
 
     @property
+    def cache_lengths(self) -> None:  # no sliding window: every layer's cache holds the context
+        return None
+
+    @property
     def arch(self) -> str:
         raise NotImplementedError
 
