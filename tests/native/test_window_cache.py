@@ -9,7 +9,7 @@ and 64 for the global one. Python, C, Node.js (onnxruntime-node) and wasm (onnxr
 transformers' own. The serving engine pastes each prompt's window into a batch slot: three generations on two slots
 equal transformers' too.
 
-Needs `make native-build` and `make web-build`.
+The C example (runtime/native/c/gpt_example.c) runs it too. Needs `make native-build` and `make web-build`.
 """
 from __future__ import annotations
 
@@ -94,6 +94,15 @@ def test_every_runtime_generates_far_past_the_window(runtime: str, gemma: Made, 
     out = done.stdout.strip()
     got = json.loads(out)["ids"][0] if runtime == "python" else [int(v) for v in out.split(",")]
     assert got == want
+
+
+def test_the_c_example_sizes_each_layer_by_its_own_input(gemma: Made, want: list[int]) -> None:
+    """runtime/native/c/gpt_example.c (the README's C loop) reads every layer's rows from the file itself."""
+    example = NATIVE / "c" / "build" / "gpt_example"
+    done = subprocess.run([str(example), str(gemma.folder / INPLACE_FORM), str(NEW), *map(str, PROMPT)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert [int(v) for v in done.stdout.strip().split(",")] == want
 
 
 def test_the_serving_engine_pastes_windows_into_its_slots(gemma: Made) -> None:

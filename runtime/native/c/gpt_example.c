@@ -23,6 +23,15 @@ static long long int_arg(const char *text, long long lo, long long hi, const cha
     return v;
 }
 
+// Input `index`'s dims (rank 4 at most) from the session.
+static void input_dims(OrtSession *s, size_t index, int64_t *dims, size_t rank) {
+    OrtTypeInfo *info; const OrtTensorTypeAndShapeInfo *t;
+    ok(ort->SessionGetInputTypeInfo(s, index, &info));
+    ok(ort->CastTypeInfoToTensorInfo(info, &t));
+    ok(ort->GetDimensions(t, dims, rank));
+    ort->ReleaseTypeInfo(info);
+}
+
 int main(int argc, char **argv) {
     ort = OrtGetApiBase()->GetApi(ORT_API_VERSION);
     OrtEnv *env; OrtSessionOptions *opts; OrtSession *s; OrtMemoryInfo *cpu; OrtIoBinding *bind;
@@ -34,30 +43,34 @@ int main(int argc, char **argv) {
     ok(ort->GetAllocatorWithDefaultOptions(&alloc));
     size_t inputs; int64_t cache[4], logits_shape[2];  // cache [1, KV, C, D] (key/value heads); logits [1, V]
     ok(ort->SessionGetInputCount(s, &inputs));
-    ok(ort->SessionGetInputTypeInfo(s, 2, &info));  // past_key_values.0.key
-    ok(ort->CastTypeInfoToTensorInfo(info, &t));
-    ok(ort->GetDimensions(t, cache, 4));
-    ort->ReleaseTypeInfo(info);
     ok(ort->SessionGetOutputTypeInfo(s, 0, &info));  // next_token_logits
     ok(ort->CastTypeInfoToTensorInfo(info, &t));
     ok(ort->GetDimensions(t, logits_shape, 2));
     ort->ReleaseTypeInfo(info);
-    int64_t C = cache[2], V = logits_shape[1], n = argc > 3 ? argc - 3 : 1;
+    // Each layer's C is its own input's: context_length, or a sliding window's rows (a layer that keeps only its
+    // window); the context is the largest.
+    int64_t C = 0, V = logits_shape[1], n = argc > 3 ? argc - 3 : 1;
+    for (size_t i = 2; i < inputs; i++) {
+        input_dims(s, i, cache, 4);
+        if (cache[2] > C) C = cache[2];
+    }
     int layers = (int)(inputs - 2) / 2, new_tokens = argc > 2 ? (int)int_arg(argv[2], 1, C, "N_NEW") : 8;
-    cache[0] = logits_shape[0] = 1;
+    logits_shape[0] = 1;
     if (n + new_tokens > C) { fprintf(stderr, "error: prompt + new tokens pass context_length %lld\n", (long long)C); return 1; }
     int64_t *ids = calloc((size_t)(n + new_tokens), sizeof *ids);  // the prompt, then the new ids
     // the prompt's ids, or id 0 (in every vocabulary)
     for (int64_t i = 0; i < n; i++) ids[i] = argc > 3 ? int_arg(argv[3 + i], 0, V - 1, "ID") : 0;
     // one zeroed buffer per layer and per key/value, bound as BOTH past_key_values.{i}.* and present.{i}.*
     ok(ort->CreateIoBinding(s, &bind));
-    size_t count = (size_t)(cache[1] * cache[2] * cache[3]);
     float **buf = calloc(2 * (size_t)layers, sizeof *buf), *logits = calloc((size_t)V, sizeof *logits);
     OrtValue **kv = calloc(2 * (size_t)layers, sizeof *kv), *lv, *iv = NULL, *pv;
     for (int i = 0; i < 2 * layers; i++) {
         char past[64], present[64];
         snprintf(past, sizeof past, "past_key_values.%d.%s", i / 2, i % 2 ? "value" : "key");
         snprintf(present, sizeof present, "present.%d.%s", i / 2, i % 2 ? "value" : "key");
+        input_dims(s, 2 + (size_t)i, cache, 4);  // past_key_values.{i/2}.*: [batch, KV, C, D]
+        cache[0] = 1;
+        size_t count = (size_t)(cache[1] * cache[2] * cache[3]);
         buf[i] = calloc(count, sizeof(float));
         ok(ort->CreateTensorWithDataAsOrtValue(cpu, buf[i], count * sizeof(float), cache, 4,
                                                ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &kv[i]));
