@@ -169,3 +169,26 @@ def test_a_refusal_of_a_preset_exported_under_another_name_names_the_preset(tmp_
         assert said.exit_code == 1, said.output
         assert said.output.startswith("Error: --preset gpt-mini: gpt config: exporting needs about "), said.output
         assert not (tmp_path / "out" / name).exists()
+
+
+def test_the_budget_counts_the_validations_logits(tmp_path: Path) -> None:
+    """A vocabulary of 10^8 at width 2: 1.6 GB of fp32 weights (4x of them fit in 16 GiB), but the validation's
+    (3, 16, 10^8) logits are 19.2 GB a copy. With 16 GiB available the export is refused in one line naming the
+    logits, before any file; the book's own small GPT still fits the same memory."""
+    from click.testing import CliRunner
+
+    from mha_runtime.cli.main import cli
+
+    config = tmp_path / "wide.json"
+    config.write_text(json.dumps({"vocab_size": 10**8, "context_length": 16, "emb_dim": 2, "n_heads": 1,
+                                  "n_layers": 1, "drop_rate": 0.0, "qkv_bias": False}))
+    with mock.patch("mha_export.decoder.plan.available_memory", return_value=16 * 2**30):
+        said = CliRunner().invoke(cli, ["export", "--gpt", "--config", str(config), "--name", "wide",
+                                        "--variants", "decoder", "--out", str(tmp_path / "out")])
+        fits = CliRunner().invoke(cli, ["export", "--gpt", "--preset", "gpt-mini", "--variants", "decoder",
+                                        "--out", str(tmp_path / "mini")])
+    assert said.exit_code == 1, said.output
+    lines = said.output.strip().splitlines()
+    assert len(lines) == 1 and "exporting needs about" in lines[0] and "the validation's logits 35.8 GiB" in lines[0]
+    assert not (tmp_path / "out" / "wide").exists()
+    assert fits.exit_code == 0, fits.output

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from mha_export.decoder.archs import arch_of
 from mha_export.decoder.archs.protocol import DecoderConfig
-from mha_export.pipeline.budget import PROTOBUF_LIMIT, available_memory, gib
+from mha_export.pipeline.budget import LIBRARIES, PROTOBUF_LIMIT, available_memory, gib
 from mha_runtime.artifact.errors import BadValueError, ConfigError, ExportError
 from mha_runtime.artifact.forms import ALL, Chosen, Selection, parse, select
 from mha_runtime.decoder.forms import FORMS, GGUF_FORMS, GGUF_VARIANT, PTE_VARIANT, TABLE, Form, folder_bar
@@ -16,6 +16,29 @@ ALL_VARIANTS = ALL
 # Building and validating holds the eager model, one graph being written and one session: about 4x the fp32
 # parameters at most (measured in docs/measurements/gpt.md); refused before any work when memory is short of that.
 MEMORY_FACTOR = 4
+# The validation's longest case: logits (3, context_length, vocab_size) in float32, from the eager model and then
+# from gpt.onnx, about 1.4 such arrays at the peak (fitted on three exports of 64M-128M parameters and 0.8-1.5 GB of
+# such logits: docs/measurements/gpt.md, "The export's budget counts the validation's logits"); 2 kept as margin.
+LOGIT_COPIES = 2
+VALIDATION_BATCH = 3
+
+
+@dataclass(frozen=True)
+class DecoderBudget:
+    """Bytes a decoder export holds at its peak, by part (pipeline.budget's LIBRARIES for the imported ones)."""
+
+    weights: int  # MEMORY_FACTOR x the fp32 parameters
+    logits: int  # LOGIT_COPIES x the validation's (3, context_length, vocab_size) float32 logits
+    libraries: int = LIBRARIES
+
+    @property
+    def peak(self) -> int:
+        return self.libraries + self.weights + self.logits
+
+
+def decoder_budget(cfg: DecoderConfig) -> DecoderBudget:
+    return DecoderBudget(weights=MEMORY_FACTOR * cfg.parameters(tied=False) * 4,
+                         logits=LOGIT_COPIES * VALIDATION_BATCH * cfg.context_length * cfg.vocab_size * 4)
 
 
 def parse_gpt_variants(text: str | None) -> tuple[str, ...]:
@@ -53,9 +76,11 @@ def check_gpt_budget(cfg: DecoderConfig) -> None:
         raise BadValueError(f"gpt config: {gib(params)} of fp32 parameters; an ONNX file holds at most "
                             f"{gib(PROTOBUF_LIMIT)}")
     available = available_memory()
-    if available is not None and MEMORY_FACTOR * params > available:
-        raise ConfigError(f"gpt config: exporting needs about {gib(MEMORY_FACTOR * params)} of memory, "
-                          f"{gib(available)} is available")
+    need = decoder_budget(cfg)
+    if available is not None and need.peak > available:
+        raise ConfigError(f"gpt config: exporting needs about {gib(need.peak)} of memory (libraries "
+                          f"{gib(need.libraries)}, weights {gib(need.weights)}, the validation's logits "
+                          f"{gib(need.logits)}), {gib(available)} is available")
 
 
 def check_gpt_forms(cfg: DecoderConfig, variants: tuple[str, ...]) -> None:
