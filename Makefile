@@ -221,20 +221,27 @@ $(GPT_GOLDEN): $(STAMP) $(VOCAB_STAMP)
 
 GPT_PRESETS := gpt-mini gpt-demo smollm2 gemma3
 
-native-test: native-build $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN) $(DEMO_GOLDEN) $(SMOLLM2_GOLDEN) $(GEMMA3_GOLDEN)
-	@mkdir -p $(CHECKS); set -eo pipefail; for p in $(PRESETS); do \
+# One target a folder, so that make -j runs them beside each other and beside the exports (the loop over every
+# folder in one target ran alone at the setup's end on one of the 2 cores).
+NATIVE_CHECKS := $(PRESETS:%=native-check-%) $(GPT_PRESETS:%=native-check-%)
+.PHONY: $(NATIVE_CHECKS)
+
+$(PRESETS:%=native-check-%): native-check-%: native-build artifacts/%/golden/cases.json
+	@mkdir -p $(CHECKS); set -eo pipefail; p=$*; \
 	  echo "== $$p: Python (onnxruntime, torch for mha.pt)"; $(VENV)/bin/mha check artifacts/$$p --json $(CHECKS)/python-$$p.json | tail -1; \
 	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p --json $(CHECKS)/c-$$p.json | tail -1; \
 	  echo "== $$p: C under AddressSanitizer + UBSan"; $(NATIVE)/c/build/mha_check_asan check artifacts/$$p | tail -1; \
 	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p --json $(CHECKS)/node-$$p.json | tail -1; \
-	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p --json $(CHECKS)/cpp-$$p.json | tail -1; \
-	done
-	@set -eo pipefail; for p in $(GPT_PRESETS); do \
+	  echo "== $$p: C++ (libtorch)"; $(NATIVE)/cpp-libtorch/build/mha_ts check artifacts/$$p --json $(CHECKS)/cpp-$$p.json | tail -1
+
+$(GPT_PRESETS:%=native-check-%): native-check-%: native-build artifacts/%/golden/generations.json
+	@mkdir -p $(CHECKS); set -eo pipefail; p=$*; \
 	  echo "== $$p: Python (onnxruntime; ExecuTorch for gpt.pte), golden generations"; $(VENV)/bin/mha check artifacts/$$p --json $(CHECKS)/python-$$p.json | tail -1; \
 	  echo "== $$p: C (ONNX Runtime C API)"; $(NATIVE)/c/build/mha_check check artifacts/$$p --json $(CHECKS)/c-$$p.json | tail -1; \
 	  echo "== $$p: C under AddressSanitizer + UBSan"; $(NATIVE)/c/build/mha_check_asan check artifacts/$$p | tail -1; \
-	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p --json $(CHECKS)/node-$$p.json | tail -1; \
-	done
+	  echo "== $$p: Node.js (onnxruntime-node)"; node $(NATIVE)/node/cli.js check artifacts/$$p --json $(CHECKS)/node-$$p.json | tail -1
+
+native-test: $(NATIVE_CHECKS)
 	@echo "== the manifest reader under AddressSanitizer + UBSan: truncations and random edits"
 	$(NATIVE)/c/build/json_fuzz_asan artifacts/seed/manifest.json 5000
 	@echo "== README embedding snippets on artifacts/seed"
@@ -263,14 +270,18 @@ chromium:
 
 # The WebAssembly backend in Node.js, one thread: every golden case of every artifact it can load (one timed run
 # after the compared one: a check, not a latency figure).
-web-test: web-build chromium $(PRESETS:%=artifacts/%/golden/cases.json) $(GPT_GOLDEN) $(DEMO_GOLDEN) $(SMOLLM2_GOLDEN) $(GEMMA3_GOLDEN)
-	@set -eo pipefail; for p in $(PRESETS); do \
-	  echo "== $$p: onnxruntime-web (wasm, Node.js)"; \
-	  node $(WEB)/check.mjs artifacts/$$p --json artifacts/web/$$p.json --repeats 1 | tail -2; \
-	done; \
-	for p in $(GPT_PRESETS); do \
-	  echo "== $$p: onnxruntime-web (wasm, Node.js), golden generations"; node $(WEB)/check.mjs artifacts/$$p --json artifacts/web/$$p.json | tail -1; \
-	done
+WEB_CHECKS := $(PRESETS:%=web-check-%) $(GPT_PRESETS:%=web-check-%)
+.PHONY: $(WEB_CHECKS)
+
+$(PRESETS:%=web-check-%): web-check-%: web-build chromium artifacts/%/golden/cases.json
+	@set -eo pipefail; echo "== $*: onnxruntime-web (wasm, Node.js)"; \
+	  node $(WEB)/check.mjs artifacts/$* --json artifacts/web/$*.json --repeats 1 | tail -2
+
+$(GPT_PRESETS:%=web-check-%): web-check-%: web-build chromium artifacts/%/golden/generations.json
+	@set -eo pipefail; echo "== $*: onnxruntime-web (wasm, Node.js), golden generations"; \
+	  node $(WEB)/check.mjs artifacts/$* --json artifacts/web/$*.json | tail -1
+
+web-test: $(WEB_CHECKS)
 
 # The browser page on the artifacts/ folders: serves the repo root on loopback until Ctrl-C.
 web:
