@@ -14,6 +14,7 @@ The C example (runtime/native/c/gpt_example.c) runs it too. Needs `make native-b
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -23,10 +24,13 @@ from pathlib import Path
 
 import onnx
 import pytest
+from click.testing import CliRunner
 
 from gemma3_folders import LAYER_TYPES, hf_gemma3, save_gemma3
 from llama_folders import Made, _cli_export
+from mha_runtime.cli.main import cli
 from mha_runtime.decoder.contract import INPLACE_FORM
+from mha_runtime.decoder.forms import FORMS
 from mha_runtime.decoder.generate import Generator
 from mha_runtime.decoder.manifest import load_gpt_manifest
 from mha_runtime.serve.decoder.engine import BatchEngine
@@ -103,6 +107,42 @@ def test_the_c_example_sizes_each_layer_by_its_own_input(gemma: Made, want: list
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert [int(v) for v in done.stdout.strip().split(",")] == want
+
+
+def _before_the_window(folder: Path, out: Path) -> Path:
+    """A copy of `folder` as the export made it before the windowed cache: each in-place form with every layer's cache
+    at the context (benchmarks.window_cache makes that graph), no cache_lengths, the manifest's signature and the
+    file's size and sha256 to match."""
+    from benchmarks.window_cache import every_cache_at_context
+    from mha_runtime.artifact.manifest import sha256_file
+
+    shutil.copytree(folder, out, symlinks=True)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for file in (f for f, form in FORMS.items() if form.kind == "inplace" and f in manifest["artifacts"]):
+        onnx.save(every_cache_at_context(onnx.load(out / file), CONTEXT), out / file)
+        manifest["files"][file] = {"size": (out / file).stat().st_size, "sha256": sha256_file(out / file)}
+    del manifest["contract"]["shapes"]["cache_lengths"]
+    for name, (_, shape) in manifest["contract"]["inplace"]["signature"].items():
+        if name.startswith(("past_key_values.", "present.")):
+            shape[2] = CONTEXT
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.mark.parametrize("windowed", [True, False], ids=["windowed", "exported-before-the-window"])
+def test_mha_validate_sizes_the_cache_by_the_folders_own_shapes(gemma: Made, want: list[int], windowed: bool,
+                                                               tmp_path: Path) -> None:
+    """`mha validate` rebuilds eager PyTorch from the config, whose windows now give cache_lengths: the decoders it
+    drives are sized by the folder's own contract.shapes, so a folder exported before the field validates too, and
+    generates transformers' ids."""
+    folder = gemma.folder if windowed else _before_the_window(gemma.folder, tmp_path / "old")
+    result = CliRunner().invoke(cli, ["validate", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1].endswith(" passed, 0 failed")
+    assert load_gpt_manifest(folder).shapes.cache_lengths == (None if not windowed else
+                                                             load_gpt_manifest(gemma.folder).shapes.cache_lengths)
+    gen = Generator(folder, form=INPLACE_FORM)
+    assert gen.generate([PROMPT], max_new_tokens=NEW, eos_id=None).ids[0] == want
 
 
 def test_the_serving_engine_pastes_windows_into_its_slots(gemma: Made) -> None:

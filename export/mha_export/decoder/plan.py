@@ -16,11 +16,11 @@ ALL_VARIANTS = ALL
 # Building and validating holds the eager model, one graph being written and one session: about 4x the fp32
 # parameters at most (measured in docs/measurements/gpt.md); refused before any work when memory is short of that.
 MEMORY_FACTOR = 4
-# The validation's longest case: logits (3, context_length, vocab_size) in float32, from the eager model and then
-# from gpt.onnx, about 1.4 such arrays at the peak (fitted on three exports of 64M-128M parameters and 0.8-1.5 GB of
-# such logits: docs/measurements/gpt.md, "The export's budget counts the validation's logits"); 2 kept as margin.
-LOGIT_COPIES = 2
-VALIDATION_BATCH = 3
+# The validation's longest case: a batch of 3 prompts of context_length tokens, whose (context_length, vocab_size)
+# float32 logits the eager model and gpt.onnx each make one prompt at a time; about 4.1 such arrays at the peak
+# (fitted on three exports of 64M-128M parameters: docs/measurements/gpt.md, "The export's budget counts the
+# validation's logits"); 6 counted, as margin.
+LOGIT_ARRAYS = 6
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class DecoderBudget:
     """Bytes a decoder export holds at its peak, by part (pipeline.budget's LIBRARIES for the imported ones)."""
 
     weights: int  # MEMORY_FACTOR x the fp32 parameters
-    logits: int  # LOGIT_COPIES x the validation's (3, context_length, vocab_size) float32 logits
+    logits: int  # LOGIT_ARRAYS x the validation's (context_length, vocab_size) float32 logits of one prompt
     libraries: int = LIBRARIES
 
     @property
@@ -38,7 +38,7 @@ class DecoderBudget:
 
 def decoder_budget(cfg: DecoderConfig) -> DecoderBudget:
     return DecoderBudget(weights=MEMORY_FACTOR * cfg.parameters(tied=False) * 4,
-                         logits=LOGIT_COPIES * VALIDATION_BATCH * cfg.context_length * cfg.vocab_size * 4)
+                         logits=LOGIT_ARRAYS * cfg.context_length * cfg.vocab_size * 4)
 
 
 def parse_gpt_variants(text: str | None) -> tuple[str, ...]:

@@ -76,15 +76,15 @@ def revalidate(folder: Path, *, progress: bool = False) -> Revalidated:
         # gpt.inplace.onnx is parsed once: the lossy forms' reference is that same session
         session = reference if file == INPLACE_FORM and reference is not None else \
             make_session(str(folder / file), where=str(folder / file))
-        report = validate_form(session, form, refs, config, tolerance=form.tolerance)
+        report = validate_form(session, form, refs, config, tolerance=form.tolerance, shapes=manifest.shapes)
         if not form.lossy:
             checked.append(FormCheck(file, form.dtype, report.cases + 1, report.max_abs_error,
                                      report.greedy_agreement, None, f"atol {form.tolerance.atol:g}",
                                      report.failures))
             continue
         assert reference is not None and form.max_mean_kl is not None  # a lossy form has a bar and gpt.inplace.onnx
-        measured = partial(measure, decoder_for("inplace", reference, config, INPLACE_FORM),
-                           decoder_for(form.kind, session, config, file))  # (windows) -> Quality, measured once
+        measured = partial(measure, decoder_for("inplace", reference, manifest.shapes, INPLACE_FORM),
+                           decoder_for(form.kind, session, manifest.shapes, file))  # (windows) -> Quality, once
         quality = judge_quality(folder, manifest, file, measured)
         checked.append(FormCheck(file, form.dtype, 1, report.max_abs_error, report.greedy_agreement,
                                  None if quality.error is not None and not quality.ok else quality.max_abs,

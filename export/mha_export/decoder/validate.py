@@ -108,23 +108,26 @@ def references(model: Eager, cfg: DecoderConfig) -> References:
 
 
 def validate_form(session: ort.InferenceSession, form: Form, refs: References, cfg: DecoderConfig, *,
-                  tolerance: Tolerance) -> FormReport:
+                  tolerance: Tolerance, shapes: Shaped | None = None) -> FormReport:
+    """`shapes`: the folder's own (its manifest's), where they may differ from what `cfg` gives today (a folder
+    exported before contract.shapes.cache_lengths keeps every layer's cache at the context)."""
+    sized = cfg if shapes is None else shapes
     # A lossy form's logits are recorded, not judged: its quality bar is (lossy/build.py).
     tally = Tally(form.file, tolerance, judged=not form.lossy)
     check, failures = tally.check, tally.failures
 
     for case in refs.cases:
         ids, split, batch, n = case.ids, case.split, len(case.ids), len(case.ids[0])
-        decoder = decoder_for(form.kind, session, cfg, form.file)
+        decoder = decoder_for(form.kind, session, sized, form.file)
         check(decoder.prefill(ids), case.expected[:, -1], f"prefill B={batch} T={n}")
         if split < n:  # the same sequences as a shorter prefill and single steps
-            decoder = decoder_for(form.kind, session, cfg, form.file)
+            decoder = decoder_for(form.kind, session, sized, form.file)
             decoder.prefill([row[:split] for row in ids])
             for t in range(split, n):
                 got = decoder.step([row[t] for row in ids], [True] * batch)
                 check(got, case.expected[:, t - split + 1], f"step B={batch} at position {t}")
     # Rows of different lengths in one batch, stepped together: each against its own eager run.
-    decoder = decoder_for(form.kind, session, cfg, form.file)
+    decoder = decoder_for(form.kind, session, sized, form.file)
     got = decoder.prefill(refs.prompts)
     for r, p in enumerate(refs.prompts):
         check(got[r], refs.first[r], f"mixed batch prefill row {r} (T={len(p)})")

@@ -89,7 +89,9 @@ static int shapes_from(const JsonValue *c, const char *where, MhaGptShapes *s, c
         int_field(c, "vocab_size", 1, MHA_GPT_MAX_VOCAB, where, &s->vocab_size, err, n) ||
         int_field(c, "context_length", 1, MHA_GPT_MAX_CONTEXT, where, &s->context_length, err, n))
         return MHA_ERROR;
-    return cache_lengths(json_get(c, "cache_lengths"), where, s, err, n) || shapes_fit(s, where, err, n);
+    const JsonValue *lengths = json_get(c, "cache_lengths");  /* null: absent, as the Python and JS readers take it */
+    return shapes_fit(s, where, err, n) ||
+           cache_lengths(lengths && lengths->type != JSON_NULL ? lengths : NULL, where, s, err, n);
 }
 
 /* The one place the C runner reads an architecture's config keys: a folder exported before issue 57 has no
@@ -114,7 +116,7 @@ static int legacy_shapes(const JsonValue *c, const char *where, MhaGptShapes *s,
     }
     s->kv_heads = s->n_heads;
     s->head_dim = emb / s->n_heads;
-    return cache_lengths(NULL, where, s, err, n) || shapes_fit(s, where, err, n);
+    return shapes_fit(s, where, err, n) || cache_lengths(NULL, where, s, err, n);
 }
 
 int mha_decoder_kind(const JsonValue *kind) {

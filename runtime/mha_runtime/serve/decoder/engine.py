@@ -49,7 +49,8 @@ PREFILL_LANES = 2
 # generations, and keeps a burst's generations joining at different steps: with 0.5 s they all joined at one step,
 # ended together and came back as one burst again (docs/serving.md, "Prefill first").
 PREFILL_FIRST_MAX_S = 0.1
-# One prompt's cache as a prefill lane hands it over: per layer (keys, values), each (H, T, D).
+# One prompt's cache as a prefill lane hands it over: per layer (keys, values), each (H, min(T, C), D) (C: the layer's
+# rows; a windowed layer holds its last C positions).
 Prefix = list[tuple[np.ndarray, np.ndarray]]
 
 

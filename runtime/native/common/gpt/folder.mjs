@@ -48,7 +48,7 @@ function readShapes(shapes, where) {
     throw new ArtifactError(`${where}: 'cache_lengths': expected ${out.n_layers} integers from 1 to context_length `
       + `${out.context_length} (one per layer), got ${JSON.stringify(lengths).slice(0, 80)}`);
   }
-  return { ...out, cache_lengths: lengths };
+  return lengths === null ? out : { ...out, cache_lengths: lengths };
 }
 
 // Each layer's in-place cache rows: contract.shapes.cache_lengths, or context_length (shapes.py cache_rows).
