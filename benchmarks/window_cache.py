@@ -27,7 +27,7 @@ from mha_export.decoder.graphs.table import GRAPHS
 from mha_export.gguf.source import metadata, read_gguf_weights
 from mha_runtime.decoder.contract import INPLACE_FORM
 from mha_runtime.decoder.decoder import InPlaceDecoder
-from mha_runtime.decoder.shapes import DecoderShapes, cache_rows
+from mha_runtime.decoder.shapes import DecoderShapes, cache_bytes, cache_rows
 
 
 def every_cache_at_context(model: onnx.ModelProto, context: int) -> onnx.ModelProto:
@@ -80,8 +80,7 @@ def main(gguf: Path, context: int, at: str, steps: int, threads: int) -> None:
     decoders = {name: InPlaceDecoder(ort.InferenceSession(m.SerializeToString(), options), s)
                 for name, m, s in (("window", windowed, shapes),
                                    ("context", every_cache_at_context(windowed, context), full))}
-    row_bytes = {name: 2 * s.kv_heads * s.head_dim * 4 * sum(cache_rows(s))
-                 for name, s in (("window", shapes), ("context", full))}
+    row_bytes = {"window": cache_bytes(shapes), "context": cache_bytes(full)}
     rng = np.random.default_rng(0)
     decode: dict[str, dict[str, float]] = {}
     for n in (int(v) for v in at.split(",")):

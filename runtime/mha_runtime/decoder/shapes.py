@@ -121,6 +121,11 @@ def cache_rows(shapes: Shaped) -> list[int]:
     return [shapes.context_length] * shapes.n_layers if lengths is None else list(lengths)
 
 
+def cache_bytes(shapes: Shaped, sequences: int = 1) -> int:
+    """The in-place cache's float32 keys and values of every layer for `sequences` rows (each layer's cache_rows)."""
+    return sequences * 2 * shapes.kv_heads * sum(cache_rows(shapes)) * shapes.head_dim * 4
+
+
 def window_cache_lengths(windows: Sequence[int | None], context_length: int) -> tuple[int, ...] | None:
     """An architecture's cache_lengths from each layer's window (None: it sees every position): a window shorter
     than the context keeps its W rows (module docstring); None where no layer's does."""

@@ -9,18 +9,12 @@ from mha_runtime.decoder.chat.folder import CHAT_TEMPLATE_FILE, folder_chat, tem
 from mha_runtime.decoder.contract import TOKENIZER_CONFIG, TOKENIZER_FILE
 from mha_runtime.decoder.forms import FASTEST, FORMS
 from mha_runtime.decoder.generate import MAX_BATCH, Generator
-from mha_runtime.decoder.shapes import cache_rows
+from mha_runtime.decoder.shapes import cache_bytes
 from mha_runtime.serve.decoder.wire import DEFAULT_MAX_NEW_TOKENS, GENERATE, REQUEST_KEYS, generate_body_limit
 from mha_runtime.serve.options import ServeOptions
 
 # A replica preallocates the whole cache of every slot; more than this per replica is refused before Ray starts.
 MAX_CACHE_BYTES = 4 << 30
-
-
-def cache_bytes(gen: Generator, slots: int) -> int:
-    """float32 keys and values of every layer for `slots` sequences (kv_heads of them, each layer's cache_rows)."""
-    c = gen.shapes
-    return slots * 2 * c.kv_heads * sum(cache_rows(c)) * c.head_dim * 4
 
 
 def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]]:
@@ -33,7 +27,7 @@ def prepare_gpt(options: ServeOptions) -> tuple[dict[str, bytes], dict[str, Any]
     if max_batch > MAX_BATCH:
         raise ServeError(f"--max-batch {max_batch}: a GPT replica holds at most {MAX_BATCH} generations at once")
     gen = Generator(folder, form=form, provider=options.provider, threads=options.threads)
-    need = cache_bytes(gen, max_batch)
+    need = cache_bytes(gen.shapes, max_batch)
     if need > MAX_CACHE_BYTES:
         raise ServeError(f"--max-batch {max_batch}: the cache of {max_batch} slots of {gen.shapes.context_length} "
                          f"tokens is {need / 2**30:.1f} GiB per replica, over the limit of "
